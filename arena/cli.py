@@ -1,0 +1,130 @@
+"""The ``arena`` command: run, validate, leaderboard, plugins."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from arena import __version__
+
+EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="arena", description="Privacy tournaments: defenses vs attacks.")
+    p.add_argument("--version", action="version", version=f"privacy-arena {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="play every matchup of the scenario files into a run directory")
+    run.add_argument("scenarios", nargs="+", type=Path, help="scenario YAML files")
+    run.add_argument("--out", type=Path, required=True, help="run directory (created; re-running resumes)")
+    mode = run.add_mutually_exclusive_group()
+    mode.add_argument("--serial", action="store_true", help="run in-process, one matchup at a time (debugging)")
+    mode.add_argument("--address", help="join an existing Ray cluster at this address instead of starting one")
+    run.add_argument("--workers", type=int, help="cap on matchups running at once (default: all cores)")
+
+    val = sub.add_parser("validate", help="check scenario files without running anything")
+    val.add_argument("scenarios", nargs="+", type=Path)
+
+    lb = sub.add_parser("leaderboard", help="print the leaderboard of a run directory")
+    lb.add_argument("run_dir", type=Path)
+    lb.add_argument("--format", choices=["table", "csv", "json"], default="table")
+
+    sub.add_parser("plugins", help="list loaded plugins and what they register")
+    return p
+
+
+def _problems(problems: list[str]) -> int:
+    for line in problems:
+        print(line, file=sys.stderr)
+    return EXIT_INPUT
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from arena.plan import plan
+    from arena.scenario import ScenarioError
+
+    try:
+        p = plan(args.scenarios)
+    except ScenarioError as exc:
+        return _problems(exc.problems)
+    print(f"ok: {len(args.scenarios)} file(s), {len(p.matchups)} matchups")
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from arena import leaderboard, tournament
+    from arena.plan import plan
+    from arena.scenario import ScenarioError
+    from arena.store import RunStore
+
+    if args.workers is not None and args.workers < 1:
+        return _problems(["--workers: must be at least 1"])
+    try:
+        p = plan(args.scenarios)
+    except ScenarioError as exc:
+        return _problems(exc.problems)
+    store = RunStore(args.out)
+    store.root.mkdir(parents=True, exist_ok=True)
+    for path, scenario in p.scenarios:
+        store.write_text(f"scenarios/{scenario.name}.yaml", Path(path).read_text(encoding="utf-8"))
+    try:
+        tournament.run(p, store, serial=args.serial, workers=args.workers, address=args.address)
+    except KeyboardInterrupt:
+        print("interrupted: finished matchups are kept; re-run the same command to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    rows = leaderboard.latest_rows(store.results())
+    keys = {m.key for m in p.matchups}
+    rows = [r for r in rows if r["key"] in keys]
+    print(leaderboard.render_table(leaderboard.build(rows)))
+    failed = [r for r in rows if r["status"] == "failed"]
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "skipped", "failed")}
+    print(f"{len(rows)} matchups: {counts['ok']} ok, {counts['skipped']} skipped, {counts['failed']} failed; "
+          f"results in {store.results_path}")
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from arena import leaderboard
+    from arena.store import RunStore
+
+    store = RunStore(args.run_dir)
+    if not store.results_path.exists():
+        return _problems([f"{args.run_dir}: no results.jsonl here"])
+    boards = leaderboard.build(store.results())
+    render = {"table": leaderboard.render_table, "csv": leaderboard.render_csv, "json": leaderboard.render_json}
+    print(render[args.format](boards))
+    return EXIT_OK
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    from arena.plugins import registries
+
+    regs = registries()
+    print("plugins:")
+    for info in regs.plugins:
+        print(f"  {info.name:40} {info.distribution} {info.version} ({info.module})")
+    for kind, reg in (("datasets", regs.datasets), ("defenses", regs.defenses), ("attacks", regs.attacks),
+                      ("metrics", regs.metrics)):
+        print(f"{kind}:")
+        for e in reg:
+            print(f"  {e.name:24} from {e.distribution} {e.version}")
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from arena.plugins import PluginLoadError
+
+    handlers = {"run": cmd_run, "validate": cmd_validate, "leaderboard": cmd_leaderboard, "plugins": cmd_plugins}
+    try:
+        return handlers[args.command](args)
+    except PluginLoadError as exc:
+        print(f"plugin error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Training engine: counter RNG, batched (DP-)SGD trainer, Newton solver and privacy accounting."""

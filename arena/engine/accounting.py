@@ -1,0 +1,78 @@
+"""Privacy accounting for (Poisson-subsampled) Gaussian DP-SGD with Google's dp_accounting.
+
+Add/remove-one neighbouring; q = 1 is the plain Gaussian mechanism composed `steps` times.
+"""
+
+import functools
+from importlib.metadata import version
+from typing import Literal
+
+import dp_accounting
+from dp_accounting import pld, rdp
+
+Accountant = Literal["rdp", "pld"]
+
+ACCOUNTANT_NAMES: dict[str, str] = {"rdp": "dp_accounting.rdp", "pld": "dp_accounting.pld"}
+
+_MAX_EVALS = 200
+
+
+def accountant_label(accountant: Accountant) -> str:
+    """Name and library version for reports, e.g. 'dp_accounting.rdp 0.6.0'."""
+    return f"{ACCOUNTANT_NAMES[accountant]} {version('dp-accounting')}"
+
+
+def _event(noise_multiplier: float, q: float, steps: int) -> dp_accounting.DpEvent:
+    gaussian = dp_accounting.GaussianDpEvent(noise_multiplier)
+    step = gaussian if q >= 1.0 else dp_accounting.PoissonSampledDpEvent(q, gaussian)
+    return dp_accounting.SelfComposedDpEvent(step, steps)
+
+
+def epsilon(
+    noise_multiplier: float, q: float, steps: int, delta: float, accountant: Accountant = "rdp"
+) -> float:
+    """epsilon at `delta` after `steps` Gaussian steps with noise std / clip = noise_multiplier."""
+    if not 0 < q <= 1 or steps < 0 or not 0 < delta < 1 or noise_multiplier < 0:
+        raise ValueError("need 0 < q <= 1, steps >= 0, 0 < delta < 1, noise_multiplier >= 0")
+    if noise_multiplier == 0:
+        return float("inf") if steps else 0.0
+    relation = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+    if accountant == "rdp":
+        acc = rdp.RdpAccountant(neighboring_relation=relation)
+    elif accountant == "pld":
+        acc = pld.PLDAccountant(neighboring_relation=relation)
+    else:
+        raise ValueError(f"unknown accountant {accountant!r}; choose from {list(ACCOUNTANT_NAMES)}")
+    acc.compose(_event(noise_multiplier, q, steps))
+    return float(acc.get_epsilon(delta))
+
+
+def calibrate_noise(
+    target_epsilon: float, q: float, steps: int, delta: float, accountant: Accountant = "rdp"
+) -> tuple[float, float]:
+    """(sigma, achieved epsilon) with 0.99 * target <= achieved <= target, by bisection on log sigma.
+
+    Epsilon decreases in sigma; the bracket keeps eps(lo) > target >= eps(hi) and returns hi.
+    """
+    if target_epsilon <= 0 or steps < 1:
+        raise ValueError("need target_epsilon > 0 and steps >= 1")
+    eps = functools.cache(lambda sigma: epsilon(sigma, q, steps, delta, accountant))
+    hi = 1.0
+    for _ in range(_MAX_EVALS):
+        if eps(hi) <= target_epsilon:
+            break
+        hi *= 2
+    lo = hi / 2
+    for _ in range(_MAX_EVALS):
+        if eps(lo) > target_epsilon:
+            break
+        lo, hi = lo / 2, lo
+    for _ in range(_MAX_EVALS):
+        if eps(hi) >= 0.99 * target_epsilon:
+            return hi, eps(hi)
+        mid = (lo * hi) ** 0.5
+        if eps(mid) <= target_epsilon:
+            hi = mid
+        else:
+            lo = mid
+    raise RuntimeError(f"could not calibrate sigma to epsilon {target_epsilon} within 1%")

@@ -1,0 +1,46 @@
+"""DP-SGD gradient (Abadi et al. 2016) from per-example deltas, without per-example gradients.
+
+For a linear layer the per-example gradient is the outer product a_i delta_i^T (plus delta_i for
+the bias), so its squared norm is ||a_i||^2 ||delta_i||^2 + ||delta_i||^2 ("ghost norms"), and the
+clipped sum is one bmm with deltas reweighted by the clip factors.
+"""
+
+import torch
+
+from arena.models import Params, sum_gradients
+
+
+def per_example_grad_norms(inputs: list[torch.Tensor], deltas: list[torch.Tensor]) -> torch.Tensor:
+    """[K, B] norms of each example's full gradient (all layers, weights and biases)."""
+    sq = sum(
+        ((a * a).sum(-1) + 1.0) * (d * d).sum(-1) for a, d in zip(inputs, deltas)
+    )
+    return torch.sqrt(sq)
+
+
+def clip_factors(norms: torch.Tensor, clip: float) -> torch.Tensor:
+    """min(1, C / ||g_i||); a zero gradient gets factor 1 (it contributes nothing either way)."""
+    return (clip / norms).clamp(max=1.0)
+
+
+def clipped_sum(inputs: list[torch.Tensor], deltas: list[torch.Tensor], clip: float) -> Params:
+    """Sum over examples of the per-example gradients clipped to norm `clip`."""
+    return sum_gradients(inputs, deltas, clip_factors(per_example_grad_norms(inputs, deltas), clip))
+
+
+def clipped_noisy_gradient(
+    inputs: list[torch.Tensor],
+    deltas: list[torch.Tensor],
+    clip: float,
+    noise_multiplier: float,
+    noise: Params,
+    expected_batch_size: float,
+) -> Params:
+    """(clipped sum + noise_multiplier * clip * noise) / expected batch size, as Opacus does.
+
+    `noise` holds standard normals shaped like the parameters; padded examples must have zero deltas.
+    """
+    return [
+        (g + (noise_multiplier * clip) * z) / expected_batch_size
+        for g, z in zip(clipped_sum(inputs, deltas, clip), noise)
+    ]

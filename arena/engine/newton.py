@@ -1,0 +1,104 @@
+"""Exact batched multinomial logistic regression by damped Newton (IRLS), for K problems at once.
+
+Objective per model: mean cross-entropy + (l2/2)||W||^2 with an unpenalised intercept. Used where
+attacks and tests need the true optimum rather than an SGD approximation.
+"""
+
+import torch
+
+from arena.models import Params
+
+_ARMIJO = 1e-4
+_MAX_HALVINGS = 50
+
+
+def _design(X: torch.Tensor) -> torch.Tensor:
+    """[K, n, d+1]: X with a column of ones, so that theta = [W; b] is [K, d+1, C]."""
+    return torch.cat([X, torch.ones_like(X[..., :1])], dim=-1)
+
+
+def _objective(Xt: torch.Tensor, Y: torch.Tensor, theta: torch.Tensor, l2: float) -> torch.Tensor:
+    """[K] mean cross-entropy + (l2/2)||W||^2 for one-hot labels Y."""
+    logits = torch.bmm(Xt, theta)
+    ce = (torch.logsumexp(logits, -1) - (logits * Y).sum(-1)).mean(1)
+    return ce + 0.5 * l2 * (theta[:, :-1] ** 2).sum((1, 2))
+
+
+def _gradient(Xt: torch.Tensor, Y: torch.Tensor, theta: torch.Tensor, l2: float) -> torch.Tensor:
+    """[K, d+1, C] gradient of `_objective`."""
+    P = torch.softmax(torch.bmm(Xt, theta), -1)
+    g = torch.bmm(Xt.transpose(1, 2), P - Y) / Xt.shape[1]
+    g[:, :-1] += l2 * theta[:, :-1]
+    return g
+
+
+def _hessian(Xt: torch.Tensor, theta: torch.Tensor, l2: float) -> torch.Tensor:
+    """[K, DC, DC] Hessian, (1/n) sum_i x_i x_i^T (x) (diag p_i - p_i p_i^T) + l2 on W entries.
+
+    Adds I_D (x) 11^T/C, which only acts on the softmax's null directions (shifting every class
+    by the same amount), making H invertible without changing Newton steps orthogonal to them.
+    """
+    K, n, D = Xt.shape
+    P = torch.softmax(torch.bmm(Xt, theta), -1)
+    C = P.shape[-1]
+    G = (Xt.unsqueeze(-1) * P.unsqueeze(-2)).reshape(K, n, D * C)
+    diag = torch.bmm(G.transpose(1, 2), Xt).reshape(K, D, C, D).permute(0, 1, 3, 2)
+    H = torch.diag_embed(diag).permute(0, 1, 3, 2, 4).reshape(K, D * C, D * C)
+    H = (H - torch.bmm(G.transpose(1, 2), G)) / n
+    penalty = torch.full((D, C), l2, dtype=Xt.dtype, device=Xt.device)
+    penalty[-1] = 0.0
+    null = torch.kron(
+        torch.eye(D, dtype=Xt.dtype, device=Xt.device),
+        torch.full((C, C), 1.0 / C, dtype=Xt.dtype, device=Xt.device),
+    )
+    return H + torch.diag(penalty.reshape(-1)) + null
+
+
+def gradient(X: torch.Tensor, y: torch.Tensor, params: Params, l2: float) -> Params:
+    """[dW [K,d,C], db [K,C]]: gradient of mean CE + (l2/2)||W||^2 at params = [W, b]."""
+    W, b = params
+    theta = torch.cat([W, b.unsqueeze(1)], dim=1)
+    Y = torch.nn.functional.one_hot(y, W.shape[-1]).to(W.dtype)
+    g = _gradient(_design(X.to(W.dtype)), Y, theta, l2)
+    return [g[:, :-1], g[:, -1]]
+
+
+def fit_logreg(
+    X: torch.Tensor,
+    y: torch.Tensor,
+    n_classes: int,
+    l2: float,
+    tol: float = 1e-10,
+    max_iter: int = 100,
+) -> Params:
+    """Minimise the objective for each of K problems X [K,n,d], y [K,n] in float64.
+
+    Returns [W [K,d,C], b [K,C]] (b centred) once every model's gradient norm is <= tol; raises
+    RuntimeError otherwise. Line search (Armijo) makes it safe for weak regularisation.
+    """
+    Xt = _design(X.to(torch.float64))
+    Y = torch.nn.functional.one_hot(y, n_classes).to(Xt.dtype)
+    K, _, D = Xt.shape
+    theta = torch.zeros(K, D, n_classes, dtype=Xt.dtype, device=Xt.device)
+    for _ in range(max_iter):
+        g = _gradient(Xt, Y, theta, l2)
+        active = g.flatten(1).norm(dim=1) > tol
+        if not active.any():
+            b = theta[:, -1] - theta[:, -1].mean(-1, keepdim=True)
+            return [theta[:, :-1].clone(), b]
+        step = torch.linalg.solve(_hessian(Xt, theta, l2), g.reshape(K, -1)).reshape(g.shape)
+        f0 = _objective(Xt, Y, theta, l2)
+        decrease = _ARMIJO * (g * step).sum((1, 2))
+        slack = 1e-13 * (1.0 + f0.abs())
+        t = torch.ones(K, dtype=Xt.dtype, device=Xt.device)
+        for _ in range(_MAX_HALVINGS):
+            ok = _objective(Xt, Y, theta - t[:, None, None] * step, l2) <= f0 - t * decrease + slack
+            if ok.all():
+                break
+            t = torch.where(ok, t, t / 2)
+        theta = torch.where(active[:, None, None], theta - t[:, None, None] * step, theta)
+    norms = _gradient(Xt, Y, theta, l2).flatten(1).norm(dim=1)
+    raise RuntimeError(
+        f"Newton did not converge in {max_iter} iterations: gradient norms up to "
+        f"{norms.max().item():.3g} > tol={tol:g} for {int((norms > tol).sum())} of {K} models"
+    )

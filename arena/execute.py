@@ -1,0 +1,129 @@
+"""Playing one matchup: rebuild its plugins from plain data, train or fetch the release, play the game, make a row.
+
+The same functions run in-process (``--serial``) and inside Ray workers, so both give identical rows.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+import traceback
+from typing import Any
+
+import numpy as np
+import torch
+
+import arena
+from arena.engine.trainer import Recipe
+from arena.games import GAMES
+from arena.models import Architecture
+from arena.plan import Matchup, load_dataset
+from arena.plugins import registries
+from arena.procedure import TrainingProcedure
+from arena.scenario import Track
+from arena.store import RunStore
+
+
+def architecture(track: Track, n_features: int, n_classes: int) -> Architecture:
+    """The model of a track, sized for its dataset."""
+    model = track.model
+    hidden = tuple(model.hidden) if model.name == "mlp" else ()
+    activation = model.activation if model.name == "mlp" else "relu"
+    return Architecture(model.name, n_features, n_classes, hidden, activation, model.l2)
+
+
+def recipe(track: Track) -> Recipe:
+    t = track.training
+    return Recipe(epochs=t.epochs, lr=t.lr, momentum=t.momentum, batch_size=t.batch_size)
+
+
+def procedure_for(matchup: Matchup, store: RunStore) -> TrainingProcedure:
+    """The defense configuration of ``matchup`` bound to its track, caching into the run directory."""
+    regs = registries()
+    dataset = load_dataset(matchup.track.dataset)
+    cls = regs.defenses.get(matchup.defense.name)
+    defense = cls(cls.Params.model_validate(matchup.defense.params))
+    return TrainingProcedure(
+        defense,
+        architecture(matchup.track, dataset.n_features, dataset.n_classes),
+        recipe(matchup.track),
+        solver=matchup.track.training.solver,
+        device=matchup.track.device,
+        cache=store.cache,
+    )
+
+
+def base_row(matchup: Matchup) -> dict[str, Any]:
+    """The identifying columns of a result row."""
+    regs = registries()
+    return {
+        "key": matchup.key,
+        "release_key": matchup.release_key,
+        "scenario": matchup.scenario,
+        "track": matchup.track.name,
+        "game": matchup.track.game.name,
+        "defense": matchup.defense.name,
+        "defense_label": matchup.defense.label,
+        "defense_params": matchup.defense.params,
+        "epsilon": matchup.defense.epsilon,
+        "delta": matchup.defense.delta,
+        "attack": matchup.attack.name,
+        "attack_params": matchup.attack.params,
+        "seed": matchup.seed,
+        "versions": {
+            "arena": arena.__version__,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "defense": f"{regs.defenses.entry(matchup.defense.name).distribution} "
+            f"{regs.defenses.entry(matchup.defense.name).version} / {matchup.defense.name} v{matchup.defense.version}",
+            "attack": f"{regs.attacks.entry(matchup.attack.name).distribution} "
+            f"{regs.attacks.entry(matchup.attack.name).version} / {matchup.attack.name} v{matchup.attack.version}",
+        },
+    }
+
+
+def train_release(matchup: Matchup, run_dir: str) -> dict[str, Any]:
+    """Train (or find in the cache) the released model shared by every attack on this defense and seed."""
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    store = RunStore(run_dir)
+    procedure = procedure_for(matchup, store)
+    game = GAMES[matchup.track.game.name](matchup.track.game, load_dataset(matchup.track.dataset), matchup.seed)
+    release = game.release(procedure)
+    return {"utility": release.utility, "trained": procedure.stats.trained, "seconds": time.perf_counter() - start}
+
+
+def play_matchup(matchup: Matchup, run_dir: str) -> dict[str, Any]:
+    """Play one matchup and return its result row; a plugin's exception fails this matchup only."""
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    row = base_row(matchup)
+    row.update(status="ok", utility=None, metrics={}, notes=[], claim=None, error=None, traceback=None)
+    try:
+        store = RunStore(run_dir)
+        regs = registries()
+        attack_cls = regs.attacks.get(matchup.attack.name)
+        attack = attack_cls(attack_cls.Params.model_validate(matchup.attack.params))
+        reason = attack.skip_reason(matchup.track)
+        if reason is not None:
+            row.update(status="skipped", error=reason)
+        else:
+            procedure = procedure_for(matchup, store)
+            dataset = load_dataset(matchup.track.dataset)
+            game = GAMES[matchup.track.game.name](matchup.track.game, dataset, matchup.seed)
+            release = game.release(procedure)
+            outcome = game.play(attack, release, procedure)
+            row.update(
+                utility=release.utility,
+                claim=release.claim.as_dict() if release.claim else None,
+                metrics=outcome.metrics,
+                notes=outcome.notes,
+                trained_models=procedure.stats.trained,
+            )
+            if outcome.arrays:
+                store.cache.put("artifacts", matchup.key, {k: torch.from_numpy(np.ascontiguousarray(v))
+                                                           for k, v in outcome.arrays.items()})
+    except Exception as exc:  # noqa: BLE001 - isolation: any plugin failure fails this matchup only
+        row.update(status="failed", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+    row["seconds"] = round(time.perf_counter() - start, 4)
+    return row

@@ -1,0 +1,6 @@
+"""Games: the challenger's protocols. Each owns the secret, builds the attacker's view and scores the guess."""
+
+from arena.games.base import Game
+from arena.games.membership import MembershipGame
+
+GAMES: dict[str, type[Game]] = {MembershipGame.name: MembershipGame}

@@ -1,0 +1,87 @@
+"""The membership game: members vs non-members of the released model's training set, one score per point."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from arena.attack import Attack, MembershipGuess
+from arena.data import derive_seed, permutation
+from arena.games.base import Game, Outcome
+from arena.games.view import View
+from arena.metrics import membership_metrics
+from arena.procedure import TrainingProcedure
+from arena.release import BlackBox, Release
+from arena.scenario import MembershipGameSpec
+
+
+class MembershipGame(Game):
+    """Per seed: members, as many non-members, the attacker's population and a test set, all disjoint."""
+
+    name = "membership"
+    capabilities = frozenset({"query", "parameters", "population", "training"})
+    spec: MembershipGameSpec
+
+    def __init__(self, spec: MembershipGameSpec, dataset, seed: int) -> None:  # noqa: ANN001
+        super().__init__(spec, dataset, seed)
+        order = permutation(dataset.n, "membership-split", seed)
+        m, t = spec.members, spec.test
+        self.members = order[:m]
+        self.nonmembers = order[m : 2 * m]
+        self.test = order[2 * m : 2 * m + t]
+        rest = order[2 * m + t :]
+        self.population = rest[: spec.population] if spec.population else rest
+        challenge = np.concatenate([self.members, self.nonmembers])
+        shuffle = permutation(len(challenge), "membership-challenge", seed)
+        self.challenge = challenge[shuffle]
+        self._is_member = shuffle < m
+
+    @classmethod
+    def train_size(cls, spec: MembershipGameSpec) -> int:
+        return spec.members
+
+    def _tensors(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.from_numpy(self.dataset.X[idx]), torch.from_numpy(self.dataset.y[idx]).long()
+
+    def release(self, procedure: TrainingProcedure) -> Release:
+        X, y = self._tensors(self.members)
+        models, claim = procedure(
+            X[None], y[None], [derive_seed(self.seed, "release-init")], [derive_seed(self.seed, "release-train")]
+        )
+        Xt, yt = self._tensors(self.test)
+        return Release(models=models, utility=float(models.accuracy(Xt, yt)[0]), claim=claim)
+
+    def view(self, attack: Attack, release: Release, procedure: TrainingProcedure) -> View:
+        """What ``attack`` may see: the challenge records (features and class labels, never membership)."""
+        cX, cy = self._tensors(self.challenge)
+        pX, py = self._tensors(self.population)
+        return View(
+            attack.name,
+            attack.threat_model,
+            common={
+                "challenge_X": cX,
+                "challenge_y": cy,
+                "n_classes": self.dataset.n_classes,
+                "train_size": self.spec.members,
+                "seed": derive_seed(self.seed, "attack", attack.name),
+            },
+            by_capability={
+                "query": {"model": BlackBox(release.models)},
+                "parameters": {"parameters": release.models},
+                "population": {"population_X": pX, "population_y": py},
+                "training": {"train": procedure},
+            },
+        )
+
+    def play(self, attack: Attack, release: Release, procedure: TrainingProcedure) -> Outcome:
+        guess = attack.run(self.view(attack, release, procedure))
+        if not isinstance(guess, MembershipGuess):
+            raise TypeError(f"attack {attack.name!r} returned {type(guess).__name__}, not a MembershipGuess")
+        scores = np.asarray(guess.scores, dtype=np.float64).reshape(-1)
+        decisions = np.asarray(guess.decisions).reshape(-1)
+        if len(scores) != len(self.challenge) or len(decisions) != len(self.challenge):
+            raise ValueError(
+                f"attack {attack.name!r} returned {len(scores)} scores for {len(self.challenge)} challenge points"
+            )
+        metrics, notes = membership_metrics(scores, self._is_member, decisions)
+        return Outcome(metrics, notes, {"scores": scores, "is_member": self._is_member.astype(np.int8)})

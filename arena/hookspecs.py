@@ -1,0 +1,75 @@
+"""Hook specifications: the only way plugins hand defenses, attacks, datasets and metrics to the arena.
+
+Every hook receives a ``register`` callback and returns nothing, so a plugin never
+touches global state. Hooks are grouped by the lifecycle stage that calls them; all of
+them run once, when the plugin manager builds the registries (``arena.plugins.registries``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("arena")
+hookimpl = pluggy.HookimplMarker("arena")
+
+Register = Callable[[Any], None]
+
+
+@hookspec
+def register_datasets(register: Register) -> None:
+    """Register dataset loaders.
+
+    ``register(loader)`` takes an instance of ``arena.data.DatasetLoader`` whose ``name``
+    is what scenario files write under ``dataset: {name: ...}``.
+
+    Example::
+
+        @hookimpl
+        def register_datasets(register):
+            register(MyCsvLoader())
+    """
+
+
+@hookspec
+def register_defenses(register: Register) -> None:
+    """Register defenses (training procedures that produce a ``Release``).
+
+    ``register(defense_cls)`` takes a subclass of ``arena.defense.Defense``.
+
+    Example::
+
+        @hookimpl
+        def register_defenses(register):
+            register(MyDefense)
+    """
+
+
+@hookspec
+def register_attacks(register: Register) -> None:
+    """Register attacks (turn a game's ``View`` into a guess).
+
+    ``register(attack_cls)`` takes a subclass of ``arena.attack.Attack``.
+
+    Example::
+
+        @hookimpl
+        def register_attacks(register):
+            register(MyAttack)
+    """
+
+
+@hookspec
+def register_metrics(register: Register) -> None:
+    """Register extra metric declarations shown on the leaderboard.
+
+    ``register(metric)`` takes an ``arena.metrics.Metric`` (name, game, whether higher is better).
+
+    Example::
+
+        @hookimpl
+        def register_metrics(register):
+            register(Metric("my-score", game="membership", higher_is_better=True, description="..."))
+    """

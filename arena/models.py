@@ -1,0 +1,144 @@
+"""Batched softmax classifiers (logistic regression and MLPs): K models held as stacked tensors.
+
+Parameters are a list `[W1 [K,in,out], b1 [K,out], W2, b2, ...]` so that every operation is a
+batched matmul over the leading model axis; backprop is written out by hand because it is faster
+than autograd for these small nets and yields the per-example deltas DP-SGD needs.
+"""
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from arena.engine import rng
+
+Params = list[torch.Tensor]
+
+_ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh, "sigmoid": torch.sigmoid}
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """A softmax classifier; `logreg` is an MLP without hidden layers. `l2` penalises weights only."""
+
+    kind: Literal["logreg", "mlp"]
+    in_dim: int
+    n_classes: int
+    hidden: tuple[int, ...] = ()
+    activation: Literal["relu", "tanh", "sigmoid"] = "relu"
+    l2: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hidden", tuple(self.hidden))
+        if self.kind not in ("logreg", "mlp"):
+            raise ValueError(f"unknown kind {self.kind!r}")
+        if (self.kind == "logreg") != (self.hidden == ()):
+            raise ValueError("logreg has no hidden layers and an mlp has at least one")
+        if self.activation not in _ACTIVATIONS:
+            raise ValueError(f"unknown activation {self.activation!r}")
+        if self.in_dim < 1 or self.n_classes < 2 or any(h < 1 for h in self.hidden):
+            raise ValueError("need in_dim >= 1, n_classes >= 2 and positive hidden widths")
+        if self.l2 < 0:
+            raise ValueError("l2 must be non-negative")
+
+    def layer_shapes(self) -> list[tuple[int, int]]:
+        """(in, out) of each linear layer, input to output."""
+        dims = (self.in_dim, *self.hidden, self.n_classes)
+        return list(zip(dims[:-1], dims[1:]))
+
+    @property
+    def n_params(self) -> int:
+        """Number of scalars in one model (weights and biases)."""
+        return sum(i * o + o for i, o in self.layer_shapes())
+
+
+def _sizes(arch: Architecture) -> list[int]:
+    return [s for i, o in arch.layer_shapes() for s in (i * o, o)]
+
+
+def flatten(params: Params) -> torch.Tensor:
+    """[K, P]: each model's parameters in the order W1, b1, W2, b2, ... (row-major)."""
+    return torch.cat([p.reshape(p.shape[0], -1) for p in params], dim=1)
+
+
+def unflatten(arch: Architecture, flat: torch.Tensor) -> Params:
+    """Inverse of `flatten` for this architecture."""
+    shapes = [s for i, o in arch.layer_shapes() for s in ((i, o), (o,))]
+    parts = torch.split(flat, _sizes(arch), dim=1)
+    return [p.reshape(flat.shape[0], *s) for p, s in zip(parts, shapes)]
+
+
+def init_params(
+    arch: Architecture,
+    seeds: torch.Tensor,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+) -> Params:
+    """Like torch.nn.Linear: W and b ~ U(-1/sqrt(in), 1/sqrt(in)), model k from seeds[k] alone."""
+    seeds = seeds.to(device)
+    u = rng.uniform(seeds, rng.stream(rng.Purpose.INIT), arch.n_params, dtype)
+    bounds = torch.cat(
+        [
+            torch.full((i * o + o,), i**-0.5, dtype=dtype, device=seeds.device)
+            for i, o in arch.layer_shapes()
+        ]
+    )
+    return unflatten(arch, (2.0 * u - 1.0) * bounds)
+
+
+def layer_inputs(
+    arch: Architecture, params: Params, X: torch.Tensor
+) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Forward pass keeping each linear layer's input (X, then hidden activations) and the logits."""
+    act = _ACTIVATIONS[arch.activation]
+    inputs, h = [], X
+    for W, b in zip(params[0::2], params[1::2]):
+        inputs.append(h)
+        h = torch.matmul(h, W) + b.unsqueeze(-2)
+        if len(inputs) < len(params) // 2:
+            h = act(h)
+    return inputs, h
+
+
+def forward(arch: Architecture, params: Params, X: torch.Tensor) -> torch.Tensor:
+    """Logits [K, n, C]; X is [K, n, d] (per model) or [n, d] (shared by all models)."""
+    return layer_inputs(arch, params, X)[1]
+
+
+def output_delta(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per-example gradient of cross-entropy w.r.t. the logits: softmax - onehot, [K, n, C]."""
+    onehot = torch.nn.functional.one_hot(y, logits.shape[-1]).to(logits.dtype)
+    return torch.softmax(logits, dim=-1) - onehot
+
+
+def _activation_grad(activation: str, h: torch.Tensor) -> torch.Tensor:
+    """Derivative of the activation, written in terms of its output h."""
+    if activation == "relu":
+        return (h > 0).to(h.dtype)
+    if activation == "tanh":
+        return 1.0 - h * h
+    return h * (1.0 - h)
+
+
+def backprop(
+    arch: Architecture, params: Params, inputs: list[torch.Tensor], dlogits: torch.Tensor
+) -> list[torch.Tensor]:
+    """Per-example deltas (gradient w.r.t. each layer's pre-activation), first layer first."""
+    deltas = [dlogits]
+    for W, h in zip(reversed(params[2::2]), reversed(inputs[1:])):
+        deltas.append(
+            torch.matmul(deltas[-1], W.transpose(1, 2)) * _activation_grad(arch.activation, h)
+        )
+    return deltas[::-1]
+
+
+def sum_gradients(
+    inputs: list[torch.Tensor], deltas: list[torch.Tensor], weights: torch.Tensor | None = None
+) -> Params:
+    """Sum over examples of (optionally weighted [K, B]) per-example gradients, one bmm per layer."""
+    grads = []
+    for a, d in zip(inputs, deltas):
+        if weights is not None:
+            d = d * weights.unsqueeze(-1)
+        grads += [torch.matmul(a.transpose(-1, -2), d), d.sum(dim=-2)]
+    return grads

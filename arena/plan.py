@@ -1,0 +1,213 @@
+"""Validation and planning: scenario files → checked tracks → matchups, each keyed by what determines it.
+
+All problems of all files are collected before any work starts; nothing is written anywhere here.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ValidationError
+
+from arena.attack import Attack
+from arena.data import Dataset
+from arena.defense import Defense
+from arena.games import GAMES
+from arena.plugins import Registries, registries
+from arena.registry import UnknownNameError
+from arena.scenario import PluginRef, Scenario, ScenarioError, Track, parse_scenario, pydantic_problems
+from arena.store import content_key
+
+
+@dataclass(frozen=True)
+class DefenseConfig:
+    """One expanded defense configuration of a track (e.g. dpsgd at one ε)."""
+
+    name: str
+    params: dict[str, Any]
+    version: str
+    epsilon: float | None
+    delta: float | None
+
+    @property
+    def label(self) -> str:
+        return self.name if self.epsilon is None else f"{self.name}(eps={self.epsilon:g})"
+
+
+@dataclass(frozen=True)
+class AttackConfig:
+    name: str
+    params: dict[str, Any]
+    version: str
+
+
+@dataclass(frozen=True)
+class Matchup:
+    """(track, defense configuration, attack, seed): the unit of scheduling, caching, resuming and reporting."""
+
+    scenario: str
+    track: Track
+    defense: DefenseConfig
+    attack: AttackConfig
+    seed: int
+    data_fingerprint: str
+
+    def track_identity(self) -> dict[str, Any]:
+        """The parts of the track that determine a release (not the lists of other defenses and attacks)."""
+        return {
+            **self.track.model_dump(mode="json", include={"name", "dataset", "model", "training", "game", "device"}),
+            "data": self.data_fingerprint,
+        }
+
+    @property
+    def release_key(self) -> str:
+        defense = {"name": self.defense.name, "params": self.defense.params, "version": self.defense.version}
+        return content_key({"track": self.track_identity(), "defense": defense, "seed": self.seed})
+
+    @property
+    def key(self) -> str:
+        attack = {"name": self.attack.name, "params": self.attack.params, "version": self.attack.version}
+        return content_key({"release": self.release_key, "attack": attack})
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every matchup of the scenarios given, in a stable order, plus the scenarios themselves."""
+
+    scenarios: tuple[tuple[Path, Scenario], ...]
+    matchups: tuple[Matchup, ...]
+
+
+@functools.lru_cache(maxsize=16)
+def _load_dataset_cached(name: str, params_json: str) -> Dataset:
+    loader = registries().datasets.get(name)
+    return loader.load(loader.Params.model_validate(json.loads(params_json)))
+
+
+def load_dataset(ref: PluginRef) -> Dataset:
+    """The dataset a track names (cached per process)."""
+    loader = registries().datasets.get(ref.name)
+    params = loader.Params.model_validate(ref.options)
+    return _load_dataset_cached(ref.name, params.model_dump_json())
+
+
+def _plugin_params(
+    source: str, prefix: str, ref: PluginRef, cls: type, problems: list[str]
+) -> BaseModel | None:
+    try:
+        return cls.Params.model_validate(ref.options)
+    except ValidationError as exc:
+        problems.extend(pydantic_problems(source, prefix, exc))
+        return None
+
+
+def _lookup(source: str, prefix: str, name: str, registry, problems: list[str]):  # noqa: ANN001, ANN202
+    try:
+        return registry.get(name)
+    except UnknownNameError as exc:
+        problems.append(f"{source}: {prefix}.name: {exc}")
+        return None
+
+
+def _check_track(
+    source: str, where: str, track: Track, regs: Registries, problems: list[str]
+) -> tuple[Dataset | None, list[DefenseConfig], list[AttackConfig]]:
+    """Check one track; append problems; return what the plan needs when it is sound."""
+    dataset = None
+    loader = _lookup(source, f"{where}.dataset", track.dataset.name, regs.datasets, problems)
+    if loader is not None and _plugin_params(source, f"{where}.dataset", track.dataset, loader, problems):
+        try:
+            dataset = load_dataset(track.dataset)
+        except (ValueError, OSError) as exc:
+            problems.append(f"{source}: {where}.dataset.{_field_of(exc)}")
+    game = GAMES.get(track.game.name)
+    if game is None:
+        problems.append(f"{source}: {where}.game.name: game {track.game.name!r} is not available")
+    elif dataset is not None:
+        for field, msg in game.problems(track.game, dataset):
+            problems.append(f"{source}: {where}.game{('.' + field) if field else ''}: {msg}")
+    if track.device == "cuda" and not torch.cuda.is_available():
+        problems.append(f"{source}: {where}.device: 'cuda' requested but torch.cuda.is_available() is False")
+    if track.training.solver == "newton" and track.model.name != "logreg":
+        problems.append(f"{source}: {where}.training.solver: 'newton' applies to model 'logreg' only")
+
+    defenses: list[DefenseConfig] = []
+    for j, ref in enumerate(track.defenses):
+        prefix = f"{where}.defenses[{j}]"
+        cls = _lookup(source, prefix, ref.name, regs.defenses, problems)
+        params = _plugin_params(source, prefix, ref, cls, problems) if cls else None
+        if params is None:
+            continue
+        for config in cls.expand(params):
+            defense: Defense = cls(config)
+            if game is not None:
+                for field, msg in defense.validate_for(game.train_size(track.game)):
+                    problems.append(f"{source}: {prefix}.{field}: {msg}")
+            defenses.append(
+                DefenseConfig(
+                    cls.name, config.model_dump(mode="json"), cls.version, defense.target_epsilon(), defense.target_delta()
+                )
+            )
+    labels = [d.label + json.dumps(d.params, sort_keys=True) for d in defenses]
+    if len(set(labels)) != len(labels):
+        problems.append(f"{source}: {where}.defenses: the same defense configuration appears twice")
+
+    attacks: list[AttackConfig] = []
+    for j, ref in enumerate(track.attacks):
+        prefix = f"{where}.attacks[{j}]"
+        cls = _lookup(source, prefix, ref.name, regs.attacks, problems)
+        params = _plugin_params(source, prefix, ref, cls, problems) if cls else None
+        if params is None:
+            continue
+        if cls.game != track.game.name:
+            problems.append(f"{source}: {prefix}.name: attack {cls.name!r} plays the {cls.game!r} game, "
+                            f"but this track plays {track.game.name!r}")
+        elif game is not None and not cls.threat_model <= game.capabilities:
+            missing = ", ".join(sorted(cls.threat_model - game.capabilities))
+            problems.append(f"{source}: {prefix}.name: attack {cls.name!r} needs {missing}, "
+                            f"which the {game.name!r} game does not grant")
+        attacks.append(AttackConfig(cls.name, params.model_dump(mode="json"), cls.version))
+    if len({(a.name, json.dumps(a.params, sort_keys=True)) for a in attacks}) != len(attacks):
+        problems.append(f"{source}: {where}.attacks: the same attack configuration appears twice")
+    return dataset, defenses, attacks
+
+
+def _field_of(exc: Exception) -> str:
+    """Loader errors start with the field they concern ('path: ...'); default to the dataset's name."""
+    text = str(exc)
+    return text if ":" in text.split(" ")[0] else f"name: {text}"
+
+
+def plan(paths: list[Path]) -> Plan:
+    """Validate every file completely, then expand into matchups; raise ``ScenarioError`` with all problems."""
+    regs = registries()
+    problems: list[str] = []
+    parsed: list[tuple[Path, Scenario]] = []
+    for path in paths:
+        try:
+            parsed.append((path, parse_scenario(path)))
+        except ScenarioError as exc:
+            problems.extend(exc.problems)
+    names = [s.name for _, s in parsed]
+    for path, scenario in parsed:
+        if names.count(scenario.name) > 1:
+            problems.append(f"{path}: name: scenario name {scenario.name!r} is used by more than one file")
+    matchups: list[Matchup] = []
+    for path, scenario in parsed:
+        for i, track in enumerate(scenario.tracks):
+            dataset, defenses, attacks = _check_track(str(path), f"tracks[{i}]", track, regs, problems)
+            if dataset is None:
+                continue
+            fingerprint = dataset.fingerprint()
+            for defense in defenses:
+                for attack in attacks:
+                    for seed in scenario.seeds:
+                        matchups.append(Matchup(scenario.name, track, defense, attack, seed, fingerprint))
+    if problems:
+        raise ScenarioError(problems)
+    return Plan(tuple(parsed), tuple(matchups))

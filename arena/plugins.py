@@ -1,0 +1,131 @@
+"""The plugin manager: loads the ``arena`` entry-point group lazily, validates hooks, builds the registries."""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata as md
+import os
+from dataclasses import dataclass
+
+import pluggy
+
+from arena import hookspecs
+from arena.attack import Attack
+from arena.data import DatasetLoader
+from arena.defense import Defense
+from arena.metrics import BUILTIN_METRICS, Metric
+from arena.registry import Registry
+
+ENTRY_POINT_GROUP = "arena"
+BUILTIN_DISTRIBUTION = "privacy-arena"
+RESTRICT_ENV = "ARENA_LOAD_PLUGINS"
+
+
+class PluginLoadError(Exception):
+    """A plugin could not be loaded or declares a hook the arena does not know."""
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """One loaded plugin module and the distribution it comes from."""
+
+    name: str
+    module: str
+    distribution: str
+    version: str
+
+
+@dataclass(frozen=True)
+class Registries:
+    """Every typed registry, filled from all loaded plugins."""
+
+    datasets: Registry[DatasetLoader]
+    defenses: Registry[type[Defense]]
+    attacks: Registry[type[Attack]]
+    metrics: Registry[Metric]
+    plugins: tuple[PluginInfo, ...]
+
+
+def _allowed_distributions() -> set[str] | None:
+    raw = os.environ.get(RESTRICT_ENV)
+    if raw is None:
+        return None
+    return {part.strip().lower() for part in raw.split(",") if part.strip()}
+
+
+def _entry_points() -> list[md.EntryPoint]:
+    allowed = _allowed_distributions()
+    found = []
+    for ep in md.entry_points(group=ENTRY_POINT_GROUP):
+        dist = ep.dist.name if ep.dist else "unknown"
+        if allowed is not None and dist.lower() != BUILTIN_DISTRIBUTION and dist.lower() not in allowed:
+            continue
+        found.append(ep)
+    return sorted(found, key=lambda ep: (ep.dist.name if ep.dist else "", ep.name))
+
+
+def load_plugins() -> tuple[pluggy.PluginManager, tuple[PluginInfo, ...]]:
+    """Import every allowed entry point of the ``arena`` group and register it; unknown hooks are load errors."""
+    pm = pluggy.PluginManager("arena")
+    pm.add_hookspecs(hookspecs)
+    infos = []
+    for ep in _entry_points():
+        dist = ep.dist.name if ep.dist else "unknown"
+        version = ep.dist.version if ep.dist else "unknown"
+        plugin_name = f"{dist}:{ep.name}"
+        try:
+            module = ep.load()
+            pm.register(module, name=plugin_name)
+        except pluggy.PluginValidationError as exc:
+            raise PluginLoadError(f"plugin {plugin_name!r} ({ep.value}): {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - report any import failure with the plugin's name
+            raise PluginLoadError(f"plugin {plugin_name!r} ({ep.value}) failed to load: {exc!r}") from exc
+        infos.append(PluginInfo(plugin_name, ep.value, dist, version))
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        raise PluginLoadError(f"{exc} (no such hook in arena.hookspecs: check the spelling)") from exc
+    return pm, tuple(infos)
+
+
+def _fill(pm: pluggy.PluginManager, hook_name: str, registry: Registry, infos: dict[str, PluginInfo]) -> None:
+    """Call one hook plugin by plugin so every registration is attributed to its plugin and distribution."""
+    for impl in getattr(pm.hook, hook_name).get_hookimpls():
+        info = infos[impl.plugin_name]
+
+        def register(obj: object, _info: PluginInfo = info) -> None:
+            registry.add(obj, plugin=_info.name, distribution=_info.distribution, version=_info.version)
+
+        impl.function(register=register)
+
+
+def build_registries() -> Registries:
+    """Load plugins and fill one registry per kind."""
+    pm, infos = load_plugins()
+    by_name = {i.name: i for i in infos}
+    regs = Registries(
+        datasets=Registry("dataset", DatasetLoader),
+        defenses=Registry("defense", Defense),
+        attacks=Registry("attack", Attack),
+        metrics=Registry("metric", Metric),
+        plugins=infos,
+    )
+    for metric in BUILTIN_METRICS:
+        regs.metrics.add(metric, plugin="arena.metrics", distribution=BUILTIN_DISTRIBUTION, version=_own_version())
+    _fill(pm, "register_datasets", regs.datasets, by_name)
+    _fill(pm, "register_defenses", regs.defenses, by_name)
+    _fill(pm, "register_attacks", regs.attacks, by_name)
+    _fill(pm, "register_metrics", regs.metrics, by_name)
+    return regs
+
+
+def _own_version() -> str:
+    from arena import __version__
+
+    return __version__
+
+
+@functools.lru_cache(maxsize=1)
+def registries() -> Registries:
+    """The registries of this process, built on first use."""
+    return build_registries()

@@ -1,0 +1,169 @@
+"""Running a plan: skip what the run directory already holds, train each release once, play matchups on Ray.
+
+Rows are appended to results.jsonl as matchups finish, so a killed run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from arena.execute import base_row, play_matchup, train_release
+from arena.plan import Matchup, Plan
+from arena.store import RunStore
+
+FINISHED = {"ok", "skipped"}
+
+
+@dataclass
+class Progress:
+    """Counts of matchups by state, printed as plain lines (one per finished matchup)."""
+
+    total: int
+    stream: TextIO = field(default_factory=lambda: sys.stderr)
+    done: int = 0
+    failed: int = 0
+    started: float = field(default_factory=time.perf_counter)
+
+    def finished(self, row: dict[str, Any]) -> None:
+        self.done += 1
+        self.failed += row["status"] == "failed"
+        elapsed = time.perf_counter() - self.started
+        eta = elapsed / self.done * (self.total - self.done)
+        print(
+            f"[{self.done}/{self.total}] {row['track']} {row['defense_label']} vs {row['attack']} "
+            f"seed {row['seed']}: {row['status']} ({row.get('seconds', 0):.1f}s; "
+            f"failed {self.failed}; eta {eta:.0f}s)",
+            file=self.stream,
+            flush=True,
+        )
+
+
+def pending(plan: Plan, store: RunStore) -> list[Matchup]:
+    """Matchups whose key has no finished (ok or skipped) row yet; failed ones are played again."""
+    done = {row["key"] for row in store.results() if row.get("status") in FINISHED}
+    return [m for m in plan.matchups if m.key not in done]
+
+
+def _by_release(matchups: list[Matchup]) -> dict[str, list[Matchup]]:
+    groups: dict[str, list[Matchup]] = {}
+    for m in matchups:
+        groups.setdefault(m.release_key, []).append(m)
+    return groups
+
+
+def run_serial(todo: list[Matchup], store: RunStore, on_row: Callable[[dict], None]) -> None:
+    """In-process, one matchup after another (for debugging); releases come from the shared cache."""
+    for group in _by_release(todo).values():
+        for m in group:
+            on_row(play_matchup(m, str(store.root)))
+
+
+def failed_row(matchup: Matchup, error: str, seconds: float) -> dict[str, Any]:
+    row = base_row(matchup)
+    row.update(status="failed", utility=None, metrics={}, notes=[], claim=None, error=error, traceback=None,
+               seconds=round(seconds, 4))
+    return row
+
+
+def run_ray(
+    todo: list[Matchup],
+    store: RunStore,
+    on_row: Callable[[dict], None],
+    *,
+    workers: int | None,
+    address: str | None,
+    timeout: float,
+    retries: int,
+) -> None:
+    """One Ray task per release, then one per matchup depending on it; rows reach ``on_row`` as they finish."""
+    import ray
+
+    started_here = not ray.is_initialized()
+    if started_here:
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(
+                num_cpus=workers or os.cpu_count(),
+                include_dashboard=False,
+                log_to_driver=False,
+                object_store_memory=128 * 1024 * 1024,
+            )
+    try:
+        release_task = ray.remote(num_cpus=1, max_retries=retries)(_release_or_error)
+        matchup_task = ray.remote(num_cpus=1, max_retries=retries)(_play_after)
+        limit = workers or int(ray.available_resources().get("CPU", 1)) or 1
+        run_dir = str(store.root)
+        queue = []
+        for group in _by_release(todo).values():
+            release_ref = release_task.remote(group[0], run_dir)
+            queue.extend((m, release_ref) for m in group)
+        running: dict[Any, tuple[Matchup, float]] = {}
+        while queue or running:
+            while queue and len(running) < limit:
+                m, release_ref = queue.pop(0)
+                running[matchup_task.remote(m, run_dir, release_ref)] = (m, time.monotonic())
+            ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
+            for ref in ready:
+                m, t0 = running.pop(ref)
+                try:
+                    row = ray.get(ref)
+                except Exception as exc:  # noqa: BLE001 - a worker died after its retries
+                    row = failed_row(m, f"worker died: {type(exc).__name__}: {exc}", time.monotonic() - t0)
+                on_row(row)
+            now = time.monotonic()
+            for ref, (m, t0) in list(running.items()):
+                if now - t0 > timeout:
+                    ray.cancel(ref, force=True)
+                    running.pop(ref)
+                    on_row(failed_row(m, f"timeout: exceeded {timeout:g}s", now - t0))
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def _release_or_error(matchup: Matchup, run_dir: str) -> dict[str, Any]:
+    """Prefetch the release; an exception is left for the matchups to report as their own failure."""
+    try:
+        return train_release(matchup, run_dir)
+    except Exception as exc:  # noqa: BLE001
+        return {"error": repr(exc)}
+
+
+def _play_after(matchup: Matchup, run_dir: str, release: dict[str, Any]) -> dict[str, Any]:
+    return play_matchup(matchup, run_dir)
+
+
+def run(
+    plan: Plan,
+    store: RunStore,
+    *,
+    serial: bool = False,
+    workers: int | None = None,
+    address: str | None = None,
+    progress: TextIO | None = None,
+) -> list[dict[str, Any]]:
+    """Play every pending matchup of ``plan`` into ``store``; return the rows written by this call."""
+    todo = pending(plan, store)
+    meter = Progress(len(todo), progress or sys.stderr)
+    written: list[dict[str, Any]] = []
+
+    def on_row(row: dict[str, Any]) -> None:
+        store.append_result(row)
+        written.append(row)
+        meter.finished(row)
+
+    if not todo:
+        return written
+    scenario = plan.scenarios[0][1]
+    if serial:
+        run_serial(todo, store, on_row)
+    else:
+        run_ray(todo, store, on_row, workers=workers, address=address, timeout=max(s.timeout for _, s in plan.scenarios),
+                retries=scenario.retries)
+    return written

@@ -1,0 +1,109 @@
+"""Trainer: batching over models changes nothing, and it equals plain torch SGD with momentum."""
+
+import pytest
+import torch
+
+from arena.engine import rng
+from arena.engine.trainer import DPNoise, Recipe, steps_and_rate, train
+from arena.models import Architecture, init_params
+
+LOGREG = Architecture("logreg", in_dim=6, n_classes=3, l2=0.01)
+MLP = Architecture("mlp", in_dim=6, n_classes=3, hidden=(8,), activation="tanh", l2=0.01)
+RECIPES = {
+    "minibatch": (Recipe(epochs=3, lr=0.1, momentum=0.9, batch_size=7), None),
+    "full": (Recipe(epochs=5, lr=0.5, momentum=0.5), None),
+    "dp": (Recipe(epochs=3, lr=0.1, momentum=0.9, batch_size=7), DPNoise(1.0, 1.1)),
+    "dp_full": (Recipe(epochs=3, lr=0.3), DPNoise(0.5, 2.0)),
+}
+
+
+def _data(K: int, n: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(K, n, 6, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 3, (K, n), generator=g)
+    return X, y
+
+
+@pytest.mark.parametrize("arch", [LOGREG, MLP], ids=["logreg", "mlp"])
+@pytest.mark.parametrize("mode", list(RECIPES))
+def test_batched_training_equals_one_model_at_a_time(arch, mode):
+    recipe, dp = RECIPES[mode]
+    X, y = _data(5, 30)
+    init, tr = torch.tensor([1, 2, 3, 4, 5]), torch.tensor([10, 20, 30, 40, 50])
+    batched = train(arch, X, y, recipe, init, tr, dp)
+    for k in range(5):
+        alone = train(arch, X[k : k + 1], y[k : k + 1], recipe, init[k : k + 1], tr[k : k + 1], dp)
+        for pb, pa in zip(batched, alone):
+            torch.testing.assert_close(pb[k : k + 1], pa, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(batched[0][0], batched[0][1])
+
+
+@pytest.mark.parametrize("batch_size", [7, None], ids=["minibatch", "full"])
+def test_matches_torch_sgd_with_momentum(batch_size):
+    recipe = Recipe(epochs=3, lr=0.1, momentum=0.9, batch_size=batch_size)
+    X, y = _data(1, 30, seed=1)
+    init, tr = torch.tensor([3]), torch.tensor([4])
+    ours = train(MLP, X, y, recipe, init, tr)
+
+    params = init_params(MLP, init, torch.float64)
+    lin1, lin2 = torch.nn.Linear(6, 8, dtype=torch.float64), torch.nn.Linear(8, 3, dtype=torch.float64)
+    for lin, W, b in ((lin1, params[0], params[1]), (lin2, params[2], params[3])):
+        lin.weight.data, lin.bias.data = W[0].T.clone(), b[0].clone()
+    net = torch.nn.Sequential(lin1, torch.nn.Tanh(), lin2)
+    opt = torch.optim.SGD(net.parameters(), lr=recipe.lr, momentum=recipe.momentum)
+    for epoch in range(recipe.epochs):
+        if batch_size is None:
+            batches = [torch.arange(30)]
+        else:
+            perm = rng.permutation(tr, rng.stream(rng.Purpose.SHUFFLE, epoch), 30)[0]
+            batches = perm.split(batch_size)  # last partial batch of 2 included
+        for idx in batches:
+            opt.zero_grad()
+            penalty = 0.5 * MLP.l2 * (lin1.weight.square().sum() + lin2.weight.square().sum())
+            (torch.nn.functional.cross_entropy(net(X[0, idx]), y[0, idx]) + penalty).backward()
+            opt.step()
+    expected = [lin1.weight.T, lin1.bias, lin2.weight.T, lin2.bias]
+    for mine, ref in zip(ours, expected):
+        torch.testing.assert_close(mine[0], ref.detach(), rtol=1e-5, atol=1e-5)
+
+
+def test_steps_and_rate():
+    assert steps_and_rate(1000, Recipe(epochs=3, lr=0.1)) == (3, 1.0)
+    assert steps_and_rate(1000, Recipe(epochs=3, lr=0.1, batch_size=40)) == (75, 0.04)
+    assert steps_and_rate(1000, Recipe(epochs=2, lr=0.1, batch_size=300)) == (8, 0.3)
+    assert steps_and_rate(100, Recipe(epochs=2, lr=0.1, batch_size=500)) == (2, 1.0)
+
+
+def test_dp_training_takes_the_accounted_number_of_steps():
+    """With a negligible clip the result is the sum of exactly `steps` noise draws."""
+    arch = Architecture("logreg", in_dim=2, n_classes=2)
+    recipe = Recipe(epochs=2, lr=1.0, batch_size=3)
+    steps, _ = steps_and_rate(10, recipe)
+    X, y = torch.zeros(1, 10, 2, dtype=torch.float64), torch.zeros(1, 10, dtype=torch.int64)
+    zero = [torch.zeros(1, 2, 2, dtype=torch.float64), torch.zeros(1, 2, dtype=torch.float64)]
+    seed = torch.tensor([0])
+    clip = 1e-12  # clipped data term is negligible; noise std is 1e-12 * 1e12 = 1
+    out = train(arch, X, y, recipe, seed, seed, DPNoise(clip, 1e12), zero)
+    z = sum(
+        rng.normal(seed, rng.stream(rng.Purpose.NOISE, t), arch.n_params, torch.float64)
+        for t in range(steps)
+    )
+    torch.testing.assert_close(out[1][0], -z[0, 4:] / 3, rtol=1e-9, atol=1e-9)
+
+
+def test_follows_input_dtype_and_leaves_given_params_untouched():
+    X, y = _data(2, 10)
+    seeds = torch.tensor([0, 1])
+    out32 = train(MLP, X.float(), y, Recipe(epochs=1, lr=0.1), seeds, seeds)
+    assert all(p.dtype == torch.float32 for p in out32)
+    start = init_params(MLP, seeds, torch.float64)
+    copy = [p.clone() for p in start]
+    out = train(MLP, X, y, Recipe(epochs=1, lr=0.1), seeds, seeds, params=start)
+    assert all(torch.equal(a, b) for a, b in zip(start, copy))
+    assert not torch.equal(out[0], start[0])
+
+
+def test_rejects_mismatched_shapes():
+    X, y = _data(2, 10)
+    with pytest.raises(ValueError):
+        train(MLP, X, y[:1], Recipe(epochs=1, lr=0.1), torch.tensor([0, 1]), torch.tensor([0, 1]))
