@@ -118,7 +118,6 @@ def play_matchup(matchup: Matchup, run_dir: str) -> dict[str, Any]:
                 claim=release.claim.as_dict() if release.claim else None,
                 metrics=outcome.metrics,
                 notes=outcome.notes,
-                trained_models=procedure.stats.trained,
             )
             if outcome.arrays:
                 store.cache.put("artifacts", matchup.key, {k: torch.from_numpy(np.ascontiguousarray(v))

@@ -1,15 +1,19 @@
-"""The leaderboard: per track, the defense × attack table of the primary metric, and two rankings."""
+"""The leaderboard: per track, the defense × attack table of the primary metric, and two rankings.
+
+Cells show the mean over seeds with its 95% t-interval; matchups the DP audit flags are marked VIOLATION.
+"""
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.stats import rankdata
+from scipy.stats import rankdata, t
 
 from arena.metrics import PRIMARY_METRIC
 from arena.plugins import registries
@@ -23,9 +27,29 @@ def latest_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(by_key.values())
 
 
-def mean_std(values: list[float]) -> tuple[float, float]:
+@dataclass(frozen=True)
+class Interval:
+    """A mean over seeds and its two-sided 95% t-interval (NaN ends for a single seed)."""
+
+    mean: float
+    low: float
+    high: float
+    n: int
+
+    def text(self) -> str:
+        if self.n < 2:
+            return f"{self.mean:.3f} (n={self.n})"
+        return f"{self.mean:.3f} [{self.low:.3f}, {self.high:.3f}] (n={self.n})"
+
+
+def mean_interval(values: list[float], confidence: float = 0.95) -> Interval:
+    """Mean of ``values`` with the Student-t interval of the mean (the seeds are the sample)."""
     arr = np.asarray(values, dtype=np.float64)
-    return float(arr.mean()), float(arr.std(ddof=1)) if len(arr) > 1 else 0.0
+    mean = float(arr.mean())
+    if len(arr) < 2:
+        return Interval(mean, math.nan, math.nan, len(arr))
+    half = float(t.ppf((1 + confidence) / 2, len(arr) - 1) * arr.std(ddof=1) / math.sqrt(len(arr)))
+    return Interval(mean, mean - half, mean + half, len(arr))
 
 
 @dataclass(frozen=True)
@@ -42,6 +66,9 @@ class TrackBoard:
     attack_ranking: pd.DataFrame
     defense_ranking: pd.DataFrame
     failures: list[str]
+    intervals: dict[tuple[str, str], Interval] = field(default_factory=dict)  # (defense, attack) -> over seeds
+    utility_intervals: dict[str, Interval] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)  # DP audit findings, one line per matchup
 
 
 def _defense_order(rows: list[dict[str, Any]]) -> list[str]:
@@ -52,7 +79,9 @@ def _defense_order(rows: list[dict[str, Any]]) -> list[str]:
     return sorted(seen, key=lambda label: seen[label])
 
 
-def track_board(track: str, rows: list[dict[str, Any]]) -> TrackBoard:
+def track_board(track: str, rows: list[dict[str, Any]], violations: Mapping[str, str] | None = None) -> TrackBoard:
+    """One track's board; ``violations`` maps matchup keys the DP audit flags to a one-line finding."""
+    violations = violations or {}
     game = rows[0]["game"]
     metric = PRIMARY_METRIC[game]
     higher = registries().metrics.get(metric).higher_is_better
@@ -60,7 +89,8 @@ def track_board(track: str, rows: list[dict[str, Any]]) -> TrackBoard:
     attacks = sorted({r["attack"] for r in rows})
     cells = pd.DataFrame("", index=defenses, columns=attacks)
     means = pd.DataFrame(np.nan, index=defenses, columns=attacks)
-    failures = []
+    failures, flagged = [], []
+    intervals: dict[tuple[str, str], Interval] = {}
     for d in defenses:
         for a in attacks:
             group = [r for r in rows if r["defense_label"] == d and r["attack"] == a]
@@ -69,19 +99,25 @@ def track_board(track: str, rows: list[dict[str, Any]]) -> TrackBoard:
             skipped = [r for r in group if r["status"] == "skipped"]
             text = ""
             if ok:
-                mu, sd = mean_std(ok)
-                means.loc[d, a] = mu
-                text = f"{mu:.3f} ± {sd:.3f} (n={len(ok)})"
+                intervals[d, a] = mean_interval(ok)
+                means.loc[d, a] = intervals[d, a].mean
+                text = intervals[d, a].text()
             if bad:
                 text = (text + " " if text else "") + f"FAILED×{len(bad)}"
                 failures.extend(f"{track} {d} vs {a} seed {r['seed']}: {r['error']}" for r in bad)
             if skipped and not ok and not bad:
                 text = "skipped"
+            hits = [r for r in group if r["key"] in violations]
+            if hits:
+                text += f" VIOLATION×{len(hits)}"
+                flagged.extend(f"{track} {d} vs {a} seed {r['seed']}: {violations[r['key']]}" for r in hits)
             cells.loc[d, a] = text
-    utility = pd.Series(
-        {d: np.mean([r["utility"] for r in rows if r["defense_label"] == d and r.get("utility") is not None] or [np.nan])
-         for d in defenses}
-    )
+    utility_intervals = {}
+    for d in defenses:
+        per_seed = {r["seed"]: r["utility"] for r in rows if r["defense_label"] == d and r.get("utility") is not None}
+        if per_seed:
+            utility_intervals[d] = mean_interval(list(per_seed.values()))
+    utility = pd.Series({d: utility_intervals[d].mean if d in utility_intervals else np.nan for d in defenses})
     # Attacks: rank within each defense (1 = strongest), ties share the average rank.
     ranks = {}
     for d in defenses:
@@ -93,6 +129,8 @@ def track_board(track: str, rows: list[dict[str, Any]]) -> TrackBoard:
     attack_ranking = pd.DataFrame(
         {"mean_rank": rank_frame.mean(), "defenses": rank_frame.count()}
     ).sort_values("mean_rank") if len(rank_frame) else pd.DataFrame(columns=["mean_rank", "defenses"])
+    # Equal mean ranks are a tie and share the better place.
+    attack_ranking.insert(0, "place", rankdata(attack_ranking["mean_rank"], method="min").astype(int))
     # Defenses: utility against the worst case over attacks (for the defender).
     worst = means.max(axis=1) if higher else means.min(axis=1)
     defense_ranking = pd.DataFrame({"utility": utility, f"worst_{metric}": worst})
@@ -102,7 +140,8 @@ def track_board(track: str, rows: list[dict[str, Any]]) -> TrackBoard:
     leak = defense_ranking[f"worst_{metric}"] * (1 if higher else -1)
     order = defense_ranking.assign(_leak=leak).sort_values(["_leak", "utility"], ascending=[True, False]).index
     defense_ranking = defense_ranking.loc[order]
-    return TrackBoard(track, game, metric, higher, cells, means, utility, attack_ranking, defense_ranking, failures)
+    return TrackBoard(track, game, metric, higher, cells, means, utility, attack_ranking, defense_ranking, failures,
+                      intervals, utility_intervals, flagged)
 
 
 def _on_front(d: str, frame: pd.DataFrame, worst_col: str, higher: bool) -> bool:
@@ -122,12 +161,13 @@ def _on_front(d: str, frame: pd.DataFrame, worst_col: str, higher: bool) -> bool
     return True
 
 
-def build(rows: list[dict[str, Any]]) -> list[TrackBoard]:
+def build(rows: list[dict[str, Any]], violations: Mapping[str, str] | None = None) -> list[TrackBoard]:
+    """Boards of every track; ``violations`` (matchup key -> finding) come from ``arena.audit``."""
     rows = latest_rows(rows)
     tracks: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         tracks.setdefault(r["track"], []).append(r)
-    return [track_board(t, rs) for t, rs in tracks.items()]
+    return [track_board(name, rs, violations) for name, rs in tracks.items()]
 
 
 def render_table(boards: list[TrackBoard]) -> str:
@@ -136,7 +176,8 @@ def render_table(boards: list[TrackBoard]) -> str:
         direction = "higher" if b.higher_is_better else "lower"
         out.append(f"== track {b.track} ({b.game}; {b.metric}, {direction} = stronger attack) ==")
         table = b.cells.copy()
-        table.insert(0, "utility", b.utility.map(lambda v: "" if np.isnan(v) else f"{v:.3f}"))
+        utility = [b.utility_intervals[d].text() if d in b.utility_intervals else "" for d in table.index]
+        table.insert(0, "utility", utility)
         out.append(table.to_string())
         out.append("")
         out.append("attacks by mean rank across defenses (1 = strongest):")
@@ -148,6 +189,10 @@ def render_table(boards: list[TrackBoard]) -> str:
             out.append("")
             out.append("failed matchups:")
             out.extend(f"  {f}" for f in b.failures)
+        if b.violations:
+            out.append("")
+            out.append("DP VIOLATIONS (the attack's empirical ε lower bound exceeds the claimed ε):")
+            out.extend(f"  {v}" for v in b.violations)
         out.append("")
     return "\n".join(out)
 
@@ -159,10 +204,17 @@ def render_csv(boards: list[TrackBoard]) -> str:
         long.columns = ["defense", "attack", "mean"]
         long.insert(0, "metric", b.metric)
         long.insert(0, "track", b.track)
+        long["ci_low"] = [_end(b, d, a, "low") for d, a in zip(long["defense"], long["attack"])]
+        long["ci_high"] = [_end(b, d, a, "high") for d, a in zip(long["defense"], long["attack"])]
         long["cell"] = [b.cells.loc[d, a] for d, a in zip(long["defense"], long["attack"])]
         long["utility"] = [b.utility[d] for d in long["defense"]]
         frames.append(long)
     return pd.concat(frames).to_csv(index=False) if frames else ""
+
+
+def _end(board: TrackBoard, defense: str, attack: str, end: str) -> float:
+    interval = board.intervals.get((defense, attack))
+    return math.nan if interval is None else getattr(interval, end)
 
 
 def render_json(boards: list[TrackBoard]) -> str:
@@ -177,6 +229,8 @@ def render_json(boards: list[TrackBoard]) -> str:
             "metric": b.metric,
             "higher_is_better": b.higher_is_better,
             "cells": {d: {a: clean(b.means.loc[d, a]) for a in b.means.columns} for d in b.means.index},
+            "intervals": {d: {a: [clean(_end(b, d, a, "low")), clean(_end(b, d, a, "high"))] for a in b.means.columns}
+                          for d in b.means.index},
             "utility": {d: clean(v) for d, v in b.utility.items()},
             "attack_ranking": {a: clean(r) for a, r in b.attack_ranking["mean_rank"].items()},
             "defense_ranking": [
@@ -184,5 +238,6 @@ def render_json(boards: list[TrackBoard]) -> str:
                 for d, rec in b.defense_ranking.to_dict(orient="index").items()
             ],
             "failures": b.failures,
+            "violations": b.violations,
         })
     return json.dumps(out, indent=2, default=lambda o: bool(o) if isinstance(o, np.bool_) else str(o))

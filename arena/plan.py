@@ -14,7 +14,6 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ValidationError
 
-from arena.attack import Attack
 from arena.data import Dataset
 from arena.defense import Defense
 from arena.games import GAMES

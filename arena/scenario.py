@@ -140,11 +140,29 @@ def field_path(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
+_TAGGED_UNIONS = ("model", "game")
+
+
+def _drop_union_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Pydantic puts the discriminator value after a tagged union's field ('model', 'mlp', ...); users wrote none."""
+    out: list[Any] = []
+    for part in loc:
+        if out and out[-1] in _TAGGED_UNIONS and isinstance(part, str) and not _is_field(out[-1], part):
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def _is_field(union: str, name: str) -> bool:
+    specs = (MLPSpec, LogRegSpec) if union == "model" else (MembershipGameSpec, ReconstructionGameSpec)
+    return any(name in spec.model_fields for spec in specs)
+
+
 def pydantic_problems(source: str, prefix: str, exc: ValidationError) -> list[str]:
     """One line per pydantic error: 'file: field.path: message'."""
     problems = []
     for err in exc.errors():
-        loc = tuple(p for p in err["loc"] if p not in ("MLPSpec", "LogRegSpec") and not str(p).startswith("function-"))
+        loc = _drop_union_tags(err["loc"])
         path = field_path(loc)
         full = f"{prefix}.{path}" if prefix and path != "(top level)" else (prefix or path)
         problems.append(f"{source}: {full}: {err['msg']}")

@@ -9,38 +9,14 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from arena.execute import base_row, play_matchup, train_release
+from arena.progress import Progress
 from arena.plan import Matchup, Plan
 from arena.store import RunStore
 
 FINISHED = {"ok", "skipped"}
-
-
-@dataclass
-class Progress:
-    """Counts of matchups by state, printed as plain lines (one per finished matchup)."""
-
-    total: int
-    stream: TextIO = field(default_factory=lambda: sys.stderr)
-    done: int = 0
-    failed: int = 0
-    started: float = field(default_factory=time.perf_counter)
-
-    def finished(self, row: dict[str, Any]) -> None:
-        self.done += 1
-        self.failed += row["status"] == "failed"
-        elapsed = time.perf_counter() - self.started
-        eta = elapsed / self.done * (self.total - self.done)
-        print(
-            f"[{self.done}/{self.total}] {row['track']} {row['defense_label']} vs {row['attack']} "
-            f"seed {row['seed']}: {row['status']} ({row.get('seconds', 0):.1f}s; "
-            f"failed {self.failed}; eta {eta:.0f}s)",
-            file=self.stream,
-            flush=True,
-        )
 
 
 def pending(plan: Plan, store: RunStore) -> list[Matchup]:
@@ -56,10 +32,16 @@ def _by_release(matchups: list[Matchup]) -> dict[str, list[Matchup]]:
     return groups
 
 
-def run_serial(todo: list[Matchup], store: RunStore, on_row: Callable[[dict], None]) -> None:
-    """In-process, one matchup after another (for debugging); releases come from the shared cache."""
+def run_serial(
+    todo: list[Matchup], store: RunStore, on_row: Callable[[dict], None], on_start: Callable[[int], None]
+) -> None:
+    """In-process, one matchup after another (for debugging); releases come from the shared cache.
+
+    ``on_start(n)`` is told how many matchups are in flight (here always one) before each starts.
+    """
     for group in _by_release(todo).values():
         for m in group:
+            on_start(1)
             on_row(play_matchup(m, str(store.root)))
 
 
@@ -75,6 +57,7 @@ def run_ray(
     store: RunStore,
     on_row: Callable[[dict], None],
     *,
+    on_start: Callable[[int], None],
     workers: int | None,
     address: str | None,
     timeout: float,
@@ -108,6 +91,7 @@ def run_ray(
             while queue and len(running) < limit:
                 m, release_ref = queue.pop(0)
                 running[matchup_task.remote(m, run_dir, release_ref)] = (m, time.monotonic())
+            on_start(len(running))
             ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
             for ref in ready:
                 m, t0 = running.pop(ref)
@@ -162,8 +146,9 @@ def run(
         return written
     scenario = plan.scenarios[0][1]
     if serial:
-        run_serial(todo, store, on_row)
+        run_serial(todo, store, on_row, meter.started)
     else:
-        run_ray(todo, store, on_row, workers=workers, address=address, timeout=max(s.timeout for _, s in plan.scenarios),
+        run_ray(todo, store, on_row, on_start=meter.started, workers=workers, address=address,
+                timeout=max(s.timeout for _, s in plan.scenarios),
                 retries=scenario.retries)
     return written

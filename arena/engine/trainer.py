@@ -84,7 +84,7 @@ def _batches(
             yield X, y
             continue
         perm = rng.permutation(seeds, rng.stream(rng.Purpose.SHUFFLE, epoch), n)
-        for start in range(0, n - recipe.batch_size + 1, recipe.batch_size):
+        for start in range(0, n, recipe.batch_size):
             idx = perm[:, start : start + recipe.batch_size]
             yield torch.take_along_dim(X, idx.unsqueeze(-1), dim=1), torch.take_along_dim(y, idx, 1)
 

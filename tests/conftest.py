@@ -1,0 +1,72 @@
+"""Shared fixtures: real third-party plugin distributions on sys.path, fresh registries, tiny scenarios."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from arena.plugins import registries
+
+
+@pytest.fixture(autouse=True)
+def fresh_registries() -> Iterator[None]:
+    """Every test builds registries from the plugins visible to it, and leaves none behind."""
+    registries.cache_clear()
+    yield
+    registries.cache_clear()
+
+
+PluginFactory = Callable[..., Path]
+
+
+@pytest.fixture
+def plugin_dist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PluginFactory:
+    """Write a real distribution (module + ``.dist-info`` with ``entry_points.txt``) and put it on the path.
+
+    The folder is also put on PYTHONPATH so Ray workers started afterwards import the same plugin.
+    """
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("PYTHONPATH", str(site))
+
+    def make(dist: str, module: str, source: str, version: str = "1.0", entry: str | None = None) -> Path:
+        (site / f"{module}.py").write_text(textwrap.dedent(source))
+        info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+        (info / "entry_points.txt").write_text(f"[arena]\n{entry or module} = {module}\n")
+        registries.cache_clear()
+        return site
+
+    return make
+
+
+def write_scenario(path: Path, text: str) -> Path:
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+TINY = """
+name: tiny
+seeds: [0, 1]
+tracks:
+  - name: digits-small
+    dataset: {name: digits}
+    model: {name: mlp, hidden: [16], activation: relu}
+    training: {epochs: 5, batch_size: 32, lr: 0.1, momentum: 0.9}
+    game: {name: membership, members: 50, test: 100}
+    defenses:
+      - {name: nonprivate}
+      - {name: dpsgd, epsilons: [4], delta: 1.0e-3}
+    attacks:
+      - {name: threshold-mia}
+"""
+
+
+@pytest.fixture
+def tiny_scenario(tmp_path: Path) -> Path:
+    return write_scenario(tmp_path / "tiny.yaml", TINY)

@@ -1,0 +1,120 @@
+"""Plugin loading through real entry points: third-party distributions, duplicates, misspelt hooks, restriction."""
+
+from __future__ import annotations
+
+import pytest
+
+from arena.plugins import PluginLoadError, build_registries, registries
+from arena.registry import RegistryError, UnknownNameError
+
+THIRD_PARTY = """
+from arena.attack import Attack, MembershipGuess
+from arena.hookspecs import hookimpl
+
+
+class Coin(Attack):
+    name = "coin-flip"
+    version = "3"
+    threat_model = frozenset({"query"})
+
+    def run(self, view):
+        import numpy as np
+        scores = np.zeros(len(view.challenge_y))
+        return MembershipGuess(scores, scores > 0)
+
+
+@hookimpl
+def register_attacks(register):
+    register(Coin)
+"""
+
+
+def test_builtins_load_through_entry_points() -> None:
+    regs = registries()
+    assert {"nonprivate", "dpsgd"} <= set(regs.defenses.names())
+    assert "threshold-mia" in regs.attacks
+    assert {"digits", "breast_cancer", "synthetic", "mnist", "cifar10"} <= set(regs.datasets.names())
+    assert all(p.distribution == "privacy-arena" for p in regs.plugins)
+    assert regs.defenses.entry("dpsgd").distribution == "privacy-arena"
+
+
+def test_third_party_distribution_is_loaded_with_its_name_and_version(plugin_dist) -> None:
+    plugin_dist("arena-coin", "arena_coin_plugin", THIRD_PARTY, version="2.5")
+    regs = build_registries()
+    entry = regs.attacks.entry("coin-flip")
+    assert (entry.distribution, entry.version) == ("arena-coin", "2.5")
+    assert any(p.distribution == "arena-coin" and p.module == "arena_coin_plugin" for p in regs.plugins)
+
+
+def test_restriction_variable_keeps_builtins_and_listed_distributions_only(plugin_dist, monkeypatch) -> None:
+    plugin_dist("arena-coin", "arena_coin_plugin", THIRD_PARTY)
+    monkeypatch.setenv("ARENA_LOAD_PLUGINS", "someone-else")
+    regs = build_registries()
+    assert "coin-flip" not in regs.attacks and "threshold-mia" in regs.attacks
+    monkeypatch.setenv("ARENA_LOAD_PLUGINS", "arena-coin")
+    assert "coin-flip" in build_registries().attacks
+
+
+def test_duplicate_name_is_an_error_naming_both_plugins(plugin_dist) -> None:
+    plugin_dist("arena-dup", "arena_dup_plugin", """
+        from arena.hookspecs import hookimpl
+        from arena_plugins.membership import ThresholdMIA
+
+        class Again(ThresholdMIA):
+            pass
+
+        @hookimpl
+        def register_attacks(register):
+            register(Again)
+    """)
+    with pytest.raises(RegistryError) as info:
+        build_registries()
+    message = str(info.value)
+    assert "threshold-mia" in message
+    assert "privacy-arena:membership_attacks" in message and "arena-dup:arena_dup_plugin" in message
+
+
+def test_misspelt_hook_is_a_load_error(plugin_dist) -> None:
+    plugin_dist("arena-typo", "arena_typo_plugin", """
+        from arena.hookspecs import hookimpl
+
+        @hookimpl
+        def register_attack(register):
+            pass
+    """)
+    with pytest.raises(PluginLoadError, match="register_attack"):
+        build_registries()
+
+
+def test_wrong_hook_argument_is_a_load_error(plugin_dist) -> None:
+    plugin_dist("arena-args", "arena_args_plugin", """
+        from arena.hookspecs import hookimpl
+
+        @hookimpl
+        def register_attacks(register, extra):
+            pass
+    """)
+    with pytest.raises(PluginLoadError, match="extra"):
+        build_registries()
+
+
+def test_registering_a_non_attack_is_rejected(plugin_dist) -> None:
+    plugin_dist("arena-bad", "arena_bad_plugin", """
+        from arena.hookspecs import hookimpl
+
+        class NotAnAttack:
+            name = "nope"
+
+        @hookimpl
+        def register_attacks(register):
+            register(NotAnAttack)
+    """)
+    with pytest.raises(RegistryError, match="not a Attack"):
+        build_registries()
+
+
+def test_unknown_name_suggests_close_matches() -> None:
+    with pytest.raises(UnknownNameError) as info:
+        registries().defenses.get("dp-sgd")
+    assert "did you mean 'dpsgd'" in str(info.value)
+    assert "nonprivate" in str(info.value)

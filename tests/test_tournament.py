@@ -1,0 +1,106 @@
+"""Tournaments on Ray: local and a simulated two-node cluster give the serial results; faulty plugins fail alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from arena.cli import main
+from arena.plan import plan
+from arena.store import RunStore
+from arena.tournament import run
+from tests.conftest import TINY, write_scenario
+
+FAULTY = """
+import os
+import time
+
+from arena.attack import Attack
+from arena.hookspecs import hookimpl
+
+
+class Explode(Attack):
+    name = "explode"
+
+    def run(self, view):
+        raise RuntimeError("boom from a plugin")
+
+
+class Crash(Attack):
+    name = "crash"
+
+    def run(self, view):
+        os._exit(3)
+
+
+class Hang(Attack):
+    name = "hang"
+
+    def run(self, view):
+        time.sleep(600)
+
+
+@hookimpl
+def register_attacks(register):
+    for cls in (Explode, Crash, Hang):
+        register(cls)
+"""
+
+
+def comparable(store: RunStore) -> dict[str, dict]:
+    """Rows by key without the wall-clock column."""
+    return {r["key"]: {k: v for k, v in r.items() if k != "seconds"} for r in store.results()}
+
+
+@pytest.fixture
+def ray_session():
+    """Shut any Ray instance down after the test, even a failing one."""
+    import ray
+
+    yield ray
+    ray.shutdown()
+
+
+def test_ray_local_and_two_node_cluster_match_serial(tiny_scenario: Path, tmp_path: Path, ray_session) -> None:
+    from ray.cluster_utils import Cluster
+
+    p = plan([tiny_scenario])
+    serial, local, cluster_store = (RunStore(tmp_path / name) for name in ("serial", "local", "cluster"))
+    run(p, serial, serial=True)
+    run(p, local, workers=2)
+    assert not ray_session.is_initialized(), "a run that started Ray shuts it down"
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    cluster.add_node(num_cpus=1)
+    try:
+        run(p, cluster_store, address=cluster.address)
+        nodes = [n for n in ray_session.nodes() if n["Alive"]] if ray_session.is_initialized() else []
+    finally:
+        ray_session.shutdown()
+        cluster.shutdown()
+    expected = comparable(serial)
+    assert len(expected) == len(p.matchups) == 4
+    assert all(r["status"] == "ok" for r in expected.values())
+    assert comparable(local) == expected
+    assert comparable(cluster_store) == expected
+    assert len(nodes) in (0, 2)
+
+
+def test_faulty_plugins_fail_only_their_own_matchups(plugin_dist, tmp_path: Path, capsys, ray_session) -> None:
+    plugin_dist("arena-faulty", "arena_faulty_plugin", FAULTY)
+    text = TINY.replace("seeds: [0, 1]", "seeds: [0]\ntimeout: 20\nretries: 1").replace(
+        "      - {name: threshold-mia}",
+        "      - {name: threshold-mia}\n      - {name: explode}\n      - {name: crash}\n      - {name: hang}",
+    ).replace("      - {name: dpsgd, epsilons: [4], delta: 1.0e-3}\n", "")
+    path = write_scenario(tmp_path / "faulty.yaml", text)
+    out = tmp_path / "run"
+    assert main(["run", str(path), "--out", str(out), "--workers", "2"]) == 1
+    rows = {r["attack"]: r for r in RunStore(out).results()}
+    assert set(rows) == {"threshold-mia", "explode", "crash", "hang"}
+    assert rows["threshold-mia"]["status"] == "ok" and rows["threshold-mia"]["metrics"]["auc"] > 0.5
+    assert rows["explode"]["status"] == "failed" and "boom from a plugin" in rows["explode"]["error"]
+    assert "Traceback" in rows["explode"]["traceback"]
+    assert rows["crash"]["status"] == "failed" and "worker died" in rows["crash"]["error"]
+    assert rows["hang"]["status"] == "failed" and rows["hang"]["error"].startswith("timeout")
+    printed = capsys.readouterr().out
+    assert "FAILED" in printed and "1 ok" in printed and "3 failed" in printed
