@@ -246,14 +246,19 @@ def audit_rows(rows: list[dict[str, Any]], arrays: ArrayLoader) -> Audit:
     return Audit(tuple(membership), tuple(reconstruction), tuple(missing))
 
 
-def audit_store(store: RunStore, rows: list[dict[str, Any]]) -> Audit:
-    """Audit ``rows`` of a run directory, reading scores from its ``RunStore`` artifact cache."""
+def saved_arrays(store: RunStore) -> ArrayLoader:
+    """The loader of a run directory's per-matchup arrays (as numpy), None for a matchup that saved none."""
 
     def load(key: str) -> Mapping[str, Any] | None:
         saved = store.cache.get("artifacts", key)
         return None if saved is None else {k: v.numpy() for k, v in saved.items()}
 
-    return audit_rows(rows, load)
+    return load
+
+
+def audit_store(store: RunStore, rows: list[dict[str, Any]]) -> Audit:
+    """Audit ``rows`` of a run directory, reading scores from its artifact cache."""
+    return audit_rows(rows, saved_arrays(store))
 
 
 def violation_findings(audit: Audit) -> dict[str, str]:
@@ -262,9 +267,10 @@ def violation_findings(audit: Audit) -> dict[str, str]:
 
 
 def describe_violation(a: MembershipAudit) -> str:
+    """The finding in one line: the bound, the claim, and the counts it rests on."""
     lb = a.lower_bound
     return (
-        f"empirical ε ≥ {lb.epsilon:.3f} > claimed ε = {a.claimed_epsilon:.3f} (δ = {a.delta:g}; 95% Clopper–Pearson, "
-        f"{lb.true_positives}/{lb.n_members} members and {lb.false_positives}/{lb.n_nonmembers} non-members "
-        f"flagged at the threshold)"
+        f"empirical ε ≥ {lb.epsilon:.3f} > claimed ε = {a.claimed_epsilon:.3f} (δ = {a.delta:g}; "
+        f"95% Clopper–Pearson, {lb.true_positives}/{lb.n_members} members and "
+        f"{lb.false_positives}/{lb.n_nonmembers} non-members flagged at the threshold)"
     )

@@ -1,4 +1,4 @@
-"""The ``arena`` command: run, validate, leaderboard, plugins."""
+"""The ``arena`` command: run, validate, leaderboard, report, plugins."""
 
 from __future__ import annotations
 
@@ -8,7 +8,11 @@ from pathlib import Path
 
 from arena import __version__
 
-EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_VIOLATION, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+RUN_EXIT_STATUS = (
+    "exit status: 0 all matchups ok; 1 some matchup failed (takes precedence); 2 invalid input; "
+    "3 no failures, but the DP audit found a defense leaking more than its (ε, δ) claim; 130 interrupted"
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -16,13 +20,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"privacy-arena {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="play every matchup of the scenario files into a run directory")
+    run = sub.add_parser("run", help="play every matchup of the scenario files into a run directory",
+                         epilog=RUN_EXIT_STATUS)
     run.add_argument("scenarios", nargs="+", type=Path, help="scenario YAML files")
     run.add_argument("--out", type=Path, required=True, help="run directory (created; re-running resumes)")
     mode = run.add_mutually_exclusive_group()
     mode.add_argument("--serial", action="store_true", help="run in-process, one matchup at a time (debugging)")
     mode.add_argument("--address", help="join an existing Ray cluster at this address instead of starting one")
     run.add_argument("--workers", type=int, help="cap on matchups running at once (default: all cores)")
+    run.add_argument("--no-report", action="store_true", help="do not write RUN_DIR/report/index.html at the end")
 
     val = sub.add_parser("validate", help="check scenario files without running anything")
     val.add_argument("scenarios", nargs="+", type=Path)
@@ -30,6 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     lb = sub.add_parser("leaderboard", help="print the leaderboard of a run directory")
     lb.add_argument("run_dir", type=Path)
     lb.add_argument("--format", choices=["table", "csv", "json"], default="table")
+
+    rep = sub.add_parser("report", help="write RUN_DIR/report/index.html (tables, plots, DP audit, timings)")
+    rep.add_argument("run_dir", type=Path)
 
     sub.add_parser("plugins", help="list loaded plugins and what they register")
     return p
@@ -55,6 +64,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from arena import leaderboard, tournament
+    from arena.audit import audit_store, violation_findings
     from arena.plan import plan
     from arena.scenario import ScenarioError
     from arena.store import RunStore
@@ -77,24 +87,46 @@ def cmd_run(args: argparse.Namespace) -> int:
     rows = leaderboard.latest_rows(store.results())
     keys = {m.key for m in p.matchups}
     rows = [r for r in rows if r["key"] in keys]
-    print(leaderboard.render_table(leaderboard.build(rows)))
+    audit = audit_store(store, rows)
+    print(leaderboard.render_table(leaderboard.build(rows, violation_findings(audit))))
     failed = [r for r in rows if r["status"] == "failed"]
     counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "skipped", "failed")}
     print(f"{len(rows)} matchups: {counts['ok']} ok, {counts['skipped']} skipped, {counts['failed']} failed; "
           f"results in {store.results_path}")
-    return EXIT_FAILED if failed else EXIT_OK
+    print(f"DP audit: {len(audit.membership)} membership matchups against a claimed (ε, δ), "
+          f"{len(audit.violations)} violation(s)")
+    if not args.no_report:
+        from arena.report.html import write_report
+
+        print(f"report: {write_report(store.root)}")
+    if failed:
+        return EXIT_FAILED
+    return EXIT_VIOLATION if audit.violations else EXIT_OK
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     from arena import leaderboard
+    from arena.audit import audit_store, violation_findings
     from arena.store import RunStore
 
     store = RunStore(args.run_dir)
     if not store.results_path.exists():
         return _problems([f"{args.run_dir}: no results.jsonl here"])
-    boards = leaderboard.build(store.results())
+    rows = leaderboard.latest_rows(store.results())
+    boards = leaderboard.build(rows, violation_findings(audit_store(store, rows)))
     render = {"table": leaderboard.render_table, "csv": leaderboard.render_csv, "json": leaderboard.render_json}
     print(render[args.format](boards))
+    return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from arena.report.html import write_report
+
+    try:
+        path = write_report(args.run_dir)
+    except FileNotFoundError as exc:
+        return _problems([str(exc)])
+    print(path)
     return EXIT_OK
 
 
@@ -117,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from arena.plugins import PluginLoadError
 
-    handlers = {"run": cmd_run, "validate": cmd_validate, "leaderboard": cmd_leaderboard, "plugins": cmd_plugins}
+    handlers = {"run": cmd_run, "validate": cmd_validate, "leaderboard": cmd_leaderboard, "report": cmd_report,
+                "plugins": cmd_plugins}
     try:
         return handlers[args.command](args)
     except PluginLoadError as exc:

@@ -64,6 +64,10 @@ class BlackBox:
         """Probabilities [n, C]."""
         return self._models.predict_proba(X)[0]
 
+    def log_proba(self, X: torch.Tensor) -> torch.Tensor:
+        """Log-probabilities [n, C]: the same answers as ``predict_proba``, without rounding 1 - p to zero."""
+        return torch.log_softmax(self._models.logits(X), dim=-1)[0]
+
     def loss(self, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Cross-entropy [n] of each (x, y)."""
         return self._models.loss(X, y)[0]

@@ -118,20 +118,25 @@ class MNIST(DatasetLoader):
 
 
 class _ArrayUnpickler(pickle.Unpickler):
-    """Unpickles CIFAR-10's python batches: dicts, lists, bytes and numpy arrays only, nothing executable."""
+    """Unpickles CIFAR-10's python batches: dicts, lists, bytes (via codecs.encode) and numpy arrays only."""
 
     ALLOWED = {
         ("numpy.core.multiarray", "_reconstruct"),
         ("numpy._core.multiarray", "_reconstruct"),
         ("numpy", "ndarray"),
         ("numpy", "dtype"),
+        ("_codecs", "encode"),
     }
 
     def find_class(self, module: str, name: str) -> object:
         if (module, name) not in self.ALLOWED:
             raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a CIFAR-10 batch")
+        import codecs
+
         import numpy._core.multiarray as multiarray
 
+        if module == "_codecs":
+            return codecs.encode
         return multiarray._reconstruct if name == "_reconstruct" else getattr(np, name)
 
 

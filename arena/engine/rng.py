@@ -29,18 +29,23 @@ def stream(purpose: Purpose, index: int = 0) -> int:
     return int(purpose) << _INDEX_BITS | index
 
 
-def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
-    """x * c mod 2**32 for 32-bit x held in int64, split in 16-bit halves so nothing overflows."""
-    return (x * (c & 0xFFFF) + (((x * (c >> 16)) & 0xFFFF) << 16)) & _MASK
+def _mul32_(x: torch.Tensor, c: int) -> torch.Tensor:
+    """x *= c mod 2**32 in place, for 32-bit x held in int64; split in 16-bit halves (no overflow)."""
+    hi = x * (c >> 16)
+    hi.bitwise_and_(0xFFFF).bitwise_left_shift_(16)
+    return x.mul_(c & 0xFFFF).add_(hi).bitwise_and_(_MASK)
 
 
-def _mix(x: torch.Tensor) -> torch.Tensor:
-    """lowbias32 (Wellons): a bijective 32-bit integer hash with good avalanche."""
-    x = x ^ (x >> 16)
-    x = _mul32(x, 0x7FEB352D)
-    x = x ^ (x >> 15)
-    x = _mul32(x, 0x846CA68B)
-    return x ^ (x >> 16)
+def _mix_(x: torch.Tensor) -> torch.Tensor:
+    """lowbias32 (Wellons) in place: a bijective 32-bit integer hash with good avalanche.
+
+    In place because the hash dominates DP-SGD's per-step cost and fresh tensors triple it.
+    """
+    x.bitwise_xor_(x >> 16)
+    _mul32_(x, 0x7FEB352D)
+    x.bitwise_xor_(x >> 15)
+    _mul32_(x, 0x846CA68B)
+    return x.bitwise_xor_(x >> 16)
 
 
 def bits(seeds: torch.Tensor, stream_id: int, n: int) -> torch.Tensor:
@@ -49,10 +54,10 @@ def bits(seeds: torch.Tensor, stream_id: int, n: int) -> torch.Tensor:
         raise ValueError("at most 2**32 draws per stream")
     seeds = seeds.to(torch.int64)
     lo, hi = seeds & _MASK, (seeds >> 32) & _MASK
-    key_a = _mix(_mix(_mix(lo ^ 0x9E3779B9) ^ hi) ^ stream_id).unsqueeze(1)
-    key_b = _mix(_mix(_mix(lo ^ 0x85EBCA6B) ^ hi) ^ stream_id).unsqueeze(1)
+    key_a = _mix_(_mix_(_mix_(lo ^ 0x9E3779B9) ^ hi) ^ stream_id).unsqueeze(1)
+    key_b = _mix_(_mix_(_mix_(lo ^ 0x85EBCA6B) ^ hi) ^ stream_id).unsqueeze(1)
     counters = torch.arange(n, dtype=torch.int64, device=seeds.device)
-    return _mix(_mix(counters ^ key_a) ^ key_b)
+    return _mix_(_mix_(counters ^ key_a).bitwise_xor_(key_b))
 
 
 def _shape(shape: int | tuple[int, ...]) -> tuple[int, ...]:

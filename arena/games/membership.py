@@ -64,6 +64,7 @@ class MembershipGame(Game):
                 "n_classes": self.dataset.n_classes,
                 "train_size": self.spec.members,
                 "seed": derive_seed(self.seed, "attack", attack.name),
+                "pool_seed": derive_seed(self.seed, "shadow-pool"),
             },
             by_capability={
                 "query": {"model": BlackBox(release.models)},

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -16,9 +16,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from sklearn.metrics import roc_curve
 
+from arena.audit import ArrayLoader
 from arena.leaderboard import TrackBoard
-
-ArrayLoader = Callable[[str], Mapping[str, Any] | None]
 
 
 def text(s: object) -> str:

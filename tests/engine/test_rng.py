@@ -64,3 +64,23 @@ def test_permutation_is_a_permutation_per_model():
     perms = rng.permutation(SEEDS, rng.stream(rng.Purpose.SHUFFLE, 0), 1000)
     assert torch.equal(perms.sort(dim=1).values, torch.arange(1000).expand(5, 1000))
     assert not torch.equal(perms[0], perms[1])
+
+
+def _lowbias32(x: int) -> int:
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & 0xFFFFFFFF
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & 0xFFFFFFFF
+    return x ^ (x >> 16)
+
+
+def test_bits_equal_plain_32_bit_integer_reference():
+    """The int64 tensor emulation of 32-bit multiplication is exact, for any 64-bit seed."""
+    seeds = [0, 2**63 - 1, -(2**63), 2**40 + 7]
+    stream_id = rng.stream(rng.Purpose.POISSON, 12345)
+    out = rng.bits(torch.tensor(seeds, dtype=torch.int64), stream_id, 50)
+    for row, seed in zip(out.tolist(), seeds):
+        lo, hi = seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF
+        a = _lowbias32(_lowbias32(_lowbias32(lo ^ 0x9E3779B9) ^ hi) ^ stream_id)
+        b = _lowbias32(_lowbias32(_lowbias32(lo ^ 0x85EBCA6B) ^ hi) ^ stream_id)
+        assert row == [_lowbias32(_lowbias32(c ^ a) ^ b) for c in range(50)]
