@@ -23,5 +23,13 @@ run: setup
 test: setup
 	$(PY) -m pytest -q
 
+# Render the quickstart's report in headless Chromium (installed if missing), check it, keep a screenshot.
+report-check: setup
+	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
+	$(VENV)/bin/arena run scenarios/quickstart.yaml --out $(RUN_DIR)
+	ARENA_REPORT_RUN_DIR=$(RUN_DIR) ARENA_REPORT_SCREENSHOT=$(RUN_DIR)/report/screenshot.png \
+		$(PY) -m pytest -q tests/report/test_report_browser.py
+	@echo "report: $(RUN_DIR)/report/index.html; screenshot: $(RUN_DIR)/report/screenshot.png"
+
 clean:
 	rm -rf runs .pytest_cache

@@ -42,14 +42,21 @@ def advantage_bound(epsilon: float, delta: float) -> float:
     return min(1.0, math.tanh(epsilon / 2) + delta)
 
 
+def _scaled(epsilon: float, p: float, delta: float) -> float:
+    """min(1, e^ε·p + δ) without overflow for large ε (e^700·p > 1 for any positive double p)."""
+    if p <= 0.0:
+        return min(1.0, delta)
+    return min(1.0, math.exp(min(epsilon, 700.0)) * p + delta)
+
+
 def tpr_bound(epsilon: float, delta: float, fpr: float) -> float:
     """The largest TPR an (ε, δ)-DP release allows at false-positive rate ``fpr``: e^ε·FPR + δ (at most 1)."""
-    return min(1.0, math.exp(epsilon) * fpr + delta)
+    return _scaled(epsilon, fpr, delta)
 
 
 def reconstruction_bound(epsilon: float, delta: float, kappa: float) -> float:
     """The largest reconstruction success probability an (ε, δ)-DP release allows: e^ε·κ + δ (at most 1)."""
-    return min(1.0, math.exp(epsilon) * kappa + delta)
+    return _scaled(epsilon, kappa, delta)
 
 
 def clopper_pearson(k: np.ndarray | int, n: int, confidence: float = CONFIDENCE) -> tuple[np.ndarray, np.ndarray]:
@@ -89,9 +96,10 @@ def empirical_epsilon(
     fpr, tpr, _ = roc_curve(is_member, scores, drop_intermediate=False)
     tp = np.rint(tpr * n_in).astype(np.int64)
     fp = np.rint(fpr * n_out).astype(np.int64)
-    tpr_low, tpr_high = clopper_pearson(tp, n_in, confidence)
-    fpr_low, fpr_high = clopper_pearson(fp, n_out, confidence)
-    # Pessimistic ends: FPR_high > 0 and TPR_low < 1 for finite samples, so the denominators are positive.
+    # Only the pessimistic ends count: TPR_low and FPR_high (so TNR_low = 1 − FPR_high, FNR_high = 1 − TPR_low).
+    # FPR_high > 0 and TPR_low < 1 for finite samples, so the denominators are positive.
+    tpr_low, _ = clopper_pearson(tp, n_in, confidence)
+    _, fpr_high = clopper_pearson(fp, n_out, confidence)
     forward = _log_ratio(tpr_low - delta, fpr_high)
     backward = _log_ratio((1.0 - fpr_high) - delta, 1.0 - tpr_low)
     best_fwd, best_bwd = int(np.argmax(forward)), int(np.argmax(backward))

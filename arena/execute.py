@@ -122,6 +122,7 @@ def play_matchup(matchup: Matchup, run_dir: str) -> dict[str, Any]:
             if outcome.arrays:
                 store.cache.put("artifacts", matchup.key, {k: torch.from_numpy(np.ascontiguousarray(v))
                                                            for k, v in outcome.arrays.items()})
+            game.save_artifacts(outcome, store.artifact_dir(matchup.key))
     except Exception as exc:  # noqa: BLE001 - isolation: any plugin failure fails this matchup only
         row.update(status="failed", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
     row["seconds"] = round(time.perf_counter() - start, 4)

@@ -1,6 +1,7 @@
 """The leaderboard: per track, the defense × attack table of the primary metric, and two rankings.
 
-Cells show the mean over seeds with its 95% t-interval; matchups the DP audit flags are marked VIOLATION.
+Cells show the mean ± standard deviation over seeds; beside them, the 95% t-interval of each mean. Matchups the
+DP audit flags are marked VIOLATION.
 """
 
 from __future__ import annotations
@@ -37,9 +38,13 @@ class Interval:
     n: int
 
     def text(self) -> str:
-        if self.n < 2:
-            return f"{self.mean:.3f} (n={self.n})"
-        return f"{self.mean:.3f} [{self.low:.3f}, {self.high:.3f}] (n={self.n})"
+        """'[low, high]', or why there is none."""
+        return "one seed: no interval" if self.n < 2 else f"[{self.low:.3f}, {self.high:.3f}]"
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    arr = np.asarray(values, dtype=np.float64)
+    return float(arr.mean()), float(arr.std(ddof=1)) if len(arr) > 1 else 0.0
 
 
 def mean_interval(values: list[float], confidence: float = 0.95) -> Interval:
@@ -99,9 +104,10 @@ def track_board(track: str, rows: list[dict[str, Any]], violations: Mapping[str,
             skipped = [r for r in group if r["status"] == "skipped"]
             text = ""
             if ok:
+                mu, sd = mean_std(ok)
+                means.loc[d, a] = mu
                 intervals[d, a] = mean_interval(ok)
-                means.loc[d, a] = intervals[d, a].mean
-                text = intervals[d, a].text()
+                text = f"{mu:.3f} ± {sd:.3f} (n={len(ok)})"
             if bad:
                 text = (text + " " if text else "") + f"FAILED×{len(bad)}"
                 failures.extend(f"{track} {d} vs {a} seed {r['seed']}: {r['error']}" for r in bad)
@@ -176,9 +182,11 @@ def render_table(boards: list[TrackBoard]) -> str:
         direction = "higher" if b.higher_is_better else "lower"
         out.append(f"== track {b.track} ({b.game}; {b.metric}, {direction} = stronger attack) ==")
         table = b.cells.copy()
-        utility = [b.utility_intervals[d].text() if d in b.utility_intervals else "" for d in table.index]
-        table.insert(0, "utility", utility)
+        table.insert(0, "utility", b.utility.map(lambda v: "" if np.isnan(v) else f"{v:.3f}"))
         out.append(table.to_string())
+        out.append("")
+        out.append("95% t-intervals of the means over seeds:")
+        out.append(interval_table(b).to_string())
         out.append("")
         out.append("attacks by mean rank across defenses (1 = strongest):")
         out.append(b.attack_ranking.to_string(float_format=lambda v: f"{v:.2f}"))
@@ -195,6 +203,16 @@ def render_table(boards: list[TrackBoard]) -> str:
             out.extend(f"  {v}" for v in b.violations)
         out.append("")
     return "\n".join(out)
+
+
+def interval_table(board: TrackBoard) -> pd.DataFrame:
+    """The t-interval of each mean (utility first) as display strings, shaped like ``cells``."""
+    table = pd.DataFrame("", index=board.cells.index, columns=board.cells.columns)
+    for (d, a), interval in board.intervals.items():
+        table.loc[d, a] = interval.text()
+    table.insert(0, "utility", [board.utility_intervals[d].text() if d in board.utility_intervals else ""
+                                for d in table.index])
+    return table
 
 
 def render_csv(boards: list[TrackBoard]) -> str:

@@ -5,6 +5,7 @@ batched matmul over the leading model axis; backprop is written out by hand beca
 than autograd for these small nets and yields the per-example deltas DP-SGD needs.
 """
 
+import itertools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -19,7 +20,7 @@ _ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh, "sigmoid": torch.sigmoid
 
 @dataclass(frozen=True)
 class Architecture:
-    """A softmax classifier; `logreg` is an MLP without hidden layers. `l2` penalises weights only."""
+    """Softmax classifier; `logreg` is an MLP with no hidden layer. `l2` penalises weights only."""
 
     kind: Literal["logreg", "mlp"]
     in_dim: int
@@ -44,7 +45,7 @@ class Architecture:
     def layer_shapes(self) -> list[tuple[int, int]]:
         """(in, out) of each linear layer, input to output."""
         dims = (self.in_dim, *self.hidden, self.n_classes)
-        return list(zip(dims[:-1], dims[1:]))
+        return list(itertools.pairwise(dims))
 
     @property
     def n_params(self) -> int:
@@ -89,7 +90,7 @@ def init_params(
 def layer_inputs(
     arch: Architecture, params: Params, X: torch.Tensor
 ) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """Forward pass keeping each linear layer's input (X, then hidden activations) and the logits."""
+    """Forward pass keeping each linear layer's input (X, then hidden activations), and logits."""
     act = _ACTIVATIONS[arch.activation]
     inputs, h = [], X
     for W, b in zip(params[0::2], params[1::2]):
@@ -135,7 +136,7 @@ def backprop(
 def sum_gradients(
     inputs: list[torch.Tensor], deltas: list[torch.Tensor], weights: torch.Tensor | None = None
 ) -> Params:
-    """Sum over examples of (optionally weighted [K, B]) per-example gradients, one bmm per layer."""
+    """Sum over examples of (optionally [K, B]-weighted) per-example gradients; a bmm per layer."""
     grads = []
     for a, d in zip(inputs, deltas):
         if weights is not None:

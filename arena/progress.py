@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 def format_duration(seconds: float) -> str:
     """Seconds as 'H:MM:SS' (or 'M:SS' under an hour)."""
-    total = max(0, int(round(seconds)))
+    total = max(0, round(seconds))
     hours, rest = divmod(total, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from arena.execute import base_row, play_matchup, train_release
-from arena.progress import Progress
 from arena.plan import Matchup, Plan
+from arena.progress import Progress
 from arena.store import RunStore
 
 FINISHED = {"ok", "skipped"}

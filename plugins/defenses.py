@@ -1,14 +1,20 @@
-"""Built-in defenses: non-private training and DP-SGD (Abadi et al. 2016) calibrated by a real accountant."""
+"""Built-in defenses: non-private training, DP-SGD (Abadi et al. 2016) calibrated by a real accountant, and output
+perturbation for L2-regularised logistic regression (Chaudhuri et al. 2011)."""
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
+import torch
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat
 
 from arena.defense import Claim, Defense, Fit, FitTask
+from arena.engine import rng
 from arena.engine.accounting import accountant_label, calibrate_noise
+from arena.engine.laplace import l1_from_l2, laplace, laplace_scale
 from arena.engine.newton import fit_logreg
+from arena.engine.output_perturbation import clip_rows, fit_penalised, l2_sensitivity, with_constant
 from arena.engine.trainer import DPNoise, steps_and_rate, train
 from arena.hookspecs import hookimpl
 
@@ -79,7 +85,68 @@ class DPSGD(Defense):
         return Fit(params, claim)
 
 
+class OutputPerturbationParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    epsilons: list[PositiveFloat] = Field(min_length=1, description="one configuration per target ε")
+    feature_norm: PositiveFloat | None = Field(
+        default=None, description="R: each x is clipped to norm <= R; default sqrt(d), the longest x in [0, 1]^d"
+    )
+
+
+class OutputPerturbation(Defense):
+    """Pure ε-DP logistic regression: exact L2-regularised optimum plus Laplace noise (Chaudhuri et al. 2011).
+
+    Features are clipped to norm R, the intercept is penalised like the weights (an unpenalised coordinate has
+    no sensitivity bound), and the noise per coordinate is Lap(Δ₁/ε) with the L1 sensitivity bounded from the
+    L2 one as Δ₁ = sqrt(P) Δ₂ over all P = (d+1)·C parameters; see ``arena.engine.output_perturbation``.
+    Only logistic regression with model.l2 > 0 qualifies (the sensitivity is 2L/(Nλ)).
+    """
+
+    name = "output-perturbation"
+    Params = OutputPerturbationParams
+    params: OutputPerturbationParams
+    tol = 1e-10
+
+    @classmethod
+    def expand(cls, params: OutputPerturbationParams) -> list[BaseModel]:
+        return [params.model_copy(update={"epsilons": [eps]}) for eps in params.epsilons]
+
+    def target_epsilon(self) -> float:
+        return self.params.epsilons[0]
+
+    def target_delta(self) -> float:
+        return 0.0
+
+    def fit(self, task: FitTask) -> Fit:
+        arch = task.arch
+        if arch.kind != "logreg":
+            raise ValueError(f"output-perturbation applies to model 'logreg' only, not {arch.kind!r}")
+        if not arch.l2 > 0:
+            raise ValueError("output-perturbation needs model.l2 > 0: its sensitivity 2L/(Nλ) is unbounded at λ = 0")
+        if task.solver == "gradient":
+            raise ValueError("output-perturbation needs the exact optimum; solver 'gradient' does not apply")
+        bound = self.params.feature_norm or math.sqrt(arch.in_dim)
+        X = with_constant(clip_rows(task.X.to(torch.float64), bound))
+        theta = fit_penalised(X, task.y, arch.n_classes, arch.l2, tol=self.tol)
+        l2_sens = l2_sensitivity(task.n, arch.l2, bound, self.tol)
+        l1_sens = l1_from_l2(l2_sens, theta[0].numel())
+        scale = laplace_scale(l1_sens, self.target_epsilon())
+        noisy = theta + laplace(task.train_seeds, rng.stream(rng.Purpose.NOISE), tuple(theta.shape[1:]), scale)
+        claim = Claim(
+            epsilon=self.target_epsilon(),
+            delta=0.0,
+            accountant="Laplace mechanism (pure ε-DP, exact)",
+            target_epsilon=self.target_epsilon(),
+            mechanism=(
+                f"output perturbation (Chaudhuri et al. 2011), add/remove: Lap({scale:.4g}) on each of "
+                f"{theta[0].numel()} parameters, L1 sensitivity {l1_sens:.4g} = sqrt(P) x L2 sensitivity {l2_sens:.4g}"
+            ),
+        )
+        return Fit([noisy[:, :-1].contiguous(), noisy[:, -1].contiguous()], claim)
+
+
 @hookimpl
 def register_defenses(register) -> None:  # noqa: ANN001
     register(NonPrivate)
     register(DPSGD)
+    register(OutputPerturbation)

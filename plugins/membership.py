@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from scipy.special import log_ndtr
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.linear_model import LogisticRegression
 from sklearn.neural_network import MLPClassifier
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
+from threadpoolctl import threadpool_limits
 
 from arena.attack import Attack, MembershipGuess
 from arena.hookspecs import hookimpl
@@ -74,20 +75,23 @@ def true_class_log_odds(logits: torch.Tensor, y: torch.Tensor) -> np.ndarray:
     return (z.gather(-1, idx).squeeze(-1) - torch.logsumexp(others, dim=-1)).numpy()
 
 
+def _even(k: int) -> int:
+    if k % 2:
+        raise ValueError("must be even: shadows come in complementary pairs")
+    return k
+
+
+ShadowCount = Annotated[int, AfterValidator(_even)]
+"""A number of shadow models: even, because the pool trains them in complementary pairs."""
+
+
 class ShadowParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    shadows: int = Field(default=16, ge=2, description="shadow models (even: they come in complementary pairs)")
+    shadows: ShadowCount = Field(default=16, ge=2, description="shadow models (even)")
     classifier: Literal["gboost", "mlp", "logistic"] = "gboost"
     per_class: bool = Field(default=True, description="one attack model per class (Shokri et al.); "
                             "else one model with the true label as a feature")
     fpr: float = Field(default=0.1, gt=0.0, lt=1.0, description="population FPR the hard threshold is set for")
-
-    @field_validator("shadows")
-    @classmethod
-    def _even(cls, k: int) -> int:
-        if k % 2:
-            raise ValueError("must be even: shadows come in complementary pairs")
-        return k
 
 
 def attack_classifier(kind: str, seed: int):  # noqa: ANN201 - a scikit-learn classifier
@@ -123,25 +127,25 @@ class ShadowMIA(Attack):
         p = self.params
         pool = train_pool(view, p.shadows)
         cy, py = view.challenge_y.numpy(), view.population_y.numpy()
-        k = pool.challenge_in.shape[0]
-        train_X = attack_features(log_odds(pool.models.logits(view.challenge_X)).numpy(), np.tile(cy, (k, 1)),
-                                  view.n_classes, p.per_class)
-        queries = [
+        shadow_features = attack_features(log_odds(pool.models.logits(view.challenge_X)).numpy(),
+                                          np.broadcast_to(cy, pool.challenge_in.shape), view.n_classes, p.per_class)
+        challenge_features, population_features = (
             attack_features(log_odds(view.model.log_proba(X)).numpy(), y, view.n_classes, p.per_class)
             for X, y in ((view.challenge_X, cy), (view.population_X, py))
-        ]
+        )
+        challenge_group = cy if p.per_class else np.zeros_like(cy)
+        population_group = py if p.per_class else np.zeros_like(py)
         scores, reference = np.full(len(cy), np.nan), np.full(len(py), np.nan)
-        groups = np.unique(cy) if p.per_class else [None]
-        for c in groups:
-            shadow_rows = cy == c if p.per_class else slice(None)
-            model = attack_classifier(p.classifier, view.seed % 2**32)
-            model.fit(train_X[:, shadow_rows].reshape(-1, train_X.shape[-1]),
-                      pool.challenge_in[:, shadow_rows].reshape(-1))
-            for out, features, labels in ((scores, queries[0], cy), (reference, queries[1], py)):
-                rows = labels == c if p.per_class else slice(None)
-                if np.any(rows):
-                    out[rows] = model.predict_proba(features[rows])[:, 1]
-        threshold = float(np.quantile(reference[~np.isnan(reference)], 1.0 - p.fpr))
+        with threadpool_limits(1):  # one matchup per core: OpenMP threads in every worker would thrash
+            for group in np.unique(challenge_group):
+                rows, pop_rows = challenge_group == group, population_group == group
+                model = attack_classifier(p.classifier, view.seed % 2**32)
+                model.fit(shadow_features[:, rows].reshape(-1, shadow_features.shape[-1]),
+                          pool.challenge_in[:, rows].reshape(-1))
+                scores[rows] = model.predict_proba(challenge_features[rows])[:, 1]
+                if pop_rows.any():
+                    reference[pop_rows] = model.predict_proba(population_features[pop_rows])[:, 1]
+        threshold = float(np.nanquantile(reference, 1.0 - p.fpr))
         return MembershipGuess(scores=scores, decisions=scores > threshold)
 
 
@@ -177,20 +181,30 @@ def fit_gaussians(values: np.ndarray, mask: np.ndarray, fixed_variance: bool) ->
     return Gaussians(mean, np.maximum(np.sqrt(var), MIN_STD))
 
 
+def likelihood_ratio(
+    shadow_phi: np.ndarray, shadow_in: np.ndarray, phi: np.ndarray, fixed_variance: bool
+) -> np.ndarray:
+    """Online LiRA score per point: log N(φ; IN fit) - log N(φ; OUT fit), the fits over the shadows [K, n] that
+    did (``shadow_in``) and did not train on each point."""
+    fit_in = fit_gaussians(shadow_phi, shadow_in, fixed_variance)
+    return fit_in.logpdf(phi) - fit_gaussians(shadow_phi, ~shadow_in, fixed_variance).logpdf(phi)
+
+
+def one_sided_out(
+    shadow_phi: np.ndarray, shadow_out: np.ndarray, phi: np.ndarray, fixed_variance: bool
+) -> np.ndarray:
+    """Offline LiRA score per point: log Pr[Z <= φ] for Z the normal fitted over the OUT shadows (high φ, that is
+    a confidence the OUT models rarely reach, means member)."""
+    return fit_gaussians(shadow_phi, shadow_out, fixed_variance).logcdf(phi)
+
+
 class LiRAParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    shadows: int = Field(default=64, ge=4, description="shadow models; each challenge point is IN for half")
+    shadows: ShadowCount = Field(default=64, ge=4, description="shadow models (even); each point is IN for half")
     variant: Literal["online", "offline"] = "online"
     fixed_variance: bool = Field(default=False, description="one variance for all points (few shadows)")
     fpr: float = Field(default=0.1, gt=0.0, lt=1.0,
                        description="offline: population FPR the hard threshold is set for")
-
-    @field_validator("shadows")
-    @classmethod
-    def _even(cls, k: int) -> int:
-        if k % 2:
-            raise ValueError("must be even: shadows come in complementary pairs")
-        return k
 
 
 class LiRA(Attack):
@@ -212,14 +226,13 @@ class LiRA(Attack):
         pool = train_pool(view, p.shadows)
         shadow_phi = true_class_log_odds(pool.models.logits(view.challenge_X), view.challenge_y)
         phi = true_class_log_odds(view.model.log_proba(view.challenge_X), view.challenge_y)
-        out = fit_gaussians(shadow_phi, ~pool.challenge_in, p.fixed_variance)
         if p.variant == "online":
-            scores = fit_gaussians(shadow_phi, pool.challenge_in, p.fixed_variance).logpdf(phi) - out.logpdf(phi)
+            scores = likelihood_ratio(shadow_phi, pool.challenge_in, phi, p.fixed_variance)
             return MembershipGuess(scores=scores, decisions=scores > 0.0)
-        scores = out.logcdf(phi)
+        scores = one_sided_out(shadow_phi, ~pool.challenge_in, phi, p.fixed_variance)
         pop_shadow_phi = true_class_log_odds(pool.models.logits(view.population_X)[0::2], view.population_y)
-        pop_out = fit_gaussians(pop_shadow_phi, np.ones_like(pop_shadow_phi, dtype=bool), p.fixed_variance)
-        reference = pop_out.logcdf(true_class_log_odds(view.model.log_proba(view.population_X), view.population_y))
+        pop_phi = true_class_log_odds(view.model.log_proba(view.population_X), view.population_y)
+        reference = one_sided_out(pop_shadow_phi, np.ones_like(pop_shadow_phi, dtype=bool), pop_phi, p.fixed_variance)
         threshold = float(np.quantile(reference, 1.0 - p.fpr))
         return MembershipGuess(scores=scores, decisions=scores > threshold)
 

@@ -41,6 +41,7 @@ def test_bounds_implied_by_a_claim_match_the_tutorial_formulas() -> None:
     assert tpr_bound(1.0, DELTA, 0.01) == pytest.approx(math.e * 0.01 + DELTA)
     assert tpr_bound(2.0, 0.0, 0.5) == 1.0  # e²·0.5 > 1: a probability bound stops at 1
     assert reconstruction_bound(1.0, DELTA, 0.02) == pytest.approx(math.e * 0.02 + DELTA)
+    assert tpr_bound(1000.0, DELTA, 0.001) == 1.0 and tpr_bound(1000.0, DELTA, 0.0) == DELTA  # no overflow
 
 
 @pytest.mark.parametrize("n", [1, 10, 57])
@@ -65,8 +66,9 @@ def test_perfect_separation_hits_the_fpr_zero_and_tpr_one_edges() -> None:
 
 
 def test_interior_point_uses_the_pessimistic_ends_of_both_intervals() -> None:
-    # 60/100 members and 10/100 non-members flagged: TPR_low = 0.49721, FPR_high = 0.17622 (Clopper–Pearson),
-    # forward log((0.49721 − δ)/0.17622) = 1.0372 beats backward log((1 − 0.17622 − δ)/(1 − 0.49721)) = 0.4937.
+    # 60/100 members and 10/100 non-members flagged: TPR_low = 0.49721, FPR_high = 0.17622 (Clopper–Pearson);
+    # forward log((0.49721 − δ)/0.17622) = 1.0372 beats backward
+    # log((1 − 0.17622 − δ)/(1 − 0.49721)) = 0.4937. The optimistic ends (TPR_high, FPR_low) are never used.
     result = empirical_epsilon(*scores_for(60, 40, 10, 90), delta=DELTA)
     tpr_low = binomtest(60, 100).proportion_ci(0.95, method="exact").low
     fpr_high = binomtest(10, 100).proportion_ci(0.95, method="exact").high

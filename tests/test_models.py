@@ -29,11 +29,11 @@ def test_shapes_and_param_count():
 @pytest.mark.parametrize(
     "kwargs",
     [
-        dict(kind="logreg", in_dim=3, n_classes=2, hidden=(4,)),
-        dict(kind="mlp", in_dim=3, n_classes=2),
-        dict(kind="logreg", in_dim=3, n_classes=1),
-        dict(kind="logreg", in_dim=3, n_classes=2, l2=-1.0),
-        dict(kind="mlp", in_dim=3, n_classes=2, hidden=(4,), activation="gelu"),
+        {"kind": "logreg", "in_dim": 3, "n_classes": 2, "hidden": (4,)},
+        {"kind": "mlp", "in_dim": 3, "n_classes": 2},
+        {"kind": "logreg", "in_dim": 3, "n_classes": 1},
+        {"kind": "logreg", "in_dim": 3, "n_classes": 2, "l2": -1.0},
+        {"kind": "mlp", "in_dim": 3, "n_classes": 2, "hidden": (4,), "activation": "gelu"},
     ],
 )
 def test_invalid_architectures_are_rejected(kwargs):

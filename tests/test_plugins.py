@@ -118,3 +118,43 @@ def test_unknown_name_suggests_close_matches() -> None:
         registries().defenses.get("dp-sgd")
     assert "did you mean 'dpsgd'" in str(info.value)
     assert "nonprivate" in str(info.value)
+
+
+DATASET_AND_METRIC = """
+import numpy as np
+
+from arena.data import Dataset, DatasetLoader
+from arena.hookspecs import hookimpl
+from arena.metrics import Metric
+
+
+class Stripes(DatasetLoader):
+    name = "stripes"
+
+    def load(self, params):
+        X = (np.arange(600 * 4).reshape(600, 4) % 7 / 6).astype(np.float32)
+        return Dataset("stripes", X, (np.arange(600) % 2).astype(np.int64), 2, "tabular", (4,))
+
+
+@hookimpl
+def register_datasets(register):
+    register(Stripes())
+
+
+@hookimpl
+def register_metrics(register):
+    register(Metric("stripe-score", "membership", False, "a third-party metric"))
+"""
+
+
+def test_third_party_dataset_and_metric_are_usable(plugin_dist, tmp_path) -> None:
+    from arena.plan import plan
+    from tests.conftest import TINY, write_scenario
+
+    plugin_dist("arena-stripes", "arena_stripes_plugin", DATASET_AND_METRIC)
+    regs = registries()
+    assert regs.metrics.entry("stripe-score").distribution == "arena-stripes"
+    assert regs.metrics.get("stripe-score").higher_is_better is False
+    path = write_scenario(tmp_path / "s.yaml", TINY.replace("{name: digits}", "{name: stripes}"))
+    matchups = plan([path]).matchups
+    assert len(matchups) == 4 and matchups[0].track.dataset.name == "stripes"

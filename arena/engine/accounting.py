@@ -50,7 +50,7 @@ def epsilon(
 def calibrate_noise(
     target_epsilon: float, q: float, steps: int, delta: float, accountant: Accountant = "rdp"
 ) -> tuple[float, float]:
-    """(sigma, achieved epsilon) with 0.99 * target <= achieved <= target, by bisection on log sigma.
+    """(sigma, achieved epsilon), 0.99 * target <= achieved <= target, by bisection on log sigma.
 
     Epsilon decreases in sigma; the bracket keeps eps(lo) > target >= eps(hi) and returns hi.
     """

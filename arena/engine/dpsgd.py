@@ -12,9 +12,7 @@ from arena.models import Params, sum_gradients
 
 def per_example_grad_norms(inputs: list[torch.Tensor], deltas: list[torch.Tensor]) -> torch.Tensor:
     """[K, B] norms of each example's full gradient (all layers, weights and biases)."""
-    sq = sum(
-        ((a * a).sum(-1) + 1.0) * (d * d).sum(-1) for a, d in zip(inputs, deltas)
-    )
+    sq = sum(((a * a).sum(-1) + 1.0) * (d * d).sum(-1) for a, d in zip(inputs, deltas))
     return torch.sqrt(sq)
 
 
@@ -38,7 +36,7 @@ def clipped_noisy_gradient(
 ) -> Params:
     """(clipped sum + noise_multiplier * clip * noise) / expected batch size, as Opacus does.
 
-    `noise` holds standard normals shaped like the parameters; padded examples must have zero deltas.
+    `noise`: standard normals shaped like the parameters. Padded examples must have zero deltas.
     """
     return [
         (g + (noise_multiplier * clip) * z) / expected_batch_size

@@ -61,10 +61,11 @@ def _hessian(X: torch.Tensor, theta: torch.Tensor, l2: float) -> torch.Tensor:
     P = torch.softmax(torch.bmm(X, theta), -1)
     C = P.shape[-1]
     G = (X.unsqueeze(-1) * P.unsqueeze(-2)).reshape(K, n, D * C)
-    diag = torch.einsum("kia,kib,kic->kabc", X, X, P)
-    H = torch.diag_embed(diag).permute(0, 1, 3, 2, 4).reshape(K, D * C, D * C)
-    eye = torch.eye(D * C, dtype=X.dtype, device=X.device)
-    return (H - torch.bmm(G.transpose(1, 2), G)) / n + l2 * eye
+    H = torch.bmm(G.transpose(1, 2), G).mul_(-1.0 / n)
+    # the diag p_i part only couples equal classes: add it on the (class, class) diagonal of each feature block
+    H.view(K, D, C, D, C).diagonal(dim1=2, dim2=4).add_(torch.einsum("kia,kib,kic->kabc", X, X, P), alpha=1.0 / n)
+    H.diagonal(dim1=1, dim2=2).add_(l2)
+    return H
 
 
 def fit_penalised(
@@ -86,7 +87,8 @@ def fit_penalised(
         active = g.flatten(1).norm(dim=1) > tol
         if not active.any():
             return theta
-        step = torch.linalg.solve(_hessian(X, theta, l2), g.reshape(K, -1)).reshape(g.shape)
+        chol = torch.linalg.cholesky(_hessian(X, theta, l2))  # H >= λI: symmetric positive definite
+        step = torch.cholesky_solve(g.reshape(K, -1, 1), chol).reshape(g.shape)
         f0 = _objective(X, Y, theta, l2)
         decrease = _ARMIJO * (g * step).sum((1, 2))
         slack = 1e-13 * (1.0 + f0.abs())

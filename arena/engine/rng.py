@@ -30,7 +30,7 @@ def stream(purpose: Purpose, index: int = 0) -> int:
 
 
 def _mul32_(x: torch.Tensor, c: int) -> torch.Tensor:
-    """x *= c mod 2**32 in place, for 32-bit x held in int64; split in 16-bit halves (no overflow)."""
+    """x *= c mod 2**32 in place for 32-bit x in int64, in 16-bit halves so nothing overflows."""
     hi = x * (c >> 16)
     hi.bitwise_and_(0xFFFF).bitwise_left_shift_(16)
     return x.mul_(c & 0xFFFF).add_(hi).bitwise_and_(_MASK)
@@ -83,11 +83,14 @@ def normal(
     shape: int | tuple[int, ...],
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """[K, *shape] standard normals by Box-Muller; element i uses counters 2i and 2i+1."""
+    """[K, *shape] standard normals by Box-Muller: counters 2j, 2j+1 give elements 2j and 2j+1."""
     shape = _shape(shape)
-    u = uniform(seeds, stream_id, (math.prod(shape), 2), dtype)
-    z = torch.sqrt(-2.0 * torch.log(u[..., 0])) * torch.cos(2.0 * math.pi * u[..., 1])
-    return z.reshape(len(seeds), *shape)
+    n = math.prod(shape)
+    u = uniform(seeds, stream_id, ((n + 1) // 2, 2), dtype)
+    radius = torch.sqrt(-2.0 * torch.log(u[..., 0]))
+    angle = 2.0 * math.pi * u[..., 1]
+    z = torch.stack([radius * torch.cos(angle), radius * torch.sin(angle)], dim=-1)
+    return z.reshape(len(seeds), -1)[:, :n].reshape(len(seeds), *shape)
 
 
 def bernoulli(

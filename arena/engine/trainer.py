@@ -63,15 +63,23 @@ def steps_and_rate(n: int, recipe: Recipe) -> tuple[int, float]:
     return recipe.epochs * math.ceil(n / recipe.batch_size), recipe.batch_size / n
 
 
+def _take(X: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows idx [K, m] of each model's data as ([K, m, d], [K, m]); index_select is fastest."""
+    (K, n, d), m = X.shape, idx.shape[1]
+    flat = (idx + n * torch.arange(K, device=idx.device).unsqueeze(1)).reshape(-1)
+    Xb = X.reshape(K * n, d).index_select(0, flat).reshape(K, m, d)
+    return Xb, y.reshape(-1).index_select(0, flat).reshape(K, m)
+
+
 def _poisson_batch(
     X: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Gather each model's sampled points to the front, padded to the largest count; and validity."""
+    """Each model's sampled points, padded to the largest count, with a validity mask [K, m]."""
     counts = mask.sum(dim=1)
     m = int(counts.max())
     idx = torch.argsort(mask.to(torch.int8), dim=1, descending=True, stable=True)[:, :m]
     valid = torch.arange(m, device=X.device) < counts.unsqueeze(1)
-    return torch.take_along_dim(X, idx.unsqueeze(-1), dim=1), torch.take_along_dim(y, idx, 1), valid
+    return *_take(X, y, idx), valid
 
 
 def _batches(
@@ -85,8 +93,7 @@ def _batches(
             continue
         perm = rng.permutation(seeds, rng.stream(rng.Purpose.SHUFFLE, epoch), n)
         for start in range(0, n, recipe.batch_size):
-            idx = perm[:, start : start + recipe.batch_size]
-            yield torch.take_along_dim(X, idx.unsqueeze(-1), dim=1), torch.take_along_dim(y, idx, 1)
+            yield _take(X, y, perm[:, start : start + recipe.batch_size])
 
 
 def _sgd_gradients(
@@ -145,7 +152,7 @@ def train(
 ) -> Params:
     """Train K models on X [K,n,d], y [K,n]; loss = mean CE + (l2/2)||W||^2, heavy-ball momentum.
 
-    Starts from `params` when given (not modified), else from `init_seeds`; follows X's dtype/device.
+    Starts from `params` if given (left unmodified), else `init_seeds`; follows X's dtype/device.
     """
     K, n, d = X.shape
     if y.shape != (K, n) or init_seeds.shape != (K,) or train_seeds.shape != (K,):
@@ -155,6 +162,7 @@ def train(
     if params is None:
         params = init_params(arch, init_seeds, X.dtype, X.device)
     params = [p.detach().clone() for p in params]
+    X, y = X.contiguous(), y.contiguous()  # once, so batch gathers never copy the whole set
     seeds = train_seeds.to(X.device)
     if dp is None:
         gradients = _sgd_gradients(arch, params, X, y, recipe, seeds)

@@ -2,5 +2,6 @@
 
 from arena.games.base import Game
 from arena.games.membership import MembershipGame
+from arena.games.reconstruction import ReconstructionGame
 
-GAMES: dict[str, type[Game]] = {MembershipGame.name: MembershipGame}
+GAMES: dict[str, type[Game]] = {MembershipGame.name: MembershipGame, ReconstructionGame.name: ReconstructionGame}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -54,3 +55,6 @@ class Game:
     def play(self, attack: Attack, release: Release, procedure: TrainingProcedure) -> Outcome:
         """Build the attack's view, run it, score its guess against the secret."""
         raise NotImplementedError
+
+    def save_artifacts(self, outcome: Outcome, directory: Path) -> None:
+        """Write files that illustrate ``outcome`` (e.g. pictures) into ``directory``; default: none."""

@@ -23,9 +23,8 @@ from arena import leaderboard
 from arena.audit import Audit, audit_store, describe_violation, saved_arrays, violation_findings
 from arena.leaderboard import TrackBoard
 from arena.report import plots
+from arena.report.grids import GRID_FILE
 from arena.store import RunStore
-
-GRID_FILE = "grid.png"
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1500px; padding: 0 1em; color: #222; }
@@ -87,12 +86,15 @@ def board_section(board: TrackBoard, rows: list[dict[str, Any]], store: RunStore
     """One track: tables, heatmap, privacy-utility curves and (membership) ROC curves."""
     direction = "higher" if board.higher_is_better else "lower"
     parts = [f"<h2>Track {esc(board.track)}</h2>",
-             f"<p>Game: {esc(board.game)}; primary metric: {esc(board.metric)} ({direction} = stronger attack). "
-             "Cells: mean over seeds [95% t-interval] (n seeds).</p>"]
+             (f"<p>Game: {esc(board.game)}; primary metric: {esc(board.metric)} ({direction} = stronger attack). "
+              "Cells: mean ± standard deviation over seeds (n seeds).</p>")]
     cells = board.cells.copy()
-    cells.insert(0, "utility", [board.utility_intervals[d].text() if d in board.utility_intervals else ""
-                                for d in cells.index])
+    cells.insert(0, "utility", [fmt(u) for u in board.utility])
     parts.append(table(["defense", *cells.columns], ([d, *rec] for d, rec in zip(cells.index, cells.values))))
+    intervals = leaderboard.interval_table(board)
+    parts.append("<h3>95% t-intervals of the means over seeds</h3>")
+    parts.append(table(["defense", *intervals.columns],
+                       ([d, *rec] for d, rec in zip(intervals.index, intervals.values))))
     parts.append("<h3>Attacks by mean rank across defenses (1 = strongest; equal means share a place)</h3>")
     parts.append(frame(board.attack_ranking, "attack"))
     parts.append("<h3>Defenses: utility against the worst-case attack score (pareto = on the front)</h3>")
@@ -118,14 +120,14 @@ def board_section(board: TrackBoard, rows: list[dict[str, Any]], store: RunStore
 def audit_section(audit: Audit) -> str:
     """Every matchup against a defense that claims (ε, δ): bounds the claim implies beside what was measured."""
     parts = ["<h2>DP audit</h2>",
-             "<p>For each membership matchup against a defense claiming (ε, δ): the advantage bound "
-             "(e<sup>ε</sup>−1)/(e<sup>ε</sup>+1)+δ, the TPR bound e<sup>ε</sup>·FPR+δ at each reported FPR, "
-             "and an "
-             "empirical lower bound on ε from the attack's ROC with 95% Clopper–Pearson intervals on TPR and FPR "
-             "(max over thresholds of log((TPR<sub>low</sub>−δ)/FPR<sub>high</sub>) and "
-             "log((TNR<sub>low</sub>−δ)/FNR<sub>high</sub>)). A lower bound above the claimed ε is a violation. "
-             "The intervals hold per threshold, and members and non-members stand for the two neighbouring "
-             "datasets.</p>"]
+             ("<p>For each membership matchup against a defense claiming (ε, δ): the advantage bound "
+              "(e<sup>ε</sup>−1)/(e<sup>ε</sup>+1)+δ, the TPR bound e<sup>ε</sup>·FPR+δ at each reported FPR, "
+              "and an empirical lower bound on ε from the attack's ROC with 95% Clopper–Pearson intervals on TPR "
+              "and FPR (max over thresholds of log((TPR<sub>low</sub>−δ)/FPR<sub>high</sub>) and "
+              "log((TNR<sub>low</sub>−δ)/FNR<sub>high</sub>), where TNR<sub>low</sub> = 1−FPR<sub>high</sub> and "
+              "FNR<sub>high</sub> = 1−TPR<sub>low</sub>). A lower bound above the claimed ε is a violation. "
+              "The intervals hold per threshold, and members and non-members stand for the two neighbouring "
+              "datasets.</p>")]
     if audit.membership:
         headers = ["track", "defense", "attack", "seed", "claimed ε", "δ", "empirical ε ≥", "at TP/members",
                    "at FP/non-members", "advantage", "advantage bound", "TPR@FPR (measured ≤ bound)", "verdict"]
@@ -207,8 +209,8 @@ def render(store: RunStore) -> str:
     counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "skipped", "failed")}
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts = [f"<h1>privacy-arena report: {esc(store.root.resolve().name)}</h1>",
-             f"<p class='muted'>privacy-arena {esc(arena.__version__)}; generated {generated}; {len(rows)} matchups: "
-             f"{counts['ok']} ok, {counts['skipped']} skipped, {counts['failed']} failed.</p>"]
+             (f"<p class='muted'>privacy-arena {esc(arena.__version__)}; generated {generated}; {len(rows)} "
+              f"matchups: {counts['ok']} ok, {counts['skipped']} skipped, {counts['failed']} failed.</p>")]
     if audit.violations:
         parts.append('<div class="banner"><b>DP violations: a defense leaks more than it claims</b><ul>'
                      + "".join(f"<li>{esc(f'{a.track} {a.defense_label} vs {a.attack} seed {a.seed}: ')}"

@@ -11,6 +11,7 @@ from collections.abc import Collection
 from typing import Any
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
@@ -45,7 +46,7 @@ def heatmap(board: TrackBoard, flagged: Collection[tuple[str, str]] = ()) -> byt
     finite = means[np.isfinite(means)]
     lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
     if hi - lo < 1e-9:
-        lo, hi = lo - 0.5, hi + 0.5
+        lo, hi = lo - 0.05, hi + 0.05
     image = ax.imshow(np.ma.masked_invalid(means), cmap="Reds" if board.higher_is_better else "Reds_r",
                       vmin=lo, vmax=hi, aspect="auto")
     fig.colorbar(image, ax=ax, label=text(board.metric))
@@ -84,7 +85,7 @@ def privacy_utility(board: TrackBoard, rows: list[dict[str, Any]]) -> bytes:
     """Utility and each attack's primary score against ε (log scale); non-private defenses as points of their own.
 
     The picture of the tutorial's Example 4 table: as ε grows, utility rises and so does the attacks' success.
-    Error bars are 95% t-intervals over seeds.
+    Error bars are 95% t-intervals over seeds, cut to [0, 1] (accuracy, AUC and success rates are rates).
     """
     families, plain = _defense_points(rows)
     epsilons = sorted({eps for members in families.values() for eps, _ in members})
@@ -94,14 +95,15 @@ def privacy_utility(board: TrackBoard, rows: list[dict[str, Any]]) -> bytes:
     markers = "osD^vP*X"
     colors = [f"C{i}" for i in range(10)]
 
-    def draw(ax, label_values: list[tuple[float, Any]], **style: Any) -> None:  # noqa: ANN001
+    def draw(ax: Axes, label_values: list[tuple[float, Any]], **style: Any) -> None:
         xs, ys, err = [], [], []
         for x, iv in label_values:
             if iv is None:
                 continue
             xs.append(x)
             ys.append(iv.mean)
-            err.append((iv.mean - iv.low, iv.high - iv.mean) if iv.n > 1 and math.isfinite(iv.low) else (0.0, 0.0))
+            low, high = (max(iv.low, 0.0), min(iv.high, 1.0)) if iv.n > 1 else (iv.mean, iv.mean)
+            err.append((iv.mean - low, high - iv.mean))
         if xs:
             ax.errorbar(xs, ys, yerr=np.array(err).T, capsize=3, **style)
 

@@ -1,5 +1,7 @@
 """Accounting: published-style reference values, conservative calibration, monotonicity."""
 
+import itertools
+
 import pytest
 
 from arena.engine.accounting import ACCOUNTANT_NAMES, accountant_label, calibrate_noise, epsilon
@@ -27,7 +29,7 @@ def test_full_batch_calibration():
 
 def test_epsilon_decreases_with_noise_and_grows_with_steps():
     eps = [epsilon(s, 0.04, 1000, DELTA) for s in (0.8, 1.0, 1.5, 2.0, 4.0)]
-    assert all(a > b for a, b in zip(eps, eps[1:]))
+    assert all(a > b for a, b in itertools.pairwise(eps))
     assert epsilon(1.0, 0.04, 2000, DELTA) > epsilon(1.0, 0.04, 1000, DELTA)
     assert epsilon(1.0, 1.0, 10, DELTA) > epsilon(1.0, 0.5, 10, DELTA)
 

@@ -46,11 +46,15 @@ def test_uniform_moments_and_open_interval(dtype):
     assert abs(u.var().item() - 1 / 12) < 0.002
 
 
-def test_normal_moments():
-    z = rng.normal(torch.tensor([11]), 5, 100_000, torch.float64)
+def test_normal_moments_and_pair_independence():
+    z = rng.normal(torch.tensor([11]), 5, 100_001, torch.float64)[0]
     assert abs(z.mean().item()) < 0.01
     assert abs(z.std().item() - 1.0) < 0.01
     assert abs((z.abs() < 1.96).double().mean().item() - 0.95) < 0.005
+    cos, sin = z[:-1:2], z[1::2]  # the two outputs of each Box-Muller pair
+    assert abs(torch.corrcoef(torch.stack([cos, sin]))[0, 1].item()) < 0.015
+    assert abs(torch.corrcoef(torch.stack([cos**2, sin**2]))[0, 1].item()) < 0.015
+    assert torch.equal(rng.normal(torch.tensor([11]), 5, 7, torch.float64)[0], z[:7])
 
 
 def test_bernoulli_rate():

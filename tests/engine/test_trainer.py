@@ -46,7 +46,10 @@ def test_matches_torch_sgd_with_momentum(batch_size):
     ours = train(MLP, X, y, recipe, init, tr)
 
     params = init_params(MLP, init, torch.float64)
-    lin1, lin2 = torch.nn.Linear(6, 8, dtype=torch.float64), torch.nn.Linear(8, 3, dtype=torch.float64)
+    lin1, lin2 = (
+        torch.nn.Linear(6, 8, dtype=torch.float64),
+        torch.nn.Linear(8, 3, dtype=torch.float64),
+    )
     for lin, W, b in ((lin1, params[0], params[1]), (lin2, params[2], params[3])):
         lin.weight.data, lin.bias.data = W[0].T.clone(), b[0].clone()
     net = torch.nn.Sequential(lin1, torch.nn.Tanh(), lin2)

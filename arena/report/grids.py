@@ -1,0 +1,78 @@
+"""Reconstruction grids (Balle et al. 2022, Figure 4): targets, reconstructions and nearest neighbours as a PNG.
+
+One column per target; rows are the target, the attack's reconstruction and the closest point the adversary
+already held (the oracle). Image records are drawn as images, tabular records as bar charts of their features.
+Drawn on matplotlib's Agg canvas directly (no pyplot, no global state, no display needed).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+GRID_FILE = "grid.png"
+ROWS = ("target", "reconstruction", "nearest neighbour")
+
+
+def as_image(record: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """A flat record as an [H, W] grey or [H, W, 3] colour image in [0, 1] (channels-first shapes are moved last)."""
+    img = np.clip(np.asarray(record, dtype=np.float64).reshape(shape), 0.0, 1.0)
+    if img.ndim == 3 and img.shape[0] in (1, 3):
+        img = np.moveaxis(img, 0, -1)
+    return img[..., 0] if img.ndim == 3 and img.shape[-1] == 1 else img
+
+
+def _draw(ax: Axes, record: np.ndarray, kind: str, shape: tuple[int, ...], ylim: tuple[float, float]) -> None:
+    if kind == "image":
+        img = as_image(record, shape)
+        ax.imshow(img, cmap="gray" if img.ndim == 2 else None, vmin=0.0, vmax=1.0, interpolation="nearest")
+        ax.set_xticks([])
+        ax.set_yticks([])
+    else:
+        ax.bar(np.arange(len(record)), record, width=0.8, color="C0")
+        ax.set_ylim(*ylim)
+        ax.set_xticks([])
+        ax.tick_params(labelsize=6)
+
+
+def save_grid(
+    path: Path,
+    targets: np.ndarray,
+    reconstructions: np.ndarray,
+    nearest: np.ndarray,
+    *,
+    kind: str,
+    shape: tuple[int, ...],
+    mse: np.ndarray | None = None,
+    oracle_mse: np.ndarray | None = None,
+    columns: int = 6,
+) -> Path:
+    """Write the grid of the first ``columns`` targets to ``path`` (parents created) and return the path."""
+    n = min(columns, len(targets))
+    if n == 0:
+        raise ValueError("a reconstruction grid needs at least one target")
+    rows = (targets[:n], reconstructions[:n], nearest[:n])
+    shown = np.concatenate([np.asarray(r, dtype=np.float64) for r in rows])
+    ylim = (min(0.0, float(shown.min())), max(1.0, float(shown.max())))
+    wide = kind != "image"
+    fig = Figure(figsize=(n * (2.2 if wide else 1.3), 3 * (1.4 if wide else 1.4)))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(3, n, squeeze=False)
+    for r, (label, records) in enumerate(zip(ROWS, rows)):
+        errors = {1: mse, 2: oracle_mse}.get(r)
+        for c in range(n):
+            ax = axes[r, c]
+            _draw(ax, records[c], kind, shape, ylim)
+            if errors is not None:
+                ax.set_title(f"MSE {errors[c]:.2g}", fontsize=7)
+            if c == 0:
+                ax.set_ylabel(label, fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", dpi=110)
+    return path

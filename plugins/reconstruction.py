@@ -1,0 +1,146 @@
+"""Built-in reconstruction attacks (Balle, Cherubin & Hayes 2022): the GLM closed form and the reconstructor network."""
+
+from __future__ import annotations
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+
+from arena.attack import Attack, ReconstructionGuess
+from arena.data import derive_seed
+from arena.engine.newton import gradient
+from arena.hookspecs import hookimpl
+from arena.models import Params, flatten
+from arena.release import Models
+from arena.scenario import Track
+
+
+def glm_closed_form(
+    params: Params, fixed_X: torch.Tensor, fixed_y: torch.Tensor, l2: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Records [K, d] and labels [K] of the one unknown training point of each of K logistic regressions.
+
+    Model k = [W_k, b_k] minimises (1/n) Σ CE + (l2/2)||W||² over D⁻ ∪ {z_k}, n = |D⁻| + 1 (the objective of
+    ``arena.engine.newton``). At the optimum the gradient vanishes, so z's terms equal minus D⁻'s:
+    intercept: r = softmax(W x + b) - onehot(y) = -Σ_{D⁻} r_i;   weights: x rᵀ = -Σ_{D⁻} x_i r_iᵀ - n l2 W.
+    Hence x = (x rᵀ)[:, c] / r[c] for the class c with the largest |r[c]|, and y is the one class whose r < 0.
+    All K models at once, in float64.
+    """
+    W, b = (p.to(torch.float64) for p in params)
+    K, d, _ = W.shape
+    m = len(fixed_y)
+    X = fixed_X.to(torch.float64).expand(K, -1, -1)
+    mean_W, mean_b = gradient(X, fixed_y.expand(K, -1), [W, b], 0.0)  # (1/m) Σ_{D⁻}, no penalty
+    residual = -m * mean_b
+    outer = -(m * mean_W + (m + 1) * l2 * W)
+    c = residual.abs().argmax(dim=-1)
+    column = outer.gather(2, c.view(K, 1, 1).expand(K, d, 1)).squeeze(-1)
+    records = column / residual.gather(1, c.view(K, 1))
+    return records, residual.argmin(dim=-1)
+
+
+class GLMReconstruction(Attack):
+    """Exact reconstruction against logistic regression trained to its optimum, from D⁻ and the parameters alone."""
+
+    name = "glm-reconstruction"
+    game = "reconstruction"
+    threat_model = frozenset({"parameters", "fixed-set"})
+
+    def skip_reason(self, track: Track) -> str | None:
+        if track.model.name != "logreg":
+            return (
+                "glm-reconstruction solves the optimality conditions of logistic regression; "
+                f"this track's model is {track.model.name!r}"
+            )
+        return None
+
+    def run(self, view) -> ReconstructionGuess:  # noqa: ANN001
+        records, labels = glm_closed_form(view.parameters.params, view.fixed_X, view.fixed_y, view.l2)
+        return ReconstructionGuess(records=records.numpy(), labels=labels.numpy())
+
+
+class ReconNNParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    shadows: PositiveInt | None = Field(default=None, description="shadow models to train; default: one per shadow target")
+    hidden: list[PositiveInt] = Field(default=[512, 512], min_length=1, description="reconstructor hidden widths")
+    epochs: PositiveInt = 100
+    lr: PositiveFloat = 1e-3
+    batch_size: PositiveInt | None = Field(default=64, description="Adam minibatch; null for full batch")
+
+
+def shadow_models(view, X: torch.Tensor, y: torch.Tensor) -> Models:  # noqa: ANN001
+    """One model per shadow target (X [N, d], y [N]), each trained on D⁻ ∪ {target} by the target's own procedure.
+
+    One batched call; the released models' initialisation seed when the game discloses it, else fresh ones.
+    """
+    N = len(y)
+    Xs = torch.cat([view.fixed_X.expand(N, -1, -1), X[:, None]], dim=1)
+    ys = torch.cat([view.fixed_y.expand(N, -1), y[:, None]], dim=1)
+    if view.init_seed is None:
+        init = [derive_seed(view.seed, "shadow-init", i) for i in range(N)]
+    else:
+        init = [view.init_seed] * N
+    models, _ = view.train(Xs, ys, init, [derive_seed(view.seed, "shadow-train", i) for i in range(N)])
+    return models
+
+
+def fit_reconstructor(
+    inputs: torch.Tensor, records: torch.Tensor, params: ReconNNParams, seed: int
+) -> torch.nn.Sequential:
+    """An MLP from standardised parameters to records in [0, 1] (sigmoid output), trained with Adam on MSE + MAE."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        layers: list[torch.nn.Module] = []
+        width = inputs.shape[1]
+        for h in params.hidden:
+            layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
+            width = h
+        net = torch.nn.Sequential(*layers, torch.nn.Linear(width, records.shape[1]), torch.nn.Sigmoid())
+    optimiser = torch.optim.Adam(net.parameters(), lr=params.lr)
+    order = torch.Generator().manual_seed(seed)
+    n = len(records)
+    batch = params.batch_size or n
+    for _ in range(params.epochs):
+        perm = torch.randperm(n, generator=order)
+        for start in range(0, n, batch):
+            idx = perm[start : start + batch]
+            error = net(inputs[idx]) - records[idx]
+            loss = error.square().mean() + error.abs().mean()
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+    return net
+
+
+class ReconNN(Attack):
+    """Reconstructor network: learns the map from a model's parameters back to the unknown training point.
+
+    Trains N shadow models on D⁻ ∪ {shadow target} with the released models' own training procedure (DP noise
+    and the known initialisation included), standardises their flattened parameters, fits an MLP from parameters
+    to shadow targets and applies it to the released models.
+    """
+
+    name = "reconn"
+    game = "reconstruction"
+    threat_model = frozenset({"parameters", "fixed-set", "training", "prior"})
+    Params = ReconNNParams
+    params: ReconNNParams
+
+    def run(self, view) -> ReconstructionGuess:  # noqa: ANN001
+        n = self.params.shadows or len(view.shadow_y)
+        if n > len(view.shadow_y):
+            raise ValueError(f"shadows={n}, but the game grants {len(view.shadow_y)} shadow targets")
+        X, y = view.shadow_X[:n], view.shadow_y[:n]
+        shadow = flatten(shadow_models(view, X, y).params).to(torch.float32)
+        released = flatten(view.parameters.params).to(torch.float32)
+        mean, std = shadow.mean(0), shadow.std(0)
+        std = torch.where(std > 0, std, torch.ones_like(std))  # a coordinate no target moves carries nothing
+        net = fit_reconstructor((shadow - mean) / std, X.to(torch.float32), self.params, view.seed)
+        with torch.no_grad():
+            records = net((released - mean) / std)
+        return ReconstructionGuess(records=records.numpy())
+
+
+@hookimpl
+def register_attacks(register) -> None:  # noqa: ANN001
+    register(GLMReconstruction)
+    register(ReconNN)

@@ -1,0 +1,160 @@
+"""The reconstruction game: disjoint splits, one batched release, a view without targets, oracle-based scoring."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from arena.attack import Attack, ReconstructionGuess
+from arena.data import Dataset
+from arena.engine.trainer import Recipe
+from arena.games.reconstruction import (
+    ReconstructionGame,
+    nearest_neighbours,
+    prior_mass,
+    reconstruction_metrics,
+)
+from arena.games.view import ThreatModelError
+from arena.models import Architecture
+from arena.procedure import TrainingProcedure
+from arena.report.grids import GRID_FILE
+from arena.scenario import ReconstructionGameSpec
+from arena_plugins.defenses import NonPrivate
+
+
+@pytest.fixture
+def dataset() -> Dataset:
+    """Distinct rows (no duplicates), so 'this row is a target' is decidable by value."""
+    rng = np.random.default_rng(0)
+    X = rng.random((120, 5)).astype(np.float32)
+    return Dataset("toy", X, rng.integers(0, 3, 120), 3, "tabular", (5,))
+
+
+def spec(init: str = "known") -> ReconstructionGameSpec:
+    return ReconstructionGameSpec(name="reconstruction", fixed=30, targets=8, shadow_targets=40, test=20, init=init)
+
+
+@pytest.fixture
+def procedure() -> TrainingProcedure:
+    return TrainingProcedure(NonPrivate(NonPrivate.Params()), Architecture("logreg", 5, 3, l2=0.1),
+                             Recipe(epochs=1, lr=0.1))
+
+
+class Spy(Attack):
+    """Records everything its view holds and answers with the first fixed record for every target."""
+
+    name = "spy"
+    game = "reconstruction"
+    threat_model = frozenset({"parameters", "fixed-set", "training", "prior"})
+    seen: dict = {}
+
+    def run(self, view) -> ReconstructionGuess:
+        Spy.seen = {name: getattr(view, name) for name in dir(view)}
+        return ReconstructionGuess(view.fixed_X[:1].expand(view.n_targets, -1).numpy())
+
+
+def test_hand_made_oracle_success_and_label_accuracy() -> None:
+    targets = np.array([[0.0, 0.0], [1.0, 1.0], [0.5, 0.5]])
+    pool = np.array([[0.0, 0.2], [2.0, 2.0], [0.5, 0.5]])
+    idx, oracle = nearest_neighbours(targets, pool)
+    assert idx.tolist() == [0, 2, 2]
+    np.testing.assert_allclose(oracle, [0.02, 0.25, 0.0])
+    records = np.array([[0.1, 0.1], [1.0, 1.0], [0.5, 0.5]])  # 0.01 < 0.02: beats; 0 < 0.25: beats; 0 < 0: not
+    metrics, notes = reconstruction_metrics(targets, records, oracle, np.array([0, 1, 2]), np.array([0, 1, 1]))
+    assert metrics["success_rate"] == pytest.approx(2 / 3)
+    assert metrics["mse_mean"] == pytest.approx(0.01 / 3)
+    assert metrics["mse_median"] == 0.0
+    assert metrics["oracle_mse_mean"] == pytest.approx(0.27 / 3)
+    assert metrics["label_accuracy"] == pytest.approx(2 / 3)
+    assert metrics["n_targets"] == 3 and notes == []
+    unlabelled, notes = reconstruction_metrics(targets, records, oracle, np.array([0, 1, 2]), None)
+    assert unlabelled["label_accuracy"] is None and "label_accuracy" in notes[0]
+
+
+def test_prior_mass_is_the_best_single_guess_share() -> None:
+    targets = np.array([[0.0], [0.1], [1.0]])
+    oracle = np.array([0.05, 0.05, 0.001])
+    # guess 0.05 is within MSE 0.0025 of the first two targets (both radii 0.05) and far from the third
+    assert prior_mass(targets, oracle, np.array([[0.05], [1.0]])) == pytest.approx(2 / 3)
+    assert prior_mass(targets, oracle, np.array([[5.0]])) == 0.0
+
+
+def test_splits_are_disjoint_and_seeded(dataset: Dataset) -> None:
+    game = ReconstructionGame(spec(), dataset, seed=1)
+    parts = [game.fixed, game.targets, game.shadow, game.test]
+    assert [len(p) for p in parts] == [30, 8, 40, 20]
+    assert len(np.unique(np.concatenate(parts))) == 98
+    assert np.array_equal(ReconstructionGame(spec(), dataset, seed=1).targets, game.targets)
+    assert not np.array_equal(ReconstructionGame(spec(), dataset, seed=2).targets, game.targets)
+    assert ReconstructionGame.train_size(spec()) == 31
+
+
+def test_release_is_one_batched_call_on_fixed_set_plus_each_target(dataset, procedure) -> None:
+    game = ReconstructionGame(spec(), dataset, seed=1)
+    release = game.release(procedure)
+    assert procedure.stats.calls == 1 and procedure.stats.trained == 8 and release.models.k == 8
+    assert 0.0 <= release.utility <= 1.0
+    # model k is the optimum on D⁻ ∪ {z_k}: refitting model 3 alone gives the same parameters
+    X = torch.from_numpy(np.concatenate([dataset.X[game.fixed], dataset.X[game.targets[3:4]]]))[None]
+    y = torch.from_numpy(np.concatenate([dataset.y[game.fixed], dataset.y[game.targets[3:4]]]))[None]
+    alone, _ = procedure(X, y, [0], [0])
+    torch.testing.assert_close(alone.params[0][0], release.models.params[0][3])
+
+
+def test_view_grants_declared_items_and_never_a_target(dataset, procedure) -> None:
+    game = ReconstructionGame(spec(), dataset, seed=1)
+    release = game.release(procedure)
+    outcome = game.play(Spy(Spy.Params()), release, procedure)
+    seen = Spy.seen
+    assert {"parameters", "fixed_X", "fixed_y", "train", "init_seed", "shadow_X", "shadow_y", "n_targets", "l2",
+            "n_classes", "kind", "shape", "seed"} <= set(seen)
+    assert seen["l2"] == 0.1 and seen["n_targets"] == 8 and seen["shape"] == (5,)
+    targets = dataset.X[game.targets]
+    for name, value in seen.items():
+        if isinstance(value, torch.Tensor) and value.ndim == 2:
+            rows = value.numpy()
+            assert not (rows[:, None, :] == targets[None]).all(-1).any(), f"view item {name!r} holds a target"
+    assert outcome.metrics["n_targets"] == 8
+
+    class ParametersOnly(Spy):
+        threat_model = frozenset({"parameters"})
+
+    view = game.view(ParametersOnly(ParametersOnly.Params()), release, procedure)
+    for withheld in ("fixed_X", "shadow_X", "train", "init_seed"):
+        with pytest.raises(ThreatModelError):
+            getattr(view, withheld)
+
+
+def test_known_init_is_shared_and_disclosed_hidden_init_is_secret(dataset, procedure) -> None:
+    known = ReconstructionGame(spec("known"), dataset, seed=1)
+    assert known.init_seed is not None and set(known.init_seeds) == {known.init_seed}
+    hidden = ReconstructionGame(spec("hidden"), dataset, seed=1)
+    assert hidden.init_seed is None and len(set(hidden.init_seeds)) == 8
+    release = hidden.release(procedure)
+    hidden.play(Spy(Spy.Params()), release, procedure)
+    assert Spy.seen["init_seed"] is None
+
+
+def test_outcome_arrays_and_grid(dataset, procedure, tmp_path) -> None:
+    game = ReconstructionGame(spec(), dataset, seed=1)
+    outcome = game.play(Spy(Spy.Params()), game.release(procedure), procedure)
+    a = outcome.arrays
+    np.testing.assert_array_equal(a["targets"], dataset.X[game.targets])
+    pool = dataset.X[np.concatenate([game.fixed, game.shadow])]
+    assert all((pool == row).all(-1).any() for row in a["nearest_neighbours"])
+    np.testing.assert_allclose(a["oracle_mse"], ((a["targets"] - a["nearest_neighbours"]) ** 2).mean(1), rtol=1e-6)
+    assert outcome.metrics["success_rate"] == float((a["mse"] < a["oracle_mse"]).mean())
+    game.save_artifacts(outcome, tmp_path / "art")
+    assert (tmp_path / "art" / GRID_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("records, message", [(np.zeros((8, 4)), "shape"), (np.full((8, 5), np.nan), "non-finite")])
+def test_malformed_guesses_fail_loudly(dataset, procedure, records, message) -> None:
+    class Bad(Spy):
+        def run(self, view) -> ReconstructionGuess:
+            return ReconstructionGuess(records)
+
+    game = ReconstructionGame(spec(), dataset, seed=1)
+    with pytest.raises(ValueError, match=message):
+        game.play(Bad(Bad.Params()), game.release(procedure), procedure)
