@@ -68,6 +68,7 @@ def base_row(matchup: Matchup) -> dict[str, Any]:
         "epsilon": matchup.defense.epsilon,
         "delta": matchup.defense.delta,
         "attack": matchup.attack.name,
+        "attack_label": matchup.attack.label,
         "attack_params": matchup.attack.params,
         "seed": matchup.seed,
         "versions": {

@@ -91,14 +91,14 @@ def track_board(track: str, rows: list[dict[str, Any]], violations: Mapping[str,
     metric = PRIMARY_METRIC[game]
     higher = registries().metrics.get(metric).higher_is_better
     defenses = _defense_order(rows)
-    attacks = sorted({r["attack"] for r in rows})
+    attacks = sorted({r["attack_label"] for r in rows})
     cells = pd.DataFrame("", index=defenses, columns=attacks)
     means = pd.DataFrame(np.nan, index=defenses, columns=attacks)
     failures, flagged = [], []
     intervals: dict[tuple[str, str], Interval] = {}
     for d in defenses:
         for a in attacks:
-            group = [r for r in rows if r["defense_label"] == d and r["attack"] == a]
+            group = [r for r in rows if r["defense_label"] == d and r["attack_label"] == a]
             ok = [r["metrics"][metric] for r in group if r["status"] == "ok" and r["metrics"].get(metric) is not None]
             bad = [r for r in group if r["status"] == "failed"]
             skipped = [r for r in group if r["status"] == "skipped"]

@@ -32,10 +32,7 @@ class DefenseConfig:
     version: str
     epsilon: float | None
     delta: float | None
-
-    @property
-    def label(self) -> str:
-        return self.name if self.epsilon is None else f"{self.name}(eps={self.epsilon:g})"
+    label: str
 
 
 @dataclass(frozen=True)
@@ -43,6 +40,16 @@ class AttackConfig:
     name: str
     params: dict[str, Any]
     version: str
+    label: str
+
+
+def config_label(name: str, params: BaseModel, epsilon: float | None = None) -> str:
+    """'name', or 'name(eps=2, k=v)' listing ε and every optional parameter set away from its default."""
+    optional = {k for k, f in type(params).model_fields.items() if not f.is_required()}
+    changed = params.model_dump(mode="json", exclude_defaults=True, include=optional)
+    changed.pop("epsilons", None)
+    parts = ([f"eps={epsilon:g}"] if epsilon is not None else []) + [f"{k}={v}" for k, v in sorted(changed.items())]
+    return f"{name}({', '.join(parts)})" if parts else name
 
 
 @dataclass(frozen=True)
@@ -147,12 +154,12 @@ def _check_track(
             if game is not None:
                 for field, msg in defense.validate_for(game.train_size(track.game)):
                     problems.append(f"{source}: {prefix}.{field}: {msg}")
+            eps = defense.target_epsilon()
             defenses.append(
-                DefenseConfig(
-                    cls.name, config.model_dump(mode="json"), cls.version, defense.target_epsilon(), defense.target_delta()
-                )
+                DefenseConfig(cls.name, config.model_dump(mode="json"), cls.version, eps, defense.target_delta(),
+                              config_label(cls.name, config, eps))
             )
-    labels = [d.label + json.dumps(d.params, sort_keys=True) for d in defenses]
+    labels = [d.label for d in defenses]
     if len(set(labels)) != len(labels):
         problems.append(f"{source}: {where}.defenses: the same defense configuration appears twice")
 
@@ -170,8 +177,9 @@ def _check_track(
             missing = ", ".join(sorted(cls.threat_model - game.capabilities))
             problems.append(f"{source}: {prefix}.name: attack {cls.name!r} needs {missing}, "
                             f"which the {game.name!r} game does not grant")
-        attacks.append(AttackConfig(cls.name, params.model_dump(mode="json"), cls.version))
-    if len({(a.name, json.dumps(a.params, sort_keys=True)) for a in attacks}) != len(attacks):
+        attacks.append(AttackConfig(cls.name, params.model_dump(mode="json"), cls.version,
+                                    config_label(cls.name, params)))
+    if len({a.label for a in attacks}) != len(attacks):
         problems.append(f"{source}: {where}.attacks: the same attack configuration appears twice")
     return dataset, defenses, attacks
 

@@ -59,7 +59,7 @@ class Progress:
         self.failed += failed
         if failed:
             self._line(
-                f"FAILED {row.get('track')} {row.get('defense_label')} vs {row.get('attack')} seed {row.get('seed')}: "
+                f"FAILED {row.get('track')} {row.get('defense_label')} vs {row.get('attack_label')} seed {row.get('seed')}: "
                 f"{row.get('error')}"
             )
         if self.live:
@@ -108,6 +108,6 @@ def _describe(row: dict[str, Any]) -> str:
     seconds = row.get("seconds")
     took = f" in {seconds:.1f}s" if isinstance(seconds, (int, float)) else ""
     return (
-        f"{row.get('track')} {row.get('defense_label')} vs {row.get('attack')} seed {row.get('seed')}: "
+        f"{row.get('track')} {row.get('defense_label')} vs {row.get('attack_label')} seed {row.get('seed')}: "
         f"{row.get('status')}{took}"
     )

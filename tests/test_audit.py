@@ -105,7 +105,7 @@ def test_lower_bound_depends_only_on_the_order_of_scores() -> None:
 
 def claimed_row(key: str, epsilon: float | None, game: str = "membership", status: str = "ok", **metrics) -> dict:
     claim = None if epsilon is None else {"epsilon": epsilon, "delta": DELTA}
-    return {"key": key, "track": "t", "game": game, "defense_label": "d", "attack": "a", "seed": 0,
+    return {"key": key, "track": "t", "game": game, "defense_label": "d", "attack": "a", "attack_label": "a", "seed": 0,
             "status": status, "claim": claim, "metrics": metrics}
 
 

@@ -107,3 +107,31 @@ def test_dpsgd_epsilon_list_expands_into_configurations(tmp_path) -> None:
     path = write_scenario(tmp_path / "s.yaml", TINY.replace("epsilons: [4]", "epsilons: [0.5, 2, 8]"))
     labels = sorted({m.defense.label for m in plan([path]).matchups})
     assert labels == ["dpsgd(eps=0.5)", "dpsgd(eps=2)", "dpsgd(eps=8)", "nonprivate"]
+
+
+PRIOR_HUNGRY = """
+from arena.attack import Attack
+from arena.hookspecs import hookimpl
+
+
+class NeedsPrior(Attack):
+    name = "needs-prior"
+    threat_model = frozenset({"query", "prior"})
+
+    def run(self, view):
+        raise AssertionError("never played")
+
+
+@hookimpl
+def register_attacks(register):
+    register(NeedsPrior)
+"""
+
+
+def test_attack_whose_threat_model_the_game_cannot_serve(plugin_dist, tmp_path, capsys) -> None:
+    plugin_dist("arena-prior", "arena_prior_plugin", PRIOR_HUNGRY)
+    path = write_scenario(tmp_path / "s.yaml", TINY.replace("{name: threshold-mia}", "{name: needs-prior}"))
+    assert main(["run", str(path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "tracks[0].attacks[0].name" in err and "needs prior" in err
+    assert not (tmp_path / "run").exists()

@@ -129,17 +129,17 @@ def audit_section(audit: Audit) -> str:
               "The intervals hold per threshold, and members and non-members stand for the two neighbouring "
               "datasets.</p>")]
     if audit.membership:
-        headers = ["track", "defense", "attack", "seed", "claimed ε", "δ", "empirical ε ≥", "at TP/members",
-                   "at FP/non-members", "advantage", "advantage bound", "TPR@FPR (measured ≤ bound)", "verdict"]
+        headers = ["track", "defense", "attack", "seed", "claimed ε", "δ", "members + non-members", "empirical ε ≥",
+                   "flagged there (members, non-members)", "advantage", "advantage bound",
+                   "TPR@FPR (measured ≤ bound)", "verdict"]
         body, classes = [], []
         for a in audit.membership:
             lb = a.lower_bound
             tprs = "; ".join(f"{level:.1%}: {fmt(m)} ≤ {b:.3f}" for level, m, b in a.tpr_at_fpr)
-            at_tp = f"{lb.true_positives}/{lb.n_members}" if lb.direction else "—"
-            at_fp = f"{lb.false_positives}/{lb.n_nonmembers}" if lb.direction else "—"
+            flagged = f"{lb.true_positives}, {lb.false_positives}" if lb.direction else "— (no evidence)"
             body.append([a.track, a.defense_label, a.attack, a.seed, fmt(a.claimed_epsilon), f"{a.delta:g}",
-                         fmt(lb.epsilon), at_tp, at_fp, fmt(a.advantage), fmt(a.advantage_bound), tprs,
-                         "VIOLATION" if a.violation else "consistent"])
+                         f"{lb.n_members} + {lb.n_nonmembers}", fmt(lb.epsilon), flagged, fmt(a.advantage),
+                         fmt(a.advantage_bound), tprs, "VIOLATION" if a.violation else "consistent"])
             classes.append("violation" if a.violation else "")
         parts.append(table(headers, body, classes))
     else:
@@ -194,7 +194,7 @@ def scenarios_section(store: RunStore) -> str:
 
 def timings_section(rows: list[dict[str, Any]]) -> str:
     total = sum(r.get("seconds") or 0.0 for r in rows)
-    body = [[r["track"], r["defense_label"], r["attack"], r["seed"], r["status"], fmt(r.get("seconds"), 2),
+    body = [[r["track"], r["defense_label"], r["attack_label"], r["seed"], r["status"], fmt(r.get("seconds"), 2),
              r.get("trained_models", "—")] for r in rows]
     return (f"<h2>Timings</h2><p>{len(rows)} matchups, {total:.1f} s of matchup time in all "
             "(wall time is lower when matchups run in parallel).</p>"

@@ -161,7 +161,7 @@ def roc_curves(board: TrackBoard, rows: list[dict[str, Any]], arrays: ArrayLoade
             continue
         is_member = np.asarray(saved["is_member"]).astype(bool)
         fpr, tpr, _ = roc_curve(is_member, np.asarray(saved["scores"], dtype=np.float64))
-        curves.setdefault((r["defense_label"], r["attack"]), []).append((fpr, tpr))
+        curves.setdefault((r["defense_label"], r["attack_label"]), []).append((fpr, tpr))
         smallest = min(smallest, 1.0 / max(1, int((~is_member).sum())))
     if not curves:
         return None
