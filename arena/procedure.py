@@ -68,9 +68,21 @@ class TrainingProcedure:
             raise ValueError("training procedure needs X [K, n, d], y [K, n] and K init and train seeds")
         self.stats.calls += 1
         key = content_key({**self.identity(), "data": tensor_digest(X, y, init, train)})
-        if self.cache is not None and (hit := self.cache.get("models", key)) is not None:
-            self.stats.cached += X.shape[0]
-            return self._models(hit), self._claim(hit)
+        if self.cache is None:
+            models, claim, _ = self._fit(X, y, init, train)
+            return models, claim
+        with self.cache.lock("models", key):
+            if (hit := self.cache.get("models", key)) is not None:
+                self.stats.cached += X.shape[0]
+                return self._models(hit), self._claim(hit)
+            models, claim, tensors = self._fit(X, y, init, train)
+            self.cache.put("models", key, tensors)
+            return models, claim
+
+    def _fit(
+        self, X: torch.Tensor, y: torch.Tensor, init: torch.Tensor, train: torch.Tensor
+    ) -> tuple[Models, Claim | None, dict[str, torch.Tensor]]:
+        """Train through the defense; also return the tensors the cache stores."""
         task = FitTask(
             arch=self.arch,
             recipe=self.recipe,
@@ -85,9 +97,7 @@ class TrainingProcedure:
         tensors = {f"p{i}": p.detach().cpu() for i, p in enumerate(fit.params)}
         if fit.claim is not None:
             tensors["claim"] = torch.frombuffer(bytearray(json.dumps(fit.claim.as_dict()).encode()), dtype=torch.uint8)
-        if self.cache is not None:
-            self.cache.put("models", key, tensors)
-        return self._models(tensors), fit.claim
+        return self._models(tensors), fit.claim, tensors
 
     def _models(self, tensors: dict[str, torch.Tensor]) -> Models:
         n = sum(1 for k in tensors if k.startswith("p"))

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +60,19 @@ class TensorCache:
         if not path.exists():
             return None
         return load_file(str(path))
+
+    @contextlib.contextmanager
+    def lock(self, kind: str, key: str) -> Iterator[None]:
+        """Exclusive lock on one entry across processes, so concurrent workers train it once; a dead holder's
+        lock is released by the operating system."""
+        path = self.root / ".locks" / kind / f"{key}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def put(self, kind: str, key: str, tensors: dict[str, torch.Tensor]) -> None:
         flat = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}

@@ -30,8 +30,19 @@ def test_second_identical_request_trains_nothing(tmp_path) -> None:
     again, _ = second(X, y, [1, 2, 3], [4, 5, 6])
     assert (first.stats.trained, second.stats.trained, second.stats.cached) == (3, 0, 3)
     assert all(torch.equal(a, b) for a, b in zip(models.params, again.params))
-    files = list(tmp_path.rglob("*"))
-    assert files and all(p.suffix == ".safetensors" for p in files if p.is_file())
+    files = [p for p in (tmp_path / "models").rglob("*") if p.is_file()]
+    assert len(files) == 1 and files[0].suffix == ".safetensors"
+
+
+def test_concurrent_identical_requests_train_once(tmp_path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    X, y = data()
+    procs = [make(TensorCache(tmp_path)) for _ in range(2)]
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda p: p(X, y, [1, 2, 3], [4, 5, 6]), procs))
+    assert sum(p.stats.trained for p in procs) == 3 and sum(p.stats.cached for p in procs) == 3
+    assert all(torch.equal(a, b) for a, b in zip(results[0][0].params, results[1][0].params))
 
 
 def test_different_seeds_or_data_are_different_entries(tmp_path) -> None:
