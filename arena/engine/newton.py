@@ -6,7 +6,7 @@ attacks and tests need the true optimum rather than an SGD approximation.
 
 import torch
 
-from arena.models import Params
+from arena.models import Params, softmax
 
 _ARMIJO = 1e-4
 _MAX_HALVINGS = 50
@@ -26,7 +26,7 @@ def _objective(Xt: torch.Tensor, Y: torch.Tensor, theta: torch.Tensor, l2: float
 
 def _gradient(Xt: torch.Tensor, Y: torch.Tensor, theta: torch.Tensor, l2: float) -> torch.Tensor:
     """[K, d+1, C] gradient of `_objective`."""
-    P = torch.softmax(torch.bmm(Xt, theta), -1)
+    P = softmax(torch.bmm(Xt, theta))
     g = torch.bmm(Xt.transpose(1, 2), P - Y) / Xt.shape[1]
     g[:, :-1] += l2 * theta[:, :-1]
     return g
@@ -35,23 +35,27 @@ def _gradient(Xt: torch.Tensor, Y: torch.Tensor, theta: torch.Tensor, l2: float)
 def _hessian(Xt: torch.Tensor, theta: torch.Tensor, l2: float) -> torch.Tensor:
     """[K, DC, DC] Hessian, (1/n) sum_i x_i x_i^T (x) (diag p_i - p_i p_i^T) + l2 on W entries.
 
+    Block (c, c') is X^T diag(p_c (delta_cc' - p_c')) X / n. The blocks are symmetric in (c, c') and each
+    row of blocks sums to zero (the softmax is invariant to shifting every class), so only the pairs
+    c <= c' < C-1 are computed, one bmm for all of them: C(C-1)/2 blocks instead of C(C+1) (6x fewer for C=2).
     Adds I_D (x) 11^T/C, which only acts on the softmax's null directions (shifting every class
     by the same amount), making H invertible without changing Newton steps orthogonal to them.
     """
     K, n, D = Xt.shape
-    P = torch.softmax(torch.bmm(Xt, theta), -1)
+    P = softmax(torch.bmm(Xt, theta))
     C = P.shape[-1]
-    G = (Xt.unsqueeze(-1) * P.unsqueeze(-2)).reshape(K, n, D * C)
-    diag = torch.bmm(G.transpose(1, 2), Xt).reshape(K, D, C, D).permute(0, 1, 3, 2)
-    H = torch.diag_embed(diag).permute(0, 1, 3, 2, 4).reshape(K, D * C, D * C)
-    H = (H - torch.bmm(G.transpose(1, 2), G)) / n
-    penalty = torch.full((D, C), l2, dtype=Xt.dtype, device=Xt.device)
-    penalty[-1] = 0.0
-    null = torch.kron(
-        torch.eye(D, dtype=Xt.dtype, device=Xt.device),
-        torch.full((C, C), 1.0 / C, dtype=Xt.dtype, device=Xt.device),
-    )
-    return H + torch.diag(penalty.reshape(-1)) + null
+    r, s = torch.triu_indices(C - 1, C - 1, device=Xt.device)
+    w = P[..., r] * ((r == s).to(P.dtype) - P[..., s])  # [K, n, pairs]
+    pairs = torch.bmm(Xt.transpose(1, 2), (Xt.unsqueeze(-1) * w.unsqueeze(-2)).reshape(K, n, -1))
+    pairs = pairs.reshape(K, D, D, -1).permute(0, 3, 1, 2) / n  # [K, pairs, D, D]
+    B = Xt.new_zeros(K, C, C, D, D)
+    B[:, r, s] = pairs
+    B[:, s, r] = pairs
+    B[:, :-1, -1] = -B[:, :-1, :-1].sum(2)
+    B[:, -1] = -B[:, :-1].sum(1)
+    B.diagonal(dim1=3, dim2=4).add_(1.0 / C)  # the null-direction term, on each feature's (d, d) entries
+    B.diagonal(dim1=1, dim2=2).diagonal(dim1=1, dim2=2)[..., :-1].add_(l2)  # [K, C, D]: W entries only
+    return B.permute(0, 3, 1, 4, 2).reshape(K, D * C, D * C)
 
 
 def gradient(X: torch.Tensor, y: torch.Tensor, params: Params, l2: float) -> Params:
