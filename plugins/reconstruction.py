@@ -60,7 +60,7 @@ class GLMReconstruction(Attack):
 
 class ReconNNParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    shadows: PositiveInt | None = Field(default=None, description="shadow models to train; default: one per shadow target")
+    shadows: PositiveInt | None = Field(default=None, description="shadow models; default: one per shadow target")
     hidden: list[PositiveInt] = Field(default=[256, 256], min_length=1, description="reconstructor hidden widths")
     epochs: PositiveInt = 100
     lr: PositiveFloat = 1e-3

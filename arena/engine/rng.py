@@ -29,35 +29,49 @@ def stream(purpose: Purpose, index: int = 0) -> int:
     return int(purpose) << _INDEX_BITS | index
 
 
-def _mul32_(x: torch.Tensor, c: int) -> torch.Tensor:
-    """x *= c mod 2**32 in place for 32-bit x in int64, in 16-bit halves so nothing overflows."""
-    hi = x * (c >> 16)
-    hi.bitwise_and_(0xFFFF).bitwise_left_shift_(16)
-    return x.mul_(c & 0xFFFF).add_(hi).bitwise_and_(_MASK)
+def _i32(word: int) -> int:
+    """The int32 value whose bits are the unsigned 32-bit `word`."""
+    return word - (1 << 32) if word >= 1 << 31 else word
+
+
+_C1, _C2 = _i32(0x7FEB352D), _i32(0x846CA68B)
 
 
 def _mix_(x: torch.Tensor) -> torch.Tensor:
     """lowbias32 (Wellons) in place: a bijective 32-bit integer hash with good avalanche.
 
-    In place because the hash dominates DP-SGD's per-step cost and fresh tensors triple it.
+    `x` is int32 storage read as unsigned 32-bit words. Products rely on int32 multiplication wrapping
+    mod 2**32 (two's complement, as torch's vectorised and scalar kernels do; the bit-exact reference
+    test would catch a backend that did not); right shifts are masked to be logical. 32-bit words and
+    in-place ops because the hash dominates DP-SGD's per-step cost (one noise draw per parameter).
     """
-    x.bitwise_xor_(x >> 16)
-    _mul32_(x, 0x7FEB352D)
-    x.bitwise_xor_(x >> 15)
-    _mul32_(x, 0x846CA68B)
-    return x.bitwise_xor_(x >> 16)
+    x.bitwise_xor_((x >> 16).bitwise_and_(0xFFFF))
+    x.mul_(_C1)
+    x.bitwise_xor_((x >> 15).bitwise_and_(0x1FFFF))
+    x.mul_(_C2)
+    return x.bitwise_xor_((x >> 16).bitwise_and_(0xFFFF))
+
+
+def _words(values: torch.Tensor) -> torch.Tensor:
+    """int64 values in [0, 2**32) as int32 storage holding the same 32-bit words."""
+    return values.to(torch.uint32).view(torch.int32)
+
+
+def _bits32(seeds: torch.Tensor, stream_id: int, n: int) -> torch.Tensor:
+    """[K, n] hashes of counters 0..n-1 as int32 storage of unsigned 32-bit words (see `bits`)."""
+    if n > 1 << 31:
+        raise ValueError("at most 2**31 draws per stream")
+    seeds = seeds.to(torch.int64)
+    lo, hi = _words(seeds & _MASK), _words((seeds >> 32) & _MASK)
+    salts = _words(torch.tensor([[0x9E3779B9], [0x85EBCA6B]], device=seeds.device))
+    keys = _mix_(_mix_(_mix_(lo ^ salts) ^ hi) ^ stream_id).unsqueeze(-1)  # [2, K, 1]
+    counters = torch.arange(n, dtype=torch.int32, device=seeds.device)
+    return _mix_(_mix_(counters ^ keys[0]).bitwise_xor_(keys[1]))
 
 
 def bits(seeds: torch.Tensor, stream_id: int, n: int) -> torch.Tensor:
     """[K, n] 32-bit hashes (in int64) of counters 0..n-1; distinct within a row, no ties."""
-    if n > 1 << 32:
-        raise ValueError("at most 2**32 draws per stream")
-    seeds = seeds.to(torch.int64)
-    lo, hi = seeds & _MASK, (seeds >> 32) & _MASK
-    key_a = _mix_(_mix_(_mix_(lo ^ 0x9E3779B9) ^ hi) ^ stream_id).unsqueeze(1)
-    key_b = _mix_(_mix_(_mix_(lo ^ 0x85EBCA6B) ^ hi) ^ stream_id).unsqueeze(1)
-    counters = torch.arange(n, dtype=torch.int64, device=seeds.device)
-    return _mix_(_mix_(counters ^ key_a).bitwise_xor_(key_b))
+    return _bits32(seeds, stream_id, n).view(torch.uint32).to(torch.int64)
 
 
 def _shape(shape: int | tuple[int, ...]) -> tuple[int, ...]:
@@ -73,8 +87,12 @@ def uniform(
     """[K, *shape] uniforms in the open interval (0, 1), exactly representable in `dtype`."""
     shape = _shape(shape)
     n_bits = min(32, -round(math.log2(torch.finfo(dtype).eps)))
-    h = bits(seeds, stream_id, math.prod(shape)) >> (32 - n_bits)
-    return ((h.to(dtype) + 0.5) * 2.0**-n_bits).reshape(len(seeds), *shape)
+    h = _bits32(seeds, stream_id, math.prod(shape))
+    if n_bits < 32:  # the top n_bits of each word (a logical shift), else the whole unsigned word
+        h = (h >> (32 - n_bits)).bitwise_and_((1 << n_bits) - 1)
+    else:
+        h = h.view(torch.uint32)
+    return h.to(dtype).add_(0.5).mul_(2.0**-n_bits).reshape(len(seeds), *shape)
 
 
 def normal(

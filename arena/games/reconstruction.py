@@ -4,7 +4,10 @@ Per seed the dataset is split into a fixed set D⁻, a target pool, the adversar
 a test set, all disjoint. Released model k is trained on D⁻ ∪ {z_k}; all of them come from one batched call of
 the training procedure. The adversary gets the released parameters, D⁻, the procedure (and the initialisation
 seed when it is known) and the shadow targets, never a target. Scoring is per target: the MSE between the
-reconstruction and z, against the nearest-neighbour oracle, the closest point the adversary already holds.
+reconstruction and z, against the nearest-neighbour oracle, the closest point the adversary already holds
+(D⁻ ∪ shadow targets); a target is reconstructed when its MSE is strictly below its oracle's. Metrics: mse_mean,
+mse_median, oracle_mse_mean, success_rate, label_accuracy (null when the attack returns no labels), n_targets,
+and kappa, the success a guess that ignores the model reaches (for the DP audit's bound e^ε κ + δ).
 """
 
 from __future__ import annotations

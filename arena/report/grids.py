@@ -59,10 +59,10 @@ def save_grid(
     shown = np.concatenate([np.asarray(r, dtype=np.float64) for r in rows])
     ylim = (min(0.0, float(shown.min())), max(1.0, float(shown.max())))
     wide = kind != "image"
-    fig = Figure(figsize=(n * (2.2 if wide else 1.3), 3 * (1.4 if wide else 1.4)))
+    fig = Figure(figsize=(n * (2.2 if wide else 1.3), 4.2))
     FigureCanvasAgg(fig)
     axes = fig.subplots(3, n, squeeze=False)
-    for r, (label, records) in enumerate(zip(ROWS, rows)):
+    for r, (label, records) in enumerate(zip(ROWS, rows, strict=True)):
         errors = {1: mse, 2: oracle_mse}.get(r)
         for c in range(n):
             ax = axes[r, c]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 import pytest
 import torch
@@ -47,7 +49,7 @@ class Spy(Attack):
     name = "spy"
     game = "reconstruction"
     threat_model = frozenset({"parameters", "fixed-set", "training", "prior"})
-    seen: dict = {}
+    seen: ClassVar[dict] = {}
 
     def run(self, view) -> ReconstructionGuess:
         Spy.seen = {name: getattr(view, name) for name in dir(view)}

@@ -1,0 +1,191 @@
+"""a. Batched training vs one model at a time: MLP shadow models (SGD) and logistic regressions (Newton).
+
+Each contender does the same work: the same training sets, the same initialisation and the same optimiser, so
+the figures also report how far apart the trained models end up.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression
+
+from arena.engine.newton import fit_logreg, gradient
+from arena.engine.trainer import Recipe, train
+from arena.models import Architecture, Params, init_params, softmax
+from benchmarks.data import fixed_plus_one, random_subsets
+from benchmarks.timing import Section, Table, compare, ratio
+
+MLP = Architecture("mlp", 64, 10, hidden=(16,), activation="tanh")
+L2 = 1e-3
+MLP_TARGET, LOGREG_TARGET = 5.0, 20.0
+
+
+@dataclass(frozen=True)
+class Sizes:
+    mlp_models: int
+    epochs: int
+    logregs: int
+    logreg_n: int = 201
+
+
+FULL = Sizes(mlp_models=256, epochs=100, logregs=1000)
+QUICK = Sizes(mlp_models=8, epochs=5, logregs=20)
+
+
+def torch_loop(X: torch.Tensor, y: torch.Tensor, init: Params, recipe: Recipe) -> Params:
+    """What peers write: one nn.Module and one torch.optim.SGD per model, trained one after another.
+
+    Starts from the arena's initialisation of each model, so the result is comparable parameter by parameter.
+    """
+    finals = []
+    for k in range(len(X)):
+        net = torch.nn.Sequential(torch.nn.Linear(64, 16), torch.nn.Tanh(), torch.nn.Linear(16, 10))
+        with torch.no_grad():
+            for layer, W, b in zip((net[0], net[2]), init[0::2], init[1::2]):
+                layer.weight.copy_(W[k].T)
+                layer.bias.copy_(b[k])
+        opt = torch.optim.SGD(net.parameters(), lr=recipe.lr, momentum=recipe.momentum)
+        for _ in range(recipe.epochs):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(net(X[k]), y[k]).backward()
+            opt.step()
+        finals.append([p.detach().T if p.ndim == 2 else p.detach() for p in net.parameters()])
+    return [torch.stack(ps) for ps in zip(*finals)]
+
+
+def _max_diff(a: Params, b: Params) -> float:
+    return max(float((p - q).abs().max()) for p, q in zip(a, b))
+
+
+def _mlp(sizes: Sizes, repeats: int) -> tuple[Table, list, dict[str, str]]:
+    K = sizes.mlp_models
+    X, y = fixed_plus_one("digits", 100, K)
+    recipe = Recipe(epochs=sizes.epochs, lr=0.5, momentum=0.9)
+    seeds = torch.arange(K, dtype=torch.int64)
+    init = init_params(MLP, seeds)
+
+    def some(repeat: int) -> int:  # the untimed warm-up trains two models only
+        return 2 if repeat < 0 else K
+
+    batched, one_at_a_time, peers = (
+        f"arena: {K} models in one call",
+        f"arena: {K} calls of K=1",
+        f"torch nn.Module + optim.SGD: {K} loops",
+    )
+    t = compare(
+        {
+            batched: lambda r: train(MLP, X[: some(r)], y[: some(r)], recipe, seeds[: some(r)], seeds[: some(r)]),
+            one_at_a_time: lambda r: [
+                train(MLP, X[k : k + 1], y[k : k + 1], recipe, seeds[k : k + 1], seeds[k : k + 1])
+                for k in range(some(r))
+            ],
+            peers: lambda r: torch_loop(X[: some(r)], y[: some(r)], [p[: some(r)] for p in init], recipe),
+        },
+        repeats,
+    )
+    ours = t.results[batched][-1]
+    singles = [torch.cat(ps) for ps in zip(*t.results[one_at_a_time][-1])]
+    checks = [
+        ratio(f"{K} MLPs: torch loop / batched", t, peers, batched, MLP_TARGET),
+        ratio(f"{K} MLPs: arena K=1 calls / batched", t, one_at_a_time, batched, MLP_TARGET),
+    ]
+    figures = {
+        "MLP max |Δ parameter|, batched vs torch loop (float32)": f"{_max_diff(ours, t.results[peers][-1]):.2e}",
+        "MLP max |Δ parameter|, batched vs K=1 calls": f"{_max_diff(ours, singles):.2e}",
+    }
+    caption = (
+        f"{K} MLPs 64→16→10 tanh on digits, each on |D⁻|=100 shared records + its own target (101 records), "
+        f"full-batch gradient descent, {sizes.epochs} epochs, lr 0.5, momentum 0.9"
+    )
+    return Table(caption, t), checks, figures
+
+
+def sklearn_loop(X: np.ndarray, y: np.ndarray, **options: object) -> np.ndarray:
+    """[K, d+1] (coef, intercept) of scikit-learn's binary fit of the same objective, one problem at a time.
+
+    The arena's 2-class softmax with (l2/2)||W||² equals sklearn's binary model with C = 2/(n·l2): at the optimum
+    W = [-w/2, w/2], so its penalty is (l2/4)||w||² = ||w||²/(2Cn).
+    """
+    C = 2.0 / (X.shape[1] * L2)
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        for Xk, yk in zip(X, y):
+            clf = LogisticRegression(C=C, **options).fit(Xk, yk)
+            out.append(np.append(clf.coef_[0], clf.intercept_[0]))
+    return np.stack(out)
+
+
+def _probs_binary(X: torch.Tensor, wc: np.ndarray) -> torch.Tensor:
+    w = torch.from_numpy(wc).to(torch.float64)
+    return torch.sigmoid(torch.einsum("knd,kd->kn", X.double(), w[:, :-1]) + w[:, -1:])
+
+
+def _logreg(sizes: Sizes, repeats: int) -> tuple[Table, list, dict[str, str]]:
+    K = sizes.logregs
+    X, y = random_subsets("breast_cancer", sizes.logreg_n, K)
+    Xd, Xn, yn = X.double(), X.double().numpy(), y.numpy()
+
+    def some(repeat: int) -> int:
+        return 2 if repeat < 0 else K
+
+    batched, one_at_a_time, default, precise = (
+        f"arena fit_logreg: {K} problems in one call",
+        f"arena fit_logreg: {K} calls of K=1",
+        f"sklearn LogisticRegression ×{K}, default lbfgs (tol 1e-4)",
+        f"sklearn LogisticRegression ×{K}, newton-cg tol 1e-10",
+    )
+    t = compare(
+        {
+            batched: lambda r: fit_logreg(Xd[: some(r)], y[: some(r)], 2, L2),
+            one_at_a_time: lambda r: [fit_logreg(Xd[k : k + 1], y[k : k + 1], 2, L2) for k in range(some(r))],
+            default: lambda r: sklearn_loop(Xn[: some(r)], yn[: some(r)]),
+            precise: lambda r: sklearn_loop(Xn[: some(r)], yn[: some(r)], solver="newton-cg", tol=1e-10, max_iter=10_000),
+        },
+        repeats,
+    )
+    W, b = t.results[batched][-1]
+    ours = softmax(Xd @ W + b.unsqueeze(1))[..., 1]
+    grad = torch.cat([g.flatten(1) for g in gradient(Xd, y, [W, b], L2)], dim=1).norm(dim=1).max()
+    checks = [
+        ratio(f"{K} logregs: sklearn default / batched", t, default, batched, LOGREG_TARGET),
+        ratio(f"{K} logregs: sklearn newton-cg 1e-10 / batched", t, precise, batched, LOGREG_TARGET),
+        ratio(f"{K} logregs: arena K=1 calls / batched", t, one_at_a_time, batched, LOGREG_TARGET),
+    ]
+    figures = {
+        "logreg: largest gradient norm of the batched Newton solutions": f"{float(grad):.1e} (tolerance 1e-10)",
+        "logreg: max |Δ probability| on the training sets, sklearn default vs batched Newton":
+            f"{float((_probs_binary(X, t.results[default][-1]) - ours).abs().max()):.1e}",
+        "logreg: max |Δ probability|, sklearn newton-cg 1e-10 vs batched Newton":
+            f"{float((_probs_binary(X, t.results[precise][-1]) - ours).abs().max()):.1e}",
+    }
+    caption = (
+        f"{K} logistic regressions on breast_cancer (30 features, 2 classes), each on its own random "
+        f"{sizes.logreg_n} records, mean cross-entropy + (l2/2)||W||², l2 = {L2:g}, solved to the optimum"
+    )
+    return Table(caption, t), checks, figures
+
+
+def run(quick: bool, repeats: int) -> Section:
+    sizes = QUICK if quick else FULL
+    section = Section(
+        "a",
+        "Batched vs one-at-a-time training",
+        "Many small models trained by one batched call of the engine (a leading model axis K on every tensor) "
+        "against the same models trained one after another: by the engine with K=1 and by the code peers "
+        "write (a torch `nn.Module` + `torch.optim.SGD` loop; scikit-learn `LogisticRegression` fits). "
+        "The MLP contenders start from identical parameters and run identical full-batch momentum steps. "
+        "Logistic regression is the 2-class softmax model the arena fits by batched Newton (float64, "
+        "gradient norm <= 1e-10), against sklearn's binary fit of the same objective with C = 2/(n·l2).",
+    )
+    for part in (_mlp, _logreg):
+        table, checks, figures = part(sizes, repeats)
+        section.tables.append(table)
+        section.checks += checks
+        section.figures.update(figures)
+    return section
