@@ -258,7 +258,7 @@ def saved_arrays(store: RunStore) -> ArrayLoader:
     """The loader of a run directory's per-matchup arrays (as numpy), None for a matchup that saved none."""
 
     def load(key: str) -> Mapping[str, Any] | None:
-        saved = store.cache.get("artifacts", key)
+        saved = store.load_arrays(key)
         return None if saved is None else {k: v.numpy() for k, v in saved.items()}
 
     return load

@@ -121,7 +121,7 @@ def play_matchup(matchup: Matchup, run_dir: str) -> dict[str, Any]:
                 notes=outcome.notes,
             )
             if outcome.arrays:
-                store.cache.put("artifacts", matchup.key, {k: torch.from_numpy(np.ascontiguousarray(v))
+                store.save_arrays(matchup.key, {k: torch.from_numpy(np.ascontiguousarray(v))
                                                            for k, v in outcome.arrays.items()})
             game.save_artifacts(outcome, store.artifact_dir(matchup.key))
     except Exception as exc:  # noqa: BLE001 - isolation: any plugin failure fails this matchup only

@@ -85,6 +85,7 @@ class RunStore:
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root)
         self.cache = TensorCache(self.root / "cache")
+        self.artifacts = TensorCache(self.root / "artifacts")
 
     @property
     def results_path(self) -> Path:
@@ -92,6 +93,14 @@ class RunStore:
 
     def artifact_dir(self, key: str) -> Path:
         return self.root / "artifacts" / key
+
+    def save_arrays(self, key: str, arrays: dict[str, torch.Tensor]) -> None:
+        """Keep one matchup's arrays (scores and membership, targets and reconstructions) outside the model cache,
+        so nothing reachable from an attacker's training procedure holds another matchup's secret."""
+        self.artifacts.put(key, "arrays", arrays)
+
+    def load_arrays(self, key: str) -> dict[str, torch.Tensor] | None:
+        return self.artifacts.get(key, "arrays")
 
     def write_json(self, name: str, obj: object) -> None:
         text = json.dumps(obj, indent=2, sort_keys=True, default=str)

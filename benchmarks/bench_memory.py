@@ -55,8 +55,8 @@ def run(quick: bool, repeats: int) -> Section:
         "Sampling can miss a peak shorter than 0.1 s. "
         f"(2) A reconstruction shadow pool of {k:,} digits MLPs 64→16→10 tanh, each on |D⁻| = 100 + one target "
         f"(101 records, targets cycled past the 1,697 available), full batch, {epochs} epochs, trained at once by "
-        "ONE `arena.engine.trainer.train` call (K = {k:,}) in a fresh interpreter; peak = that process's "
-        "ru_maxrss (imports and data included).".replace("{k:,}", f"{k:,}"),
+        f"ONE `arena.engine.trainer.train` call (K = {k:,}) in a fresh interpreter; peak = that process's "
+        "ru_maxrss (imports and data included).",
     )
     with tempfile.TemporaryDirectory(prefix="arena-bench-") as tmp:
         from benchmarks.bench_tournament import scenario

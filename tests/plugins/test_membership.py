@@ -175,7 +175,7 @@ def test_tiny_tournament_shares_one_pool_per_release_and_reruns_from_the_cache(t
     rows = run(plan([path]), store, serial=True)
     assert len(rows) == 2 * 4 and all(r["status"] == "ok" for r in rows), [r["error"] for r in rows]
     for row in rows:
-        arrays = store.cache.get("artifacts", row["key"])
+        arrays = store.load_arrays(row["key"])
         assert len(arrays["scores"]) == len(arrays["is_member"]) == 80 and np.isfinite(arrays["scores"].numpy()).all()
     models = sorted((tmp_path / "run" / "cache" / "models").iterdir())
     assert len(models) == 2 * 2, "per defense: the release and ONE shadow pool for all three shadow attacks"

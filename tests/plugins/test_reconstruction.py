@@ -109,7 +109,7 @@ def test_tiny_reconstruction_tournament(tmp_path: Path) -> None:
     assert learned["status"] == "ok", learned["error"]
     assert learned["metrics"]["label_accuracy"] is None
     # far better than the best constant guess, the targets' own mean (whose mean MSE is the targets' variance)
-    arrays = store.cache.get("artifacts", learned["key"])
+    arrays = store.load_arrays(learned["key"])
     targets = arrays["targets"].numpy()
     assert learned["metrics"]["mse_mean"] < 0.5 * ((targets - targets.mean(0)) ** 2).mean()
     for row in rows.values():

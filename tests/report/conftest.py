@@ -48,7 +48,7 @@ def membership_row(store: RunStore, key: str, defense: str, eps: float | None, a
     scores = rng.normal(size=200) + (np.where(is_member == 1, 100.0, 0.0) if np.isinf(separation)
                                      else separation * is_member)
     metrics, notes = membership_metrics(scores, is_member, scores > 0.5)
-    store.cache.put("artifacts", key, {"scores": torch.from_numpy(scores), "is_member": torch.from_numpy(is_member)})
+    store.save_arrays(key, {"scores": torch.from_numpy(scores), "is_member": torch.from_numpy(is_member)})
     label = defense if eps is None else f"{defense}(eps={eps:g})"
     return {
         "key": key, "track": "digits-mlp", "game": "membership", "defense": defense, "defense_label": label,

@@ -1,0 +1,195 @@
+"""Run the benchmark pairs and write results.md: ``python -m benchmarks [--quick] [--only a,c] [--repeats N]``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import platform
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from benchmarks.timing import Check, Section
+
+ROOT = Path(__file__).resolve().parent.parent
+PAIRS = {
+    "a": "benchmarks.bench_batched",
+    "b": "benchmarks.bench_dpsgd",
+    "c": "benchmarks.bench_opacus",
+    "d": "benchmarks.bench_reconstruction",
+    "e": "benchmarks.bench_tournament",
+    "f": "benchmarks.bench_memory",
+}
+PACKAGES = ("torch", "numpy", "scipy", "scikit-learn", "opacus", "adversarial-robustness-toolbox", "ray")
+PROTOCOL = (
+    "Contenders of a pair run side by side in one process (the tournament: one child process per command), "
+    "once per repeat, in an order rotated every repeat, after one untimed warm-up call each (except where a "
+    "section says otherwise). Each ratio is computed within a repeat; the figure is the median of the "
+    "per-repeat ratios. Times are wall-clock (`time.perf_counter`)."
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run of every pair, not a measurement")
+    p.add_argument("--only", default=",".join(PAIRS), help="comma-separated pairs to run (default: all)")
+    p.add_argument("--repeats", type=int, help="repeats per pair (default 3; 2 with --quick)")
+    p.add_argument("--threads", type=int, help="torch/OpenMP threads (default: torch's own choice)")
+    p.add_argument("--out", type=Path, help="results file (default benchmarks/results.md; "
+                                            "runs/bench-quick/results.md with --quick)")
+    return p
+
+
+def _cpu_model() -> str:
+    fields: dict[str, str] = {}
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    return f"{name} (family {fields.get('cpu family', '?')}, model {fields.get('model', '?')})"
+
+
+def _meminfo_gib() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) / 1024**2
+    return float("nan")
+
+
+def _version(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def _git() -> str:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    return f"{commit}{' + uncommitted changes' if git('status', '--porcelain') else ''}"
+
+
+def machine() -> dict[str, str]:
+    """What the figures depend on: hardware, library versions, threads, and how busy the machine was."""
+    import torch
+
+    load = os.getloadavg()
+    return {
+        "CPU": _cpu_model(),
+        "cores": f"{os.cpu_count()} logical, {len(os.sched_getaffinity(0))} usable by this process",
+        "RAM": f"{_meminfo_gib():.1f} GiB",
+        "OS": f"{platform.system()} {platform.release()}",
+        "Python": platform.python_version(),
+        "packages": ", ".join(f"{p} {_version(p)}" for p in PACKAGES),
+        "torch threads": f"{torch.get_num_threads()} intra-op, {torch.get_num_interop_threads()} inter-op "
+                         f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}); CPU capability "
+                         f"{torch.backends.cpu.get_cpu_capability()}",
+        "load average at start (1, 5, 15 min)": ", ".join(f"{x:.2f}" for x in load),
+    }
+
+
+def _fmt(x: float) -> str:
+    if x != 0 and (abs(x) < 0.01 or abs(x) >= 1e5):
+        return f"{x:.2e}"
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def _check_row(check: Check) -> str:
+    per = ", ".join(_fmt(v) for v in check.per_repeat) or "–"
+    verdict = "PASS" if check.passed else "**MISS**"
+    return f"| {check.name} | {per} | **{_fmt(check.value)}{check.unit}** | {check.op} {_fmt(check.target)}{check.unit} | {verdict} |"
+
+
+def render_section(section: Section) -> list[str]:
+    lines = [f"## {section.key}. {section.title}", "", section.what, ""]
+    for table in section.tables:
+        n = max(len(v) for v in table.timings.seconds.values())
+        lines += [f"*{table.caption}* ({table.unit})", "",
+                  "| contender | " + " | ".join(f"repeat {i + 1}" for i in range(n)) + " | median |",
+                  "|---|" + "---|" * (n + 1)]
+        for label, secs in table.timings.seconds.items():
+            lines.append(f"| {label} | " + " | ".join(_fmt(s) for s in secs) + f" | {_fmt(table.timings.median(label))} |")
+        lines.append("")
+    if section.checks:
+        lines += ["| figure | per repeat | median | target | result |", "|---|---|---|---|---|"]
+        lines += [_check_row(c) for c in section.checks] + [""]
+    if section.figures:
+        lines += [f"- {name}: {value}" for name, value in section.figures.items()] + [""]
+    missed = [c for c in section.checks if not c.passed]
+    for c in missed:
+        lines += [f"**Missed: {c.name}.** {c.why_missed or 'No explanation recorded.'}", ""]
+    lines += [f"{note}" for note in section.notes] + ([""] if section.notes else [])
+    return lines
+
+
+def render(sections: list[Section], info: dict[str, str], command: str, started: datetime, minutes: float) -> str:
+    """results.md: provenance, machine, a summary of every check, then each pair in full."""
+    lines = [
+        "# privacy-arena benchmarks",
+        "",
+        f"Produced by `{command}` on {started:%Y-%m-%d %H:%M} UTC at commit {_git()}, in {minutes:.1f} minutes. "
+        "`make bench` reproduces it (it installs the `bench` extra, then runs `python -m benchmarks`).",
+        "",
+        PROTOCOL,
+        "",
+        "## Machine",
+        "",
+        "| | |",
+        "|---|---|",
+        *[f"| {k} | {v} |" for k, v in info.items()],
+        "",
+        "## Summary",
+        "",
+        "| pair | figure | measured | target | result |",
+        "|---|---|---|---|---|",
+    ]
+    for s in sections:
+        for c in s.checks:
+            verdict = "PASS" if c.passed else "**MISS**"
+            lines.append(f"| {s.key} | {c.name} | {_fmt(c.value)}{c.unit} | {c.op} {_fmt(c.target)}{c.unit} | {verdict} |")
+    lines.append("")
+    for s in sections:
+        lines += render_section(s)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    keys = [k.strip() for k in args.only.split(",") if k.strip()]
+    unknown = [k for k in keys if k not in PAIRS]
+    if unknown:
+        _parser().error(f"unknown pair(s) {', '.join(unknown)}; choose from {', '.join(PAIRS)}")
+    repeats = args.repeats or (2 if args.quick else 3)
+    out = args.out or ROOT / ("runs/bench-quick/results.md" if args.quick else "benchmarks/results.md")
+    if args.threads:
+        import torch
+
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(args.threads)  # for child processes
+        torch.set_num_threads(args.threads)
+    command = " ".join(["python -m benchmarks", *(sys.argv[1:] if argv is None else argv)])
+    started, clock = datetime.now(timezone.utc), time.perf_counter()
+    info = machine()
+    sections = []
+    for key in keys:
+        begin = time.perf_counter()
+        print(f"[bench] {key}: {PAIRS[key]} ...", file=sys.stderr, flush=True)
+        sections.append(importlib.import_module(PAIRS[key]).run(args.quick, repeats))
+        for check in sections[-1].checks:
+            print(f"[bench]   {check.name}: {_fmt(check.value)}{check.unit} (target {check.op} "
+                  f"{_fmt(check.target)}{check.unit}) {'PASS' if check.passed else 'MISS'}", file=sys.stderr)
+        print(f"[bench] {key} done in {time.perf_counter() - begin:.0f} s", file=sys.stderr, flush=True)
+    info["load average at end (1, 5, 15 min)"] = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render(sections, info, command, started, (time.perf_counter() - clock) / 60), encoding="utf-8")
+    print(f"[bench] wrote {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
