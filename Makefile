@@ -31,5 +31,10 @@ report-check: setup
 		$(PY) -m pytest -q tests/report/test_report_browser.py
 	@echo "report: $(RUN_DIR)/report/index.html; screenshot: $(RUN_DIR)/report/screenshot.png"
 
+# Time each performance claim against its alternative; writes benchmarks/results.md (~15 min on 2 cores).
+bench: setup
+	$(PY) -m pip install --quiet -e '.[bench,test]'
+	$(PY) -m benchmarks
+
 clean:
 	rm -rf runs .pytest_cache

@@ -37,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run of every pair, not a measurement")
     p.add_argument("--only", default=",".join(PAIRS), help="comma-separated pairs to run (default: all)")
-    p.add_argument("--repeats", type=int, help="repeats per pair (default 3; 2 with --quick)")
+    p.add_argument("--repeats", type=int, help="repeats per pair (default 3; 1 with --quick)")
     p.add_argument("--threads", type=int, help="torch/OpenMP threads (default: torch's own choice)")
     p.add_argument("--out", type=Path, help="results file (default benchmarks/results.md; "
                                             "runs/bench-quick/results.md with --quick)")
@@ -95,7 +95,7 @@ def machine() -> dict[str, str]:
 
 
 def _fmt(x: float) -> str:
-    if x != 0 and (abs(x) < 0.01 or abs(x) >= 1e5):
+    if x != 0 and (abs(x) < 0.001 or abs(x) >= 1e5):
         return f"{x:.2e}"
     return f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [k for k in keys if k not in PAIRS]
     if unknown:
         _parser().error(f"unknown pair(s) {', '.join(unknown)}; choose from {', '.join(PAIRS)}")
-    repeats = args.repeats or (2 if args.quick else 3)
+    repeats = args.repeats or (1 if args.quick else 3)
     out = args.out or ROOT / ("runs/bench-quick/results.md" if args.quick else "benchmarks/results.md")
     if args.threads:
         import torch

@@ -14,7 +14,8 @@ from arena.engine import rng
 from arena.engine.accounting import accountant_label, calibrate_noise
 from arena.engine.laplace import l1_from_l2, laplace, laplace_scale
 from arena.engine.newton import fit_logreg
-from arena.engine.output_perturbation import clip_rows, fit_penalised, l2_sensitivity, with_constant
+from arena.engine.newton import design
+from arena.engine.output_perturbation import clip_rows, fit_penalised, l2_sensitivity
 from arena.engine.trainer import DPNoise, steps_and_rate, train
 from arena.hookspecs import hookimpl
 
@@ -126,7 +127,7 @@ class OutputPerturbation(Defense):
         if task.solver == "gradient":
             raise ValueError("output-perturbation needs the exact optimum; solver 'gradient' does not apply")
         bound = self.params.feature_norm or math.sqrt(arch.in_dim)
-        X = with_constant(clip_rows(task.X.to(torch.float64), bound))
+        X = design(clip_rows(task.X.to(torch.float64), bound))
         theta = fit_penalised(X, task.y, arch.n_classes, arch.l2, tol=self.tol)
         l2_sens = l2_sensitivity(task.n, arch.l2, bound, self.tol)
         l1_sens = l1_from_l2(l2_sens, theta[0].numel())

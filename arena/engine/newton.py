@@ -1,7 +1,8 @@
 """Exact batched multinomial logistic regression by damped Newton (IRLS), for K problems at once.
 
-Objective per model: mean cross-entropy + (l2/2)||W||^2 with an unpenalised intercept. Used where
-attacks and tests need the true optimum rather than an SGD approximation.
+Objective per model: mean cross-entropy + (l2/2)||W||^2 with an unpenalised intercept (or, for output
+perturbation, with the intercept penalised too). Used where attacks and tests need the true optimum rather than
+an SGD approximation.
 """
 
 import torch
@@ -12,27 +13,36 @@ _ARMIJO = 1e-4
 _MAX_HALVINGS = 50
 
 
-def _design(X: torch.Tensor) -> torch.Tensor:
+def design(X: torch.Tensor) -> torch.Tensor:
     """[K, n, d+1]: X with a column of ones, so that theta = [W; b] is [K, d+1, C]."""
     return torch.cat([X, torch.ones_like(X[..., :1])], dim=-1)
 
 
-def _objective(Xt: torch.Tensor, Y: torch.Tensor, theta: torch.Tensor, l2: float) -> torch.Tensor:
-    """[K] mean cross-entropy + (l2/2)||W||^2 for one-hot labels Y."""
+def _penalised(theta: torch.Tensor, intercept: bool) -> torch.Tensor:
+    """The rows of theta that the L2 term covers: W only, or W and the intercept."""
+    return theta if intercept else theta[:, :-1]
+
+
+def _objective(
+    Xt: torch.Tensor, Y: torch.Tensor, theta: torch.Tensor, l2: float, intercept: bool = False
+) -> torch.Tensor:
+    """[K] mean cross-entropy + (l2/2)||W||^2 (+ the intercept's square when ``intercept``) for one-hot Y."""
     logits = torch.bmm(Xt, theta)
     ce = (torch.logsumexp(logits, -1) - (logits * Y).sum(-1)).mean(1)
-    return ce + 0.5 * l2 * (theta[:, :-1] ** 2).sum((1, 2))
+    return ce + 0.5 * l2 * (_penalised(theta, intercept) ** 2).sum((1, 2))
 
 
-def _gradient(Xt: torch.Tensor, Y: torch.Tensor, theta: torch.Tensor, l2: float) -> torch.Tensor:
+def _gradient(
+    Xt: torch.Tensor, Y: torch.Tensor, theta: torch.Tensor, l2: float, intercept: bool = False
+) -> torch.Tensor:
     """[K, d+1, C] gradient of `_objective`."""
     P = softmax(torch.bmm(Xt, theta))
     g = torch.bmm(Xt.transpose(1, 2), P - Y) / Xt.shape[1]
-    g[:, :-1] += l2 * theta[:, :-1]
+    _penalised(g, intercept).add_(l2 * _penalised(theta, intercept))
     return g
 
 
-def _hessian(Xt: torch.Tensor, theta: torch.Tensor, l2: float) -> torch.Tensor:
+def _hessian(Xt: torch.Tensor, theta: torch.Tensor, l2: float, intercept: bool = False) -> torch.Tensor:
     """[K, DC, DC] Hessian, (1/n) sum_i x_i x_i^T (x) (diag p_i - p_i p_i^T) + l2 on W entries.
 
     Block (c, c') is X^T diag(p_c (delta_cc' - p_c')) X / n. The blocks are symmetric in (c, c') and each
@@ -53,8 +63,10 @@ def _hessian(Xt: torch.Tensor, theta: torch.Tensor, l2: float) -> torch.Tensor:
     B[:, s, r] = pairs
     B[:, :-1, -1] = -B[:, :-1, :-1].sum(2)
     B[:, -1] = -B[:, :-1].sum(1)
-    B.diagonal(dim1=3, dim2=4).add_(1.0 / C)  # the null-direction term, on each feature's (d, d) entries
-    B.diagonal(dim1=1, dim2=2).diagonal(dim1=1, dim2=2)[..., :-1].add_(l2)  # [K, C, D]: W entries only
+    if not intercept:  # with the intercept penalised, H >= l2*I and there is no null direction to fix
+        B.diagonal(dim1=3, dim2=4).add_(1.0 / C)  # the null-direction term, on each feature's (d, d) entries
+    diagonal = B.diagonal(dim1=1, dim2=2).diagonal(dim1=1, dim2=2)  # [K, C, D]
+    (diagonal if intercept else diagonal[..., :-1]).add_(l2)
     return B.permute(0, 3, 1, 4, 2).reshape(K, D * C, D * C)
 
 
@@ -63,7 +75,7 @@ def gradient(X: torch.Tensor, y: torch.Tensor, params: Params, l2: float) -> Par
     W, b = params
     theta = torch.cat([W, b.unsqueeze(1)], dim=1)
     Y = torch.nn.functional.one_hot(y, W.shape[-1]).to(W.dtype)
-    g = _gradient(_design(X.to(W.dtype)), Y, theta, l2)
+    g = _gradient(design(X.to(W.dtype)), Y, theta, l2)
     return [g[:, :-1], g[:, -1]]
 
 
@@ -80,28 +92,39 @@ def fit_logreg(
     Returns [W [K,d,C], b [K,C]] (b centred) once every model's gradient norm is <= tol; raises
     RuntimeError otherwise. Line search (Armijo) makes it safe for weak regularisation.
     """
-    Xt = _design(X.to(torch.float64))
+    Xt = design(X.to(torch.float64))
     Y = torch.nn.functional.one_hot(y, n_classes).to(Xt.dtype)
+    theta = solve(Xt, Y, l2, intercept=False, tol=tol, max_iter=max_iter)
+    return [theta[:, :-1].clone(), theta[:, -1] - theta[:, -1].mean(-1, keepdim=True)]
+
+
+def solve(
+    Xt: torch.Tensor, Y: torch.Tensor, l2: float, *, intercept: bool, tol: float, max_iter: int
+) -> torch.Tensor:
+    """theta [K, D, C] with gradient norm <= tol for every model: damped Newton with Armijo backtracking.
+
+    ``Xt`` carries the constant column last; ``intercept`` says whether the L2 term covers it.
+    Raises RuntimeError, naming the worst gradient norm, when some model has not converged.
+    """
     K, _, D = Xt.shape
-    theta = torch.zeros(K, D, n_classes, dtype=Xt.dtype, device=Xt.device)
+    theta = torch.zeros(K, D, Y.shape[-1], dtype=Xt.dtype, device=Xt.device)
     for _ in range(max_iter):
-        g = _gradient(Xt, Y, theta, l2)
+        g = _gradient(Xt, Y, theta, l2, intercept)
         active = g.flatten(1).norm(dim=1) > tol
         if not active.any():
-            b = theta[:, -1] - theta[:, -1].mean(-1, keepdim=True)
-            return [theta[:, :-1].clone(), b]
-        step = torch.linalg.solve(_hessian(Xt, theta, l2), g.reshape(K, -1)).reshape(g.shape)
-        f0 = _objective(Xt, Y, theta, l2)
+            return theta
+        step = torch.linalg.solve(_hessian(Xt, theta, l2, intercept), g.reshape(K, -1)).reshape(g.shape)
+        f0 = _objective(Xt, Y, theta, l2, intercept)
         decrease = _ARMIJO * (g * step).sum((1, 2))
         slack = 1e-13 * (1.0 + f0.abs())
         t = torch.ones(K, dtype=Xt.dtype, device=Xt.device)
         for _ in range(_MAX_HALVINGS):
-            ok = _objective(Xt, Y, theta - t[:, None, None] * step, l2) <= f0 - t * decrease + slack
+            ok = _objective(Xt, Y, theta - t[:, None, None] * step, l2, intercept) <= f0 - t * decrease + slack
             if ok.all():
                 break
             t = torch.where(ok, t, t / 2)
         theta = torch.where(active[:, None, None], theta - t[:, None, None] * step, theta)
-    norms = _gradient(Xt, Y, theta, l2).flatten(1).norm(dim=1)
+    norms = _gradient(Xt, Y, theta, l2, intercept).flatten(1).norm(dim=1)
     raise RuntimeError(
         f"Newton did not converge in {max_iter} iterations: gradient norms up to "
         f"{norms.max().item():.3g} > tol={tol:g} for {int((norms > tol).sum())} of {K} models"

@@ -76,11 +76,11 @@ def test_separable_data_without_penalty_fails_loudly():
 @pytest.mark.parametrize("n_classes", [2, 3, 5])
 def test_hessian_matches_autograd(n_classes):
     """The block-assembled Hessian equals autograd's, plus the documented null-direction term I_D ⊗ 11ᵀ/C."""
-    from arena.engine.newton import _design, _hessian, _objective
+    from arena.engine.newton import design, _hessian, _objective
 
     g = torch.Generator().manual_seed(n_classes)
     K, n, d, l2 = 2, 15, 3, 0.3
-    Xt = _design(torch.randn(K, n, d, generator=g, dtype=torch.float64))
+    Xt = design(torch.randn(K, n, d, generator=g, dtype=torch.float64))
     Y = torch.nn.functional.one_hot(torch.randint(0, n_classes, (K, n), generator=g), n_classes).double()
     theta = torch.randn(K, d + 1, n_classes, generator=g, dtype=torch.float64)
     null = torch.kron(torch.eye(d + 1, dtype=torch.float64), torch.full((n_classes, n_classes), 1.0 / n_classes))

@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from arena.engine.output_perturbation import clip_rows, fit_penalised, l2_sensitivity, with_constant
+from arena.engine.newton import design
+from arena.engine.output_perturbation import clip_rows, fit_penalised, l2_sensitivity
 
 
 def test_sensitivity_by_hand():
@@ -32,7 +33,7 @@ def _objective(X, y, theta, l2):
 def test_solver_reaches_the_penalised_optimum():
     g = torch.Generator().manual_seed(0)
     K, n, d, C, l2 = 3, 40, 4, 3, 0.05
-    X = with_constant(torch.rand(K, n, d, generator=g, dtype=torch.float64))
+    X = design(torch.rand(K, n, d, generator=g, dtype=torch.float64))
     y = torch.randint(0, C, (K, n), generator=g)
     theta = fit_penalised(X, y, C, l2, tol=1e-11)
     for k in range(K):
@@ -51,8 +52,8 @@ def test_neighbouring_optima_stay_within_the_bound():
     K = len(corners) * C
     X = torch.cat([base.expand(K, -1, -1), corners.repeat_interleave(C, 0)[:, None]], 1)
     y = torch.cat([labels.expand(K, -1), torch.arange(C).repeat(len(corners))[:, None]], 1)
-    without = fit_penalised(with_constant(base)[None], labels[None], C, l2)
-    with_one = fit_penalised(with_constant(X), y, C, l2)
+    without = fit_penalised(design(base)[None], labels[None], C, l2)
+    with_one = fit_penalised(design(X), y, C, l2)
     moved = (with_one - without).flatten(1).norm(dim=1)
     bound = l2_sensitivity(n + 1, l2, R, 1e-10)  # what the defense uses for the larger set, the tighter one
     assert (moved <= bound).all()

@@ -8,7 +8,8 @@ import torch
 from arena.defense import FitTask
 from arena.engine import rng
 from arena.engine.laplace import laplace
-from arena.engine.output_perturbation import clip_rows, fit_penalised, with_constant
+from arena.engine.newton import design
+from arena.engine.output_perturbation import clip_rows, fit_penalised
 from arena.engine.trainer import Recipe
 from arena.models import Architecture
 from arena_plugins.defenses import OutputPerturbation, OutputPerturbationParams
@@ -34,7 +35,7 @@ def test_release_is_optimum_plus_laplace_at_the_hand_computed_scale():
     # by hand: L = sqrt(2) sqrt(R² + 1), Δ₂ = 2L/(nλ) + 2 tol/λ, P = (4 + 1) * 3 = 15, b = sqrt(P) Δ₂ / ε
     delta2 = 2 * math.sqrt(2) * math.sqrt(R**2 + 1) / (20 * 0.1) + 2 * 1e-10 / 0.1
     b = math.sqrt(15) * delta2 / eps
-    theta = fit_penalised(with_constant(clip_rows(task.X.double(), R)), task.y, 3, 0.1)
+    theta = fit_penalised(design(clip_rows(task.X.double(), R)), task.y, 3, 0.1)
     noise = laplace(task.train_seeds, rng.stream(rng.Purpose.NOISE), (5, 3), b)
     W, bias = fit.params
     torch.testing.assert_close(W, theta[:, :4] + noise[:, :4])

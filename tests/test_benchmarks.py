@@ -1,0 +1,73 @@
+"""The benchmark harness: the timing protocol, the ratio arithmetic, and a well-formed results.md.
+
+Speed is not asserted (the figures depend on the machine); what must hold is that every figure is the median of
+its per-repeat ratios, sits next to its target with a verdict consistent with it, and that results.md carries
+the machine, the command and every pair that ran.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+
+import pytest
+
+from benchmarks.__main__ import main
+from benchmarks.timing import Check, Timings, compare, ratio
+
+
+def test_compare_rotates_the_order_and_warms_up_untimed():
+    calls: list[tuple[str, int]] = []
+    contenders = {name: (lambda r, name=name: calls.append((name, r)) or name) for name in "ABC"}
+    t = compare(contenders, repeats=3)
+    assert calls[:3] == [("A", -1), ("B", -1), ("C", -1)]  # warm-up, not timed
+    assert [name for name, _ in calls[3:]] == list("ABC" "BCA" "CAB")
+    assert all(len(t.seconds[n]) == 3 and all(s >= 0 for s in t.seconds[n]) for n in "ABC")
+    assert t.results["B"] == ["B", "B", "B"]
+    scaled = compare({"A": lambda r: None}, repeats=2, warmup=False, scale={"A": 0.0})
+    assert scaled.seconds["A"] == [0.0, 0.0]
+
+
+def test_ratio_is_the_median_of_per_repeat_ratios():
+    t = Timings({"slow": [10.0, 30.0, 8.0], "fast": [1.0, 2.0, 4.0]}, {})
+    check = ratio("slow / fast", t, "slow", "fast", target=5.0)
+    assert check.per_repeat == (10.0, 15.0, 2.0)
+    assert check.value == 10.0 and check.passed  # not the ratio of medians (10 / 2 = 5) nor of means
+    at_most = ratio("fast / slow", t, "fast", "slow", target=0.1, op="<=")
+    assert at_most.value == pytest.approx(0.1) and at_most.passed
+    assert not Check("x", 1.6, 1.5, "<=").passed and Check("x", 1.5, 1.5, "<=").passed
+
+
+def _floats(cells: str) -> list[float]:
+    return [float(x) for x in re.findall(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?", cells)]
+
+
+def test_quick_run_of_the_pure_python_pairs_writes_a_well_formed_results_file(tmp_path):
+    out = tmp_path / "results.md"
+    assert main(["--quick", "--only", "a,b", "--repeats", "2", "--out", str(out)]) == 0
+    text = out.read_text(encoding="utf-8")
+    assert "`python -m benchmarks --quick --only a,b --repeats 2 --out" in text
+    for row in ("| CPU |", "| cores |", "| RAM |", "| torch threads |", "| load average at start"):
+        assert row in text
+    assert re.search(r"torch \d+\.\d+", text) and re.search(r"opacus \d+\.\d+", text)
+    assert "## a. " in text and "## b. " in text and "## c. " not in text
+
+    summary = text.split("## Summary")[1].split("\n## ")[0]
+    rows = [line for line in summary.splitlines() if re.match(r"\| [ab] \|", line)]
+    assert len(rows) == 7  # a: 2 MLP + 3 logistic-regression ratios; b: one per model count
+    checks = re.findall(r"^\| (.+?) \| ([^|]+) \| \*\*([^|*]+)×\*\* \| (>=|<=) ([^|]+)× \| (PASS|\*\*MISS\*\*) \|$",
+                        text, flags=re.M)
+    assert len(checks) == len(rows)
+    for name, per_repeat, median, op, target, verdict in checks:
+        values = _floats(per_repeat)
+        assert len(values) == 2
+        assert float(median) == pytest.approx(statistics.median(values), rel=0.01)
+        passed = float(median) >= float(target) if op == ">=" else float(median) <= float(target)
+        assert verdict == ("PASS" if passed else "**MISS**"), name
+        if not passed:
+            explanation = re.search(rf"\*\*Missed: {re.escape(name)}\.\*\* (.+)", text)
+            assert explanation and "No explanation" not in explanation.group(1)
+    for table in re.findall(r"\| contender \|.*?\n\n", text, flags=re.S):
+        for line in table.splitlines()[2:]:
+            *repeats, median = _floats(line.split("|", 2)[2])
+            assert len(repeats) == 2 and median == pytest.approx(statistics.median(repeats), rel=0.02)
