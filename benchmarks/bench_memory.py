@@ -19,6 +19,11 @@ from benchmarks.timing import Check, Section
 
 GIB = 1024**3
 POOL_TARGET_GIB = 2.0
+POOL_MISSED = (
+    "One call holds every model's training set ([K, 101, 64] float32) and each step's activations, logits and "
+    "deltas for all K models at once. What would close it: train the pool in chunks of models (the counter "
+    "RNG makes every model's result independent of its batch, so chunking changes no number)."
+)
 
 
 def train_pool(k: int, epochs: int) -> dict[str, float]:
@@ -76,7 +81,7 @@ def run(quick: bool, repeats: int) -> Section:
         f"shadow pool of {k:,}: training time": f"{pool['seconds']:.1f} s",
     })
     section.checks.append(Check(f"shadow pool of {k:,} models, peak RSS", pool["peak"] / GIB, POOL_TARGET_GIB, "<=",
-                                " GiB"))
+                                " GiB", why_missed=POOL_MISSED))
     return section
 
 

@@ -16,6 +16,13 @@ from benchmarks.data import random_subsets
 from benchmarks.timing import Section, Table, compare, ratio
 
 TARGET = 3.0
+MISSED = (
+    "Opacus draws its noise with torch.normal (~70 µs for the 19,210 parameters here) while the arena's "
+    "counter RNG costs several times that per step (see b): the price of models that train identically alone "
+    "or in any batch. Per model and step the arena does less other work than Opacus (no hooks, no per-sample "
+    "gradient tensors, ghost norms from the deltas it already has), which is why it wins once the RNG's "
+    "fixed costs are shared by many models (last row). What would close it: the fused RNG kernel of b."
+)
 
 
 def opacus_trainer(X: torch.Tensor, y: torch.Tensor, mode: str) -> Callable[[int], None]:
@@ -85,8 +92,8 @@ def run(quick: bool, repeats: int) -> Section:
     )
     section.tables.append(Table("one model; seconds per epoch", t, "s/epoch"))
     section.checks += [
-        ratio("Opacus hooks / arena, one model", t, "Opacus hooks", arena, TARGET),
-        ratio("Opacus ghost / arena, one model", t, "Opacus ghost", arena, TARGET),
+        ratio("Opacus hooks / arena, one model", t, "Opacus hooks", arena, TARGET, why_missed=MISSED),
+        ratio("Opacus ghost / arena, one model", t, "Opacus ghost", arena, TARGET, why_missed=MISSED),
     ]
     K = sizes.models[-1]
     Xk, yk = random_subsets("digits", sizes.n, K)
@@ -102,5 +109,6 @@ def run(quick: bool, repeats: int) -> Section:
     )
     section.tables.append(Table(f"arena with {K} models per call vs Opacus; seconds per epoch per model", tk,
                                 "s/epoch/model"))
-    section.checks.append(ratio(f"Opacus ghost / arena K={K}, per model", tk, "Opacus ghost", batched, TARGET))
+    section.checks.append(ratio(f"Opacus ghost / arena K={K}, per model", tk, "Opacus ghost", batched, TARGET,
+                                why_missed=MISSED))
     return section

@@ -103,9 +103,11 @@ class TreeSampler:
         return Memory(self.pss, self.rss, self.largest, self.processes, self.samples)
 
 
-def run_command(command: list[str], sample_memory: bool = False) -> Memory | None:
-    """Run ``command`` from the repository root to completion; raise with its output if it failed."""
-    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+def run_command(command: list[str], sample_memory: bool = False, env: dict[str, str] | None = None) -> Memory | None:
+    """Run ``command`` from the repository root to completion (``env`` added to this process's environment);
+    raise with its output if it failed."""
+    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env={**os.environ, **(env or {})}) as proc:
         if sample_memory:
             with TreeSampler(proc.pid) as sampler:
                 output, _ = proc.communicate()

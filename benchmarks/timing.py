@@ -107,4 +107,3 @@ class Section:
     tables: list[Table] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
     figures: dict[str, str] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)

@@ -68,6 +68,6 @@ def test_quick_run_of_the_pure_python_pairs_writes_a_well_formed_results_file(tm
             explanation = re.search(rf"\*\*Missed: {re.escape(name)}\.\*\* (.+)", text)
             assert explanation and "No explanation" not in explanation.group(1)
     for table in re.findall(r"\| contender \|.*?\n\n", text, flags=re.S):
-        for line in table.splitlines()[2:]:
+        for line in filter(None, table.splitlines()[2:]):
             *repeats, median = _floats(line.split("|", 2)[2])
             assert len(repeats) == 2 and median == pytest.approx(statistics.median(repeats), rel=0.02)

@@ -57,19 +57,38 @@ def _words(values: torch.Tensor) -> torch.Tensor:
     return values.to(torch.uint32).view(torch.int32)
 
 
-def _bits32(seeds: torch.Tensor, stream_id: int, n: int) -> torch.Tensor:
+class Keys:
+    """Model seeds prepared for drawing: the stream-independent part of each model's two hash keys, derived once.
+
+    Every function here takes raw int64 seeds [K] or Keys. A loop drawing from a new stream every step (the
+    trainer) passes Keys, so that each draw only mixes in its stream id: at K=1 the key derivation, a few dozen
+    tiny tensor operations, is a large part of a draw's cost.
+    """
+
+    def __init__(self, seeds: torch.Tensor) -> None:
+        seeds = seeds.to(torch.int64)
+        lo, hi = _words(seeds & _MASK), _words((seeds >> 32) & _MASK)
+        salts = _words(torch.tensor([[0x9E3779B9], [0x85EBCA6B]], device=seeds.device))
+        self.words = _mix_(_mix_(lo ^ salts) ^ hi)  # [2, K]
+
+    def __len__(self) -> int:
+        return self.words.shape[1]
+
+
+Seeds = torch.Tensor | Keys
+
+
+def _bits32(seeds: Seeds, stream_id: int, n: int) -> torch.Tensor:
     """[K, n] hashes of counters 0..n-1 as int32 storage of unsigned 32-bit words (see `bits`)."""
     if n > 1 << 31:
         raise ValueError("at most 2**31 draws per stream")
-    seeds = seeds.to(torch.int64)
-    lo, hi = _words(seeds & _MASK), _words((seeds >> 32) & _MASK)
-    salts = _words(torch.tensor([[0x9E3779B9], [0x85EBCA6B]], device=seeds.device))
-    keys = _mix_(_mix_(_mix_(lo ^ salts) ^ hi) ^ stream_id).unsqueeze(-1)  # [2, K, 1]
-    counters = torch.arange(n, dtype=torch.int32, device=seeds.device)
+    words = (seeds if isinstance(seeds, Keys) else Keys(seeds)).words
+    keys = _mix_(words ^ stream_id).unsqueeze(-1)  # [2, K, 1]
+    counters = torch.arange(n, dtype=torch.int32, device=words.device)
     return _mix_(_mix_(counters ^ keys[0]).bitwise_xor_(keys[1]))
 
 
-def bits(seeds: torch.Tensor, stream_id: int, n: int) -> torch.Tensor:
+def bits(seeds: Seeds, stream_id: int, n: int) -> torch.Tensor:
     """[K, n] 32-bit hashes (in int64) of counters 0..n-1; distinct within a row, no ties."""
     return _bits32(seeds, stream_id, n).view(torch.uint32).to(torch.int64)
 
@@ -79,7 +98,7 @@ def _shape(shape: int | tuple[int, ...]) -> tuple[int, ...]:
 
 
 def uniform(
-    seeds: torch.Tensor,
+    seeds: Seeds,
     stream_id: int,
     shape: int | tuple[int, ...],
     dtype: torch.dtype = torch.float32,
@@ -96,7 +115,7 @@ def uniform(
 
 
 def normal(
-    seeds: torch.Tensor,
+    seeds: Seeds,
     stream_id: int,
     shape: int | tuple[int, ...],
     dtype: torch.dtype = torch.float32,
@@ -112,7 +131,7 @@ def normal(
 
 
 def bernoulli(
-    seeds: torch.Tensor, stream_id: int, shape: int | tuple[int, ...], p: float
+    seeds: Seeds, stream_id: int, shape: int | tuple[int, ...], p: float
 ) -> torch.Tensor:
     """[K, *shape] booleans, True with probability p (to within 2**-32), independent of dtype."""
     shape = _shape(shape)
@@ -120,6 +139,6 @@ def bernoulli(
     return (bits(seeds, stream_id, math.prod(shape)) < threshold).reshape(len(seeds), *shape)
 
 
-def permutation(seeds: torch.Tensor, stream_id: int, n: int) -> torch.Tensor:
+def permutation(seeds: Seeds, stream_id: int, n: int) -> torch.Tensor:
     """[K, n] independent random permutations of 0..n-1 (argsort of distinct hashes)."""
     return torch.argsort(bits(seeds, stream_id, n), dim=1)

@@ -83,7 +83,7 @@ def _poisson_batch(
 
 
 def _batches(
-    X: torch.Tensor, y: torch.Tensor, recipe: Recipe, seeds: torch.Tensor
+    X: torch.Tensor, y: torch.Tensor, recipe: Recipe, seeds: rng.Keys
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Non-private batches: the whole set, or a fresh per-model shuffle each epoch cut into B."""
     n = X.shape[1]
@@ -102,7 +102,7 @@ def _sgd_gradients(
     X: torch.Tensor,
     y: torch.Tensor,
     recipe: Recipe,
-    seeds: torch.Tensor,
+    seeds: rng.Keys,
 ) -> Iterator[Params]:
     """Mean cross-entropy gradient of each non-private batch, at `params` as updated in place."""
     for Xb, yb in _batches(X, y, recipe, seeds):
@@ -117,7 +117,7 @@ def _dp_gradients(
     X: torch.Tensor,
     y: torch.Tensor,
     recipe: Recipe,
-    seeds: torch.Tensor,
+    seeds: rng.Keys,
     dp: DPNoise,
 ) -> Iterator[Params]:
     """Clipped, noised, Poisson-sampled gradient of each DP-SGD step, at `params` as updated."""
@@ -163,7 +163,7 @@ def train(
         params = init_params(arch, init_seeds, X.dtype, X.device)
     params = [p.detach().clone() for p in params]
     X, y = X.contiguous(), y.contiguous()  # once, so batch gathers never copy the whole set
-    seeds = train_seeds.to(X.device)
+    seeds = rng.Keys(train_seeds.to(X.device))  # derived once, not once per step's draws
     if dp is None:
         gradients = _sgd_gradients(arch, params, X, y, recipe, seeds)
     else:

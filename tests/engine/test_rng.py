@@ -88,3 +88,14 @@ def test_bits_equal_plain_32_bit_integer_reference():
         a = _lowbias32(_lowbias32(_lowbias32(lo ^ 0x9E3779B9) ^ hi) ^ stream_id)
         b = _lowbias32(_lowbias32(_lowbias32(lo ^ 0x85EBCA6B) ^ hi) ^ stream_id)
         assert row == [_lowbias32(_lowbias32(c ^ a) ^ b) for c in range(50)]
+
+
+def test_prepared_keys_draw_exactly_what_raw_seeds_draw():
+    keys = rng.Keys(SEEDS)
+    assert len(keys) == len(SEEDS)
+    for stream_id in (rng.stream(rng.Purpose.NOISE, 0), rng.stream(rng.Purpose.POISSON, 77)):
+        assert torch.equal(rng.bits(keys, stream_id, 33), rng.bits(SEEDS, stream_id, 33))
+        assert torch.equal(rng.normal(keys, stream_id, (3, 5)), rng.normal(SEEDS, stream_id, (3, 5)))
+        assert torch.equal(rng.bernoulli(keys, stream_id, 40, 0.3), rng.bernoulli(SEEDS, stream_id, 40, 0.3))
+        assert torch.equal(rng.permutation(keys, stream_id, 40), rng.permutation(SEEDS, stream_id, 40))
+    assert torch.equal(rng.bits(keys, 5, 8), rng.bits(keys, 5, 8))  # drawing leaves the prepared keys unchanged
