@@ -80,7 +80,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     for path, scenario in p.scenarios:
         store.write_text(f"scenarios/{scenario.name}.yaml", Path(path).read_text(encoding="utf-8"))
     try:
-        tournament.run(p, store, serial=args.serial, workers=args.workers, address=args.address)
+        written = tournament.run(p, store, serial=args.serial, workers=args.workers, address=args.address)
     except KeyboardInterrupt:
         print("interrupted: finished matchups are kept; re-run the same command to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -94,8 +94,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"{len(rows)} matchups: {counts['ok']} ok, {counts['skipped']} skipped, {counts['failed']} failed; "
           f"results in {store.results_path}")
     print(f"DP audit: {len(audit.membership)} membership matchups against a claimed (ε, δ), "
-          f"{len(audit.violations)} violation(s)")
-    if not args.no_report:
+          f"{len(audit.violations)} violation(s)"
+          + (f"; {len(audit.missing_arrays)} not auditable (no saved scores)" if audit.missing_arrays else ""))
+    report = store.root / "report" / "index.html"
+    if not args.no_report and not written and report.exists():
+        print(f"report: {report} (no new results since it was written)")
+    elif not args.no_report:
         from arena.report.html import write_report
 
         print(f"report: {write_report(store.root)}")

@@ -92,3 +92,16 @@ def test_rerun_of_a_finished_run_plays_nothing(tmp_path: Path, tiny_scenario: Pa
     assert pending(p, store) == []
     assert run(p, store, serial=True) == []
     assert os.path.getsize(store.results_path) > 0
+
+
+def test_cli_rerun_keeps_the_report_it_already_wrote(tmp_path: Path, tiny_scenario: Path, capsys) -> None:
+    from arena.cli import main
+
+    out = tmp_path / "run"
+    assert main(["run", str(tiny_scenario), "--out", str(out), "--serial"]) == 0
+    report = out / "report" / "index.html"
+    written = report.stat().st_mtime_ns
+    capsys.readouterr()
+    assert main(["run", str(tiny_scenario), "--out", str(out), "--serial"]) == 0
+    assert "no new results since it was written" in capsys.readouterr().out
+    assert report.stat().st_mtime_ns == written
