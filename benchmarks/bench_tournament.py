@@ -18,7 +18,7 @@ WORKERS_TARGET, RERUN_TARGET = 1.6, 20.0
 IMPORTS = "import torch, sklearn.linear_model, scipy.stats, matplotlib.pyplot"
 WORKERS_MISSED = (
     "Amdahl, on 2 cores. (1) Costs paid once and not in parallel: the fixed cost of any run (the re-run's "
-    "time: imports, planning, leaderboard, DP audit, report) and Ray's start; together they cap the speed-up "
+    "time: imports, planning, leaderboard, DP audit) and Ray's start; together they cap the speed-up "
     "at the bound above. (2) Each Ray worker is a fresh process that imports torch and scikit-learn again "
     "(the import figure) before its first matchup, and the driver and raylet share the same 2 cores. (3) The "
     "shadow-model attack and LiRA share one cached shadow pool per release, trained once under a "
@@ -29,12 +29,12 @@ WORKERS_MISSED = (
     "and cut the fixed cost (see the re-run); on more cores, with more releases than cores, the ratio grows."
 )
 RERUN_MISSED = (
-    "A re-run trains nothing but still pays the fixed cost above: importing torch, scikit-learn, scipy and "
-    "matplotlib (figure above), planning the scenario, rebuilding the leaderboard and the DP audit, and "
-    "rendering the report's figures again (about 1 s in a cProfile of one re-run here). What would close it "
-    "(outside the engine): import scikit-learn, scipy.stats and matplotlib only where a matchup or report "
-    "needs them, and skip re-writing the report when results.jsonl has not changed since it was written, "
-    "which would bring a re-run to about the cost of importing torch and planning (~2 s) and the ratio past 20×."
+    "A re-run trains nothing and keeps an up-to-date report, but still pays the fixed cost above, nearly all "
+    "of it imports (the import figure: torch, scikit-learn, scipy and matplotlib), then planning, the "
+    "leaderboard and the DP audit. What would close it (outside the engine): import scikit-learn, scipy.stats "
+    "and matplotlib only where a matchup or the report needs them (arena/metrics.py pulls scikit-learn in at "
+    "start-up: ~1.5 s in a cProfile of one re-run here), leaving torch (~1.4 s) and planning: a re-run of "
+    "~2 s and a ratio past 20×."
 )
 RAY_START = (
     "import ray; ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, "
@@ -65,8 +65,8 @@ def run(quick: bool, repeats: int) -> Section:
         "Wall time of the whole command, from a fresh run directory each time, "
         f"`arena run {SCENARIO.relative_to(ROOT)} --out DIR --workers 2` vs `... --serial` (in-process, one "
         "matchup after another); then the same `--workers 2` command again on the run directory it just "
-        "finished (every matchup already in results.jsonl: nothing is trained; the leaderboard, the DP audit "
-        "and the report are written again). Each command is a fresh process, so import and Ray start-up "
+        "finished (every matchup already in results.jsonl: nothing is trained; the leaderboard and the DP audit "
+        "are computed again, the report kept when up to date). Each command is a fresh process, so import and Ray start-up "
         "costs are included, as a user pays them."
         + (" Quick mode: one seed, 2 epochs, 4 shadow models." if quick else ""),
     )
@@ -113,7 +113,7 @@ def run(quick: bool, repeats: int) -> Section:
         "`--serial` with one torch thread (OMP_NUM_THREADS=1), one run": f"{one_thread:.1f} s",
         "Ray start + shutdown alone (python -c 'ray.init(num_cpus=2); ray.shutdown()')": f"{ray:.1f} s",
         f"importing alone (python -c '{IMPORTS}')": f"{statistics.median(import_cost):.1f} s",
-        "fixed cost of any `arena run` (the re-run: imports, plan, leaderboard, audit, report)": f"{overhead:.1f} s",
+        "fixed cost of any `arena run` (the re-run: imports, plan, leaderboard, audit; report kept when up to date)": f"{overhead:.1f} s",
         "serial time spent on matchups (serial − re-run)": f"{work:.1f} s",
         "best possible with 2 workers (fixed cost + Ray start + matchups / 2)":
             f"{overhead + ray + work / 2:.1f} s, i.e. at most {t.median(serial) / (overhead + ray + work / 2):.2f}× "
