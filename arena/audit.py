@@ -165,20 +165,26 @@ class ReconstructionAudit:
 ArrayLoader = Callable[[str], Mapping[str, Any] | None]
 
 
+def _claimed(row: dict[str, Any]) -> tuple[float, float]:
+    """The (ε, δ) a row's defense achieved and claims."""
+    return float(row["claim"]["epsilon"]), float(row["claim"]["delta"])
+
+
+def _identity(row: dict[str, Any]) -> dict[str, Any]:
+    """The columns that name a matchup in every audit record."""
+    return {"key": row["key"], "track": row["track"], "defense_label": row["defense_label"],
+            "attack": row["attack_label"], "seed": row["seed"]}
+
+
 def audit_membership(row: dict[str, Any], arrays: Mapping[str, Any]) -> MembershipAudit:
     """Audit one ok membership row whose defense claims (ε, δ), from its saved scores and is_member arrays."""
-    claim = row["claim"]
-    eps, delta = float(claim["epsilon"]), float(claim["delta"])
+    eps, delta = _claimed(row)
     metrics = row.get("metrics") or {}
     scores = np.asarray(arrays["scores"], dtype=np.float64)
     is_member = np.asarray(arrays["is_member"]).astype(bool)
     tprs = tuple((level, metrics.get(tpr_key(level)), tpr_bound(eps, delta, level)) for level in FPR_LEVELS)
     return MembershipAudit(
-        key=row["key"],
-        track=row["track"],
-        defense_label=row["defense_label"],
-        attack=row["attack_label"],
-        seed=row["seed"],
+        **_identity(row),
         claimed_epsilon=eps,
         delta=delta,
         advantage=metrics.get("advantage"),
@@ -193,17 +199,12 @@ def audit_reconstruction(row: dict[str, Any]) -> ReconstructionAudit | None:
     metrics = row.get("metrics") or {}
     if metrics.get("kappa") is None or metrics.get("success_rate") is None or not metrics.get("n_targets"):
         return None
-    claim = row["claim"]
-    eps, delta = float(claim["epsilon"]), float(claim["delta"])
+    eps, delta = _claimed(row)
     n = int(metrics["n_targets"])
     rate = float(metrics["success_rate"])
     low, _ = clopper_pearson(round(rate * n), n)
     return ReconstructionAudit(
-        key=row["key"],
-        track=row["track"],
-        defense_label=row["defense_label"],
-        attack=row["attack_label"],
-        seed=row["seed"],
+        **_identity(row),
         claimed_epsilon=eps,
         delta=delta,
         kappa=float(metrics["kappa"]),

@@ -36,6 +36,17 @@ class NonPrivate(Defense):
         return Fit(params, None)
 
 
+class EpsilonSweep(Defense):
+    """A DP defense whose scenario entry lists target budgets (``epsilons``): one configuration per ε."""
+
+    @classmethod
+    def expand(cls, params: BaseModel) -> list[BaseModel]:
+        return [params.model_copy(update={"epsilons": [eps]}) for eps in params.epsilons]
+
+    def target_epsilon(self) -> float:
+        return self.params.epsilons[0]
+
+
 class DPSGDParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     epsilons: list[PositiveFloat] = Field(min_length=1, description="one configuration per target ε")
@@ -44,19 +55,12 @@ class DPSGDParams(BaseModel):
     accountant: Literal["rdp", "pld"] = "rdp"
 
 
-class DPSGD(Defense):
+class DPSGD(EpsilonSweep):
     """DP-SGD with Poisson sampling at q = B/N, clipping to C, noise σC on the clipped sum; σ from the accountant."""
 
     name = "dpsgd"
     Params = DPSGDParams
     params: DPSGDParams
-
-    @classmethod
-    def expand(cls, params: DPSGDParams) -> list[BaseModel]:
-        return [params.model_copy(update={"epsilons": [eps]}) for eps in params.epsilons]
-
-    def target_epsilon(self) -> float:
-        return self.params.epsilons[0]
 
     def target_delta(self) -> float:
         return self.params.delta
@@ -94,7 +98,7 @@ class OutputPerturbationParams(BaseModel):
     )
 
 
-class OutputPerturbation(Defense):
+class OutputPerturbation(EpsilonSweep):
     """Pure ε-DP logistic regression: exact L2-regularised optimum plus Laplace noise (Chaudhuri et al. 2011).
 
     Features are clipped to norm R, the intercept is penalised like the weights (an unpenalised coordinate has
@@ -107,13 +111,6 @@ class OutputPerturbation(Defense):
     Params = OutputPerturbationParams
     params: OutputPerturbationParams
     tol = 1e-10
-
-    @classmethod
-    def expand(cls, params: OutputPerturbationParams) -> list[BaseModel]:
-        return [params.model_copy(update={"epsilons": [eps]}) for eps in params.epsilons]
-
-    def target_epsilon(self) -> float:
-        return self.params.epsilons[0]
 
     def target_delta(self) -> float:
         return 0.0

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+import torch
 from pydantic import BaseModel
 
 from arena.attack import Attack, Capability
@@ -34,6 +35,10 @@ class Game:
         self.spec = spec
         self.dataset = dataset
         self.seed = seed
+
+    def records(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Features and labels of the dataset rows ``idx`` as tensors."""
+        return torch.from_numpy(self.dataset.X[idx]), torch.from_numpy(self.dataset.y[idx]).long()
 
     @classmethod
     def problems(cls, spec: BaseModel, dataset: Dataset) -> list[tuple[str, str]]:

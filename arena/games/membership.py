@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from arena.attack import Attack, MembershipGuess
 from arena.data import derive_seed, permutation
@@ -40,21 +39,18 @@ class MembershipGame(Game):
     def train_size(cls, spec: MembershipGameSpec) -> int:
         return spec.members
 
-    def _tensors(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.from_numpy(self.dataset.X[idx]), torch.from_numpy(self.dataset.y[idx]).long()
-
     def release(self, procedure: TrainingProcedure) -> Release:
-        X, y = self._tensors(self.members)
+        X, y = self.records(self.members)
         models, claim = procedure(
             X[None], y[None], [derive_seed(self.seed, "release-init")], [derive_seed(self.seed, "release-train")]
         )
-        Xt, yt = self._tensors(self.test)
+        Xt, yt = self.records(self.test)
         return Release(models=models, utility=float(models.accuracy(Xt, yt)[0]), claim=claim)
 
     def view(self, attack: Attack, release: Release, procedure: TrainingProcedure) -> View:
         """What ``attack`` may see: the challenge records (features and class labels, never membership)."""
-        cX, cy = self._tensors(self.challenge)
-        pX, py = self._tensors(self.population)
+        cX, cy = self.records(self.challenge)
+        pX, py = self.records(self.population)
         return View(
             attack.name,
             attack.threat_model,

@@ -103,24 +103,21 @@ class ReconstructionGame(Game):
     def train_size(cls, spec: ReconstructionGameSpec) -> int:
         return spec.fixed + 1
 
-    def _tensors(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.from_numpy(self.dataset.X[idx]), torch.from_numpy(self.dataset.y[idx]).long()
-
     def release(self, procedure: TrainingProcedure) -> Release:
         """Model k trained on D⁻ followed by target k, all K = targets models in one call."""
-        fX, fy = self._tensors(self.fixed)
-        tX, ty = self._tensors(self.targets)
+        fX, fy = self.records(self.fixed)
+        tX, ty = self.records(self.targets)
         K = len(self.targets)
         X = torch.cat([fX.expand(K, -1, -1), tX[:, None]], dim=1)
         y = torch.cat([fy.expand(K, -1), ty[:, None]], dim=1)
         models, claim = procedure(X, y, self.init_seeds, self.train_seeds)
-        Xt, yt = self._tensors(self.test)
+        Xt, yt = self.records(self.test)
         return Release(models=models, utility=float(models.accuracy(Xt, yt).mean()), claim=claim)
 
     def view(self, attack: Attack, release: Release, procedure: TrainingProcedure) -> View:
         """What ``attack`` may see: parameters, D⁻, the procedure and init seed, shadow targets; never a target."""
-        fX, fy = self._tensors(self.fixed)
-        sX, sy = self._tensors(self.shadow)
+        fX, fy = self.records(self.fixed)
+        sX, sy = self.records(self.shadow)
         return View(
             attack.name,
             attack.threat_model,
