@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import rankdata, t
 
-from arena.metrics import PRIMARY_METRIC
+from arena.metrics import PRIMARY_METRIC, UNIT
 from arena.plugins import registries
 
 
@@ -47,14 +47,20 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     return float(arr.mean()), float(arr.std(ddof=1)) if len(arr) > 1 else 0.0
 
 
-def mean_interval(values: list[float], confidence: float = 0.95) -> Interval:
-    """Mean of ``values`` with the Student-t interval of the mean (the seeds are the sample)."""
+def mean_interval(
+    values: list[float], bounds: tuple[float, float] = (-math.inf, math.inf), confidence: float = 0.95
+) -> Interval:
+    """Mean of ``values`` with the Student-t interval of the mean (the seeds are the sample), cut to ``bounds``.
+
+    Few seeds give wide intervals; the part outside the metric's range (an AUC below 0, say) is impossible.
+    """
     arr = np.asarray(values, dtype=np.float64)
     mean = float(arr.mean())
     if len(arr) < 2:
         return Interval(mean, math.nan, math.nan, len(arr))
     half = float(t.ppf((1 + confidence) / 2, len(arr) - 1) * arr.std(ddof=1) / math.sqrt(len(arr)))
-    return Interval(mean, mean - half, mean + half, len(arr))
+    low, high = bounds
+    return Interval(mean, max(mean - half, low), min(mean + half, high), len(arr))
 
 
 @dataclass(frozen=True)
@@ -89,7 +95,8 @@ def track_board(track: str, rows: list[dict[str, Any]], violations: Mapping[str,
     violations = violations or {}
     game = rows[0]["game"]
     metric = PRIMARY_METRIC[game]
-    higher = registries().metrics.get(metric).higher_is_better
+    declared = registries().metrics.get(metric)
+    higher = declared.higher_is_better
     defenses = _defense_order(rows)
     attacks = sorted({r["attack_label"] for r in rows})
     cells = pd.DataFrame("", index=defenses, columns=attacks)
@@ -106,7 +113,7 @@ def track_board(track: str, rows: list[dict[str, Any]], violations: Mapping[str,
             if ok:
                 mu, sd = mean_std(ok)
                 means.loc[d, a] = mu
-                intervals[d, a] = mean_interval(ok)
+                intervals[d, a] = mean_interval(ok, declared.bounds)
                 text = f"{mu:.3f} ± {sd:.3f} (n={len(ok)})"
             if bad:
                 text = (text + " " if text else "") + f"FAILED×{len(bad)}"
@@ -122,7 +129,7 @@ def track_board(track: str, rows: list[dict[str, Any]], violations: Mapping[str,
     for d in defenses:
         per_seed = {r["seed"]: r["utility"] for r in rows if r["defense_label"] == d and r.get("utility") is not None}
         if per_seed:
-            utility_intervals[d] = mean_interval(list(per_seed.values()))
+            utility_intervals[d] = mean_interval(list(per_seed.values()), UNIT)
     utility = pd.Series({d: utility_intervals[d].mean if d in utility_intervals else np.nan for d in defenses})
     # Attacks: rank within each defense (1 = strongest), ties share the average rank.
     ranks = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,31 +13,38 @@ FPR_LEVELS = (0.1, 0.01, 0.001)
 
 @dataclass(frozen=True)
 class Metric:
-    """A named score of one game, with its direction (for the attacker)."""
+    """A named score of one game, with its direction (for the attacker) and the range its values can take."""
 
     name: str
     game: str
     higher_is_better: bool
     description: str
+    bounds: tuple[float, float] = (-math.inf, math.inf)
 
 
 def tpr_key(fpr: float) -> str:
     return f"tpr@{fpr * 100:g}%fpr"
 
 
+UNIT = (0.0, 1.0)  # the range of a rate, a probability or an AUC; also of utility (test accuracy)
+NON_NEGATIVE = (0.0, math.inf)
+
 BUILTIN_METRICS = (
-    Metric("auc", "membership", True, "area under the attack's ROC curve (0.5 = chance)"),
-    Metric("advantage", "membership", True, "membership advantage max(TPR - FPR) over thresholds"),
-    Metric("balanced_accuracy", "membership", True, "(TPR + TNR) / 2 at the attack's own threshold"),
+    Metric("auc", "membership", True, "area under the attack's ROC curve (0.5 = chance)", UNIT),
+    Metric("advantage", "membership", True, "membership advantage max(TPR - FPR) over thresholds", UNIT),
+    Metric("balanced_accuracy", "membership", True, "(TPR + TNR) / 2 at the attack's own threshold", UNIT),
     *(
-        Metric(tpr_key(f), "membership", True, f"TPR at {f:.1%} FPR; null when the non-members cannot resolve it")
+        Metric(tpr_key(f), "membership", True, f"TPR at {f:.1%} FPR; null when the non-members cannot resolve it",
+               UNIT)
         for f in FPR_LEVELS
     ),
-    Metric("success_rate", "reconstruction", True, "fraction of targets reconstructed closer than the oracle"),
-    Metric("mse_mean", "reconstruction", False, "mean squared error between reconstruction and target"),
-    Metric("mse_median", "reconstruction", False, "median squared error between reconstruction and target"),
-    Metric("oracle_mse_mean", "reconstruction", False, "mean MSE of the nearest point the adversary holds"),
-    Metric("label_accuracy", "reconstruction", True, "fraction of targets whose label was recovered"),
+    Metric("success_rate", "reconstruction", True, "fraction of targets reconstructed closer than the oracle", UNIT),
+    Metric("mse_mean", "reconstruction", False, "mean squared error between reconstruction and target", NON_NEGATIVE),
+    Metric("mse_median", "reconstruction", False, "median squared error between reconstruction and target",
+           NON_NEGATIVE),
+    Metric("oracle_mse_mean", "reconstruction", False, "mean MSE of the nearest point the adversary holds",
+           NON_NEGATIVE),
+    Metric("label_accuracy", "reconstruction", True, "fraction of targets whose label was recovered", UNIT),
 )
 
 PRIMARY_METRIC = {"membership": "auc", "reconstruction": "success_rate"}

@@ -72,6 +72,7 @@ class MembershipGameSpec(Strict):
     members: PositiveInt
     test: PositiveInt = 400
     population: PositiveInt | None = None
+    stratify: bool = True
 
     def required_points(self) -> int:
         return 2 * self.members + self.test + (self.population or 1)

@@ -15,7 +15,12 @@ from arena.scenario import MembershipGameSpec
 
 
 class MembershipGame(Game):
-    """Per seed: members, as many non-members, the attacker's population and a test set, all disjoint."""
+    """Per seed: members, as many non-members, the attacker's population and a test set, all disjoint.
+
+    With ``stratify`` (the default) members and non-members have the same label counts (to within one
+    per label). Otherwise, on small sets, the training set's label histogram, which a DP model may learn
+    as an aggregate, tells members from non-members by itself.
+    """
 
     name = "membership"
     capabilities = frozenset({"query", "parameters", "population", "training"})
@@ -25,8 +30,10 @@ class MembershipGame(Game):
         super().__init__(spec, dataset, seed)
         order = permutation(dataset.n, "membership-split", seed)
         m, t = spec.members, spec.test
-        self.members = order[:m]
-        self.nonmembers = order[m : 2 * m]
+        pairs = order[: 2 * m]
+        if spec.stratify:  # label-sorted (random within a label), then dealt alternately: equal label counts
+            pairs = pairs[np.argsort(dataset.y[pairs], kind="stable")]
+        self.members, self.nonmembers = pairs[0::2], pairs[1::2]
         self.test = order[2 * m : 2 * m + t]
         rest = order[2 * m + t :]
         self.population = rest[: spec.population] if spec.population else rest

@@ -57,6 +57,34 @@ def test_challenge_mixes_members_and_nonmembers(game: MembershipGame) -> None:
     assert 10 < truth[:60].sum() < 50, "members are shuffled among the challenge points"
 
 
+def label_prior_auc(game: MembershipGame) -> float:
+    """AUC of an oracle scoring each challenge point by how many members share its label."""
+    from sklearn.metrics import roc_auc_score
+
+    labels = game.dataset.y
+    member_counts = np.bincount(labels[game.members], minlength=game.dataset.n_classes)
+    is_member = np.isin(game.challenge, game.members)
+    return roc_auc_score(is_member, member_counts[labels[game.challenge]])
+
+
+def test_stratified_split_gives_members_and_nonmembers_the_same_label_counts() -> None:
+    dataset = load_dataset(PluginRef(name="digits"))
+    for seed in range(5):
+        game = MembershipGame(MembershipGameSpec(name="membership", members=100), dataset, seed)
+        counts = [np.bincount(dataset.y[part], minlength=10) for part in (game.members, game.nonmembers)]
+        assert len(game.members) == len(game.nonmembers) == 100
+        assert np.abs(counts[0] - counts[1]).max() <= 1
+        assert abs(label_prior_auc(game) - 0.5) < 0.03
+
+
+def test_unstratified_split_lets_the_label_histogram_tell_members_apart() -> None:
+    """Why stratifying is the default: on 100 members the label counts alone give an AUC near 0.58."""
+    dataset = load_dataset(PluginRef(name="digits"))
+    spec = MembershipGameSpec(name="membership", members=100, stratify=False)
+    aucs = [label_prior_auc(MembershipGame(spec, dataset, seed)) for seed in range(20)]
+    assert np.mean(aucs) > 0.55
+
+
 def test_view_holds_only_granted_items_and_never_membership(game, procedure) -> None:
     release = game.release(procedure)
     outcome = game.play(Spy(Spy.Params()), release, procedure)

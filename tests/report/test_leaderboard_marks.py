@@ -21,6 +21,13 @@ def test_mean_interval_is_the_student_t_interval_of_the_mean() -> None:
     assert math.isnan(one.low) and one.text() == "one seed: no interval"
 
 
+def test_mean_interval_is_cut_to_the_metric_range() -> None:
+    # AUCs 0.9 and 1.0: mean 0.95, s = 0.0707, t(0.975, 1) = 12.706 → raw interval [0.315, 1.585].
+    iv = mean_interval([0.9, 1.0], bounds=(0.0, 1.0))
+    assert iv.low == pytest.approx(0.95 - 12.7062 * 0.070711 / math.sqrt(2), abs=1e-3)
+    assert iv.high == 1.0 and iv.text() == "[0.315, 1.000]"
+
+
 def row(key: str, defense: str, attack: str, seed: int, auc: float) -> dict:
     return {"key": key, "track": "t", "game": "membership", "defense": defense, "defense_label": defense,
             "epsilon": None, "attack": attack, "attack_label": attack, "seed": seed, "status": "ok", "utility": 0.8 + 0.1 * seed,
@@ -42,9 +49,9 @@ def test_equal_means_share_a_place_and_cells_carry_intervals() -> None:
     assert places == {"attack-a": 1, "attack-b": 1, "attack-c": 3}
     assert board.intervals["nonprivate", "attack-c"].mean == pytest.approx(0.61)
     assert board.utility_intervals["nonprivate"].mean == pytest.approx(0.85)  # one utility per seed, not per row
-    # Utility 0.8 and 0.9: s = 0.0707, t(0.975, 1) = 12.706 → 0.85 ± 0.635.
+    # Utility 0.8 and 0.9: s = 0.0707, t(0.975, 1) = 12.706 → 0.85 ± 0.635, cut at accuracy 1.
     table = leaderboard.render_table([board])
-    assert "95% t-intervals of the means over seeds" in table and "[0.215, 1.485]" in table
+    assert "95% t-intervals of the means over seeds" in table and "[0.215, 1.000]" in table
 
 
 def test_violations_are_marked_in_the_cell_listed_and_exported() -> None:
