@@ -6,9 +6,12 @@ Rows are appended to results.jsonl as matchups finish, so a killed run resumes w
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TextIO
 
 from arena.execute import base_row, play_matchup, train_release
@@ -32,8 +35,39 @@ def _by_release(matchups: list[Matchup]) -> dict[str, list[Matchup]]:
     return groups
 
 
+class MatchupTimeout(BaseException):
+    """A serial matchup ran past its timeout; a BaseException so that a plugin's ``except Exception`` cannot keep it."""
+
+
+@contextmanager
+def _alarm(seconds: float) -> Iterator[None]:
+    """Raise MatchupTimeout in this thread after ``seconds``: Unix main thread only, elsewhere no limit.
+
+    The signal is handled between Python bytecodes, so a plugin blocked inside one long C call is stopped when
+    that call returns.
+    """
+    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def fire(signum: int, frame: object) -> None:
+        raise MatchupTimeout
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def run_serial(
-    todo: list[Matchup], store: RunStore, on_row: Callable[[dict], None], on_start: Callable[[int], None]
+    todo: list[Matchup],
+    store: RunStore,
+    on_row: Callable[[dict], None],
+    on_start: Callable[[int], None],
+    timeout: Callable[[Matchup], float],
 ) -> None:
     """In-process, one matchup after another (for debugging); releases come from the shared cache.
 
@@ -42,7 +76,13 @@ def run_serial(
     for group in _by_release(todo).values():
         for m in group:
             on_start(1)
-            on_row(play_matchup(m, str(store.root)))
+            t0 = time.monotonic()
+            try:
+                with _alarm(timeout(m)):
+                    row = play_matchup(m, str(store.root))
+            except MatchupTimeout:
+                row = failed_row(m, f"timeout: exceeded {timeout(m):g}s", time.monotonic() - t0)
+            on_row(row)
 
 
 def failed_row(matchup: Matchup, error: str, seconds: float) -> dict[str, Any]:
@@ -60,7 +100,7 @@ def run_ray(
     on_start: Callable[[int], None],
     workers: int | None,
     address: str | None,
-    timeout: float,
+    timeout: Callable[[Matchup], float],
     retries: int,
 ) -> None:
     """One Ray task per release, then one per matchup depending on it; rows reach ``on_row`` as they finish."""
@@ -102,10 +142,10 @@ def run_ray(
                 on_row(row)
             now = time.monotonic()
             for ref, (m, t0) in list(running.items()):
-                if now - t0 > timeout:
+                if now - t0 > timeout(m):
                     ray.cancel(ref, force=True)
                     running.pop(ref)
-                    on_row(failed_row(m, f"timeout: exceeded {timeout:g}s", now - t0))
+                    on_row(failed_row(m, f"timeout: exceeded {timeout(m):g}s", now - t0))
     finally:
         if started_here:
             ray.shutdown()
@@ -144,11 +184,16 @@ def run(
 
     if not todo:
         return written
-    scenario = plan.scenarios[0][1]
+    limits: dict[str, float] = {}
+    for _, s in plan.scenarios:  # two files may share a scenario name: the longer limit holds
+        limits[s.name] = max(limits.get(s.name, 0.0), s.timeout)
+
+    def timeout(m: Matchup) -> float:
+        return limits[m.scenario]
+
     if serial:
-        run_serial(todo, store, on_row, meter.started)
+        run_serial(todo, store, on_row, meter.started, timeout)
     else:
-        run_ray(todo, store, on_row, on_start=meter.started, workers=workers, address=address,
-                timeout=max(s.timeout for _, s in plan.scenarios),
-                retries=scenario.retries)
+        run_ray(todo, store, on_row, on_start=meter.started, workers=workers, address=address, timeout=timeout,
+                retries=max(s.retries for _, s in plan.scenarios))
     return written

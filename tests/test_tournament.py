@@ -41,9 +41,20 @@ class Hang(Attack):
         time.sleep(600)
 
 
+class Stubborn(Attack):  # hangs, and swallows every Exception it can
+    name = "stubborn"
+
+    def run(self, view):
+        while True:
+            try:
+                time.sleep(600)
+            except Exception:
+                pass
+
+
 @hookimpl
 def register_attacks(register):
-    for cls in (Explode, Crash, Hang):
+    for cls in (Explode, Crash, Hang, Stubborn):
         register(cls)
 """
 
@@ -104,3 +115,26 @@ def test_faulty_plugins_fail_only_their_own_matchups(plugin_dist, tmp_path: Path
     assert rows["hang"]["status"] == "failed" and rows["hang"]["error"].startswith("timeout")
     printed = capsys.readouterr().out
     assert "FAILED" in printed and "1 ok" in printed and "3 failed" in printed
+
+
+def test_serial_run_times_out_hung_plugins_and_goes_on(plugin_dist, tmp_path: Path) -> None:
+    import signal
+    import time
+
+    plugin_dist("arena-faulty", "arena_faulty_plugin", FAULTY)
+    text = TINY.replace("seeds: [0, 1]", "seeds: [0]\ntimeout: 3").replace(
+        "      - {name: threshold-mia}",
+        "      - {name: hang}\n      - {name: stubborn}\n      - {name: threshold-mia}",
+    ).replace("      - {name: dpsgd, epsilons: [4], delta: 1.0e-3}\n", "")
+    path = write_scenario(tmp_path / "hung.yaml", text)
+    out = tmp_path / "run"
+    handler = signal.getsignal(signal.SIGALRM)
+    start = time.monotonic()
+    assert main(["run", str(path), "--out", str(out), "--serial", "--no-report"]) == 1
+    assert time.monotonic() - start < 60
+    rows = {r["attack"]: r for r in RunStore(out).results()}
+    for name in ("hang", "stubborn"):
+        assert rows[name]["status"] == "failed" and rows[name]["error"] == "timeout: exceeded 3s"
+        assert 3 <= rows[name]["seconds"] < 10
+    assert rows["threshold-mia"]["status"] == "ok"
+    assert signal.getsignal(signal.SIGALRM) is handler and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
