@@ -97,13 +97,18 @@ def test_ray_local_and_two_node_cluster_match_serial(tiny_scenario: Path, tmp_pa
     assert len(nodes) in (0, 2)
 
 
+def faulty_scenario(path: Path, limits: str, attacks: list[str]) -> Path:
+    """TINY on seed 0 without DP, with the run ``limits`` lines and these ``attacks`` (FAULTY's and built-ins)."""
+    text = TINY.replace("seeds: [0, 1]", "seeds: [0]\n" + limits).replace(
+        "      - {name: threshold-mia}", "\n".join(f"      - {{name: {a}}}" for a in attacks)
+    ).replace("      - {name: dpsgd, epsilons: [4], delta: 1.0e-3}\n", "")
+    return write_scenario(path, text)
+
+
 def test_faulty_plugins_fail_only_their_own_matchups(plugin_dist, tmp_path: Path, capsys, ray_session) -> None:
     plugin_dist("arena-faulty", "arena_faulty_plugin", FAULTY)
-    text = TINY.replace("seeds: [0, 1]", "seeds: [0]\ntimeout: 20\nretries: 1").replace(
-        "      - {name: threshold-mia}",
-        "      - {name: threshold-mia}\n      - {name: explode}\n      - {name: crash}\n      - {name: hang}",
-    ).replace("      - {name: dpsgd, epsilons: [4], delta: 1.0e-3}\n", "")
-    path = write_scenario(tmp_path / "faulty.yaml", text)
+    path = faulty_scenario(tmp_path / "faulty.yaml", "timeout: 20\nretries: 1",
+                           ["threshold-mia", "explode", "crash", "hang"])
     out = tmp_path / "run"
     assert main(["run", str(path), "--out", str(out), "--workers", "2"]) == 1
     rows = {r["attack"]: r for r in RunStore(out).results()}
@@ -122,11 +127,7 @@ def test_serial_run_times_out_hung_plugins_and_goes_on(plugin_dist, tmp_path: Pa
     import time
 
     plugin_dist("arena-faulty", "arena_faulty_plugin", FAULTY)
-    text = TINY.replace("seeds: [0, 1]", "seeds: [0]\ntimeout: 3").replace(
-        "      - {name: threshold-mia}",
-        "      - {name: hang}\n      - {name: stubborn}\n      - {name: threshold-mia}",
-    ).replace("      - {name: dpsgd, epsilons: [4], delta: 1.0e-3}\n", "")
-    path = write_scenario(tmp_path / "hung.yaml", text)
+    path = faulty_scenario(tmp_path / "hung.yaml", "timeout: 3", ["hang", "stubborn", "threshold-mia"])
     out = tmp_path / "run"
     handler = signal.getsignal(signal.SIGALRM)
     start = time.monotonic()
