@@ -119,8 +119,8 @@ def _log_ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class MembershipAudit:
-    """One membership matchup against a claimed (ε, δ): the bounds the claim implies and what the attack shows."""
+class AuditedMatchup:
+    """The columns every audit record shares: which matchup, and the (ε, δ) its defense claims."""
 
     key: str
     track: str
@@ -129,6 +129,12 @@ class MembershipAudit:
     seed: int
     claimed_epsilon: float
     delta: float
+
+
+@dataclass(frozen=True)
+class MembershipAudit(AuditedMatchup):
+    """One membership matchup against a claimed (ε, δ): the bounds the claim implies and what the attack shows."""
+
     advantage: float | None
     advantage_bound: float
     tpr_at_fpr: tuple[tuple[float, float | None, float], ...]  # (FPR level, measured TPR or None, TPR bound)
@@ -140,16 +146,9 @@ class MembershipAudit:
 
 
 @dataclass(frozen=True)
-class ReconstructionAudit:
+class ReconstructionAudit(AuditedMatchup):
     """One reconstruction matchup against a claimed (ε, δ): measured success beside the success the claim allows."""
 
-    key: str
-    track: str
-    defense_label: str
-    attack: str
-    seed: int
-    claimed_epsilon: float
-    delta: float
     kappa: float
     success_rate: float
     n_targets: int
