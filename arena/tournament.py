@@ -76,12 +76,12 @@ def run_serial(
     for group in _by_release(todo).values():
         for m in group:
             on_start(1)
-            t0 = time.monotonic()
+            t0, limit = time.monotonic(), timeout(m)
             try:
-                with _alarm(timeout(m)):
+                with _alarm(limit):
                     row = play_matchup(m, str(store.root))
             except MatchupTimeout:
-                row = failed_row(m, f"timeout: exceeded {timeout(m):g}s", time.monotonic() - t0)
+                row = failed_row(m, f"timeout: exceeded {limit:g}s", time.monotonic() - t0)
             on_row(row)
 
 
