@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -9,8 +10,10 @@ import torch
 from pydantic import BaseModel
 
 from arena.data import NoParams
-from arena.engine.trainer import Recipe
-from arena.models import Architecture, Params
+from arena.engine import rng
+from arena.engine.architecture import Architecture, State
+from arena.engine.ensemble import Ensemble, init_state
+from arena.engine.trainer import Batch, Recipe, augmented, batches, poisson_batches
 
 
 @dataclass(frozen=True)
@@ -34,8 +37,10 @@ class Claim:
 class FitTask:
     """Everything a defense needs to train K models of one architecture at once.
 
-    ``X`` is [K, n, d] and ``y`` [K, n]: model k trains on (X[k], y[k]).
-    ``init_seeds`` fix each model's initialisation, ``train_seeds`` its sampling and noise.
+    ``X`` is [K, n, d] (flat records) and ``y`` [K, n]: model k trains on (X[k], y[k]). ``init_seeds`` fix each
+    model's initialisation, ``train_seeds`` its sampling, augmentation and noise. A defense may hand the task to
+    the engine (``arena.engine.trainer.train``) or train in plain PyTorch: ``ensemble()`` is an ``nn.Module``
+    holding the K seeded models, ``minibatches()`` the recipe's batches, and ``Fit.of(ensemble)`` the result.
     """
 
     arch: Architecture
@@ -54,13 +59,30 @@ class FitTask:
     def n(self) -> int:
         return self.X.shape[1]
 
+    def ensemble(self) -> Ensemble:
+        """The K models, initialised from ``init_seeds`` exactly as the engine initialises them."""
+        return Ensemble(self.arch, init_state(self.arch, self.init_seeds, self.X.dtype, self.X.device))
+
+    def minibatches(self, poisson: bool = False) -> Iterator[Batch]:
+        """(X [K, B, *input_shape], y [K, B], valid [K, B] or None) per step: a fresh per-model shuffle each epoch
+        cut into batches (or, with ``poisson``, DP-SGD's Poisson samples), augmented as the recipe asks."""
+        seeds = rng.Keys(self.train_seeds)
+        source = (poisson_batches if poisson else batches)(self.X, self.y, self.recipe, seeds)
+        for Xb, yb, valid in augmented(source, self.arch, self.recipe.augment, seeds):
+            yield Xb.reshape(*Xb.shape[:2], *self.arch.input_shape), yb, valid
+
 
 @dataclass(frozen=True)
 class Fit:
-    """The trained parameters of K models, and the privacy claim that covers each of them (or None)."""
+    """The trained parameters of K models (stacked, by module name), and the privacy claim covering each (or None)."""
 
-    params: Params
+    state: State
     claim: Claim | None
+
+    @classmethod
+    def of(cls, ensemble: Ensemble, claim: Claim | None = None) -> Fit:
+        """The result of a defense that trained ``ensemble`` itself."""
+        return cls(ensemble.detached(), claim)
 
 
 class Defense:
@@ -69,6 +91,8 @@ class Defense:
     name: ClassVar[str]
     version: ClassVar[str] = "1"
     Params: ClassVar[type[BaseModel]] = NoParams
+    per_example_gradients: ClassVar[bool] = False
+    """True for defenses that clip per-example gradients (DP-SGD): models that mix examples are refused."""
 
     def __init__(self, params: BaseModel) -> None:
         self.params = params

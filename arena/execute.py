@@ -14,27 +14,20 @@ import numpy as np
 import torch
 
 import arena
+from arena.engine.augment import Augment
 from arena.engine.trainer import Recipe
 from arena.games import GAMES
-from arena.models import Architecture
-from arena.plan import Matchup, load_dataset
+from arena.plan import Matchup, architecture, load_dataset
 from arena.plugins import registries
 from arena.procedure import TrainingProcedure
-from arena.scenario import Track
 from arena.store import RunStore
 
 
-def architecture(track: Track, n_features: int, n_classes: int) -> Architecture:
-    """The model of a track, sized for its dataset."""
-    model = track.model
-    hidden = tuple(model.hidden) if model.name == "mlp" else ()
-    activation = model.activation if model.name == "mlp" else "relu"
-    return Architecture(model.name, n_features, n_classes, hidden, activation, model.l2)
-
-
-def recipe(track: Track) -> Recipe:
-    t = track.training
-    return Recipe(epochs=t.epochs, lr=t.lr, momentum=t.momentum, batch_size=t.batch_size)
+def recipe(training: dict[str, Any]) -> Recipe:
+    """The engine's recipe from a defense configuration's effective ``training`` section (JSON form)."""
+    aug = training.get("augment") or {}
+    return Recipe(epochs=training["epochs"], lr=training["lr"], momentum=training["momentum"],
+                  batch_size=training["batch_size"], augment=Augment(aug.get("crop", 0), aug.get("flip", False)))
 
 
 def procedure_for(matchup: Matchup, store: RunStore) -> TrainingProcedure:
@@ -45,11 +38,12 @@ def procedure_for(matchup: Matchup, store: RunStore) -> TrainingProcedure:
     defense = cls(cls.Params.model_validate(matchup.defense.params))
     return TrainingProcedure(
         defense,
-        architecture(matchup.track, dataset.n_features, dataset.n_classes),
-        recipe(matchup.track),
-        solver=matchup.track.training.solver,
+        architecture(matchup.track, dataset),
+        recipe(matchup.defense.training),
+        solver=matchup.defense.training["solver"],
         device=matchup.track.device,
         cache=store.cache,
+        chunk=matchup.track.pool_chunk,
     )
 
 

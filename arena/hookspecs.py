@@ -1,4 +1,4 @@
-"""Hook specifications: the only way plugins hand defenses, attacks, datasets and metrics to the arena.
+"""Hook specifications: the only way plugins hand models, defenses, attacks, datasets and metrics to the arena.
 
 Every hook receives a ``register`` callback and returns nothing, so a plugin never
 touches global state. Hooks are grouped by the lifecycle stage that calls them; all of
@@ -30,6 +30,22 @@ def register_datasets(register: Register) -> None:
         @hookimpl
         def register_datasets(register):
             register(MyCsvLoader())
+    """
+
+
+@hookspec
+def register_models(register: Register) -> None:
+    """Register models (architectures that scenario files name under ``model: {name: ...}``).
+
+    ``register(model_cls)`` takes a subclass of ``arena.Model``: a pydantic ``Params`` class (subclassing
+    ``arena.ModelParams``) and ``build(input_shape, n_classes)`` returning a fresh ``torch.nn.Module`` that maps
+    [batch, *input_shape] to logits [batch, n_classes]. The engine trains K seeded copies at once.
+
+    Example::
+
+        @hookimpl
+        def register_models(register):
+            register(MyResNet)
     """
 
 

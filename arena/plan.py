@@ -19,13 +19,23 @@ from arena.defense import Defense
 from arena.games import GAMES
 from arena.plugins import Registries, registries
 from arena.registry import UnknownNameError
-from arena.scenario import PluginRef, Scenario, ScenarioError, Track, parse_scenario, pydantic_problems
+from arena.engine.architecture import Architecture, has_batch_norm
+from arena.scenario import (
+    PluginRef,
+    Scenario,
+    ScenarioError,
+    Track,
+    TrainingOverride,
+    TrainingSpec,
+    parse_scenario,
+    pydantic_problems,
+)
 from arena.store import content_key
 
 
 @dataclass(frozen=True)
 class DefenseConfig:
-    """One expanded defense configuration of a track (e.g. dpsgd at one ε)."""
+    """One expanded defense configuration of a track (e.g. dpsgd at one ε), with the recipe it trains by."""
 
     name: str
     params: dict[str, Any]
@@ -33,6 +43,8 @@ class DefenseConfig:
     epsilon: float | None
     delta: float | None
     label: str
+    training: dict[str, Any]
+    """The track's training recipe with this entry's ``training`` override applied (JSON form)."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +84,8 @@ class Matchup:
 
     @property
     def release_key(self) -> str:
-        defense = {"name": self.defense.name, "params": self.defense.params, "version": self.defense.version}
+        defense = {"name": self.defense.name, "params": self.defense.params, "version": self.defense.version,
+                   "training": self.defense.training}
         return content_key({"track": self.track_identity(), "defense": defense, "seed": self.seed})
 
     @property
@@ -102,11 +115,49 @@ def load_dataset(ref: PluginRef) -> Dataset:
     return _load_dataset_cached(ref.name, params.model_dump_json())
 
 
+def architecture(track: Track, dataset: Dataset) -> Architecture:
+    """The track's model (a registered model plugin with its parameters) bound to the dataset's shape."""
+    cls = registries().models.get(track.model.name)
+    return Architecture(cls(cls.Params.model_validate(track.model.options)), dataset.shape, dataset.n_classes)
+
+
+def _check_model(
+    source: str, where: str, track: Track, dataset: Dataset | None, regs: Registries, problems: list[str]
+) -> Architecture | None:
+    """The track's architecture when its model is known, valid and builds for the dataset; else problems."""
+    cls = _lookup(source, f"{where}.model", track.model.name, regs.models, problems)
+    if cls is None or _plugin_params(source, f"{where}.model", track.model, cls, problems) is None or dataset is None:
+        return None
+    try:
+        arch = architecture(track, dataset)
+        arch.template()
+    except Exception as exc:  # noqa: BLE001 - a plugin's build failure is a problem with this track's model
+        problems.append(f"{source}: {where}.model: model {track.model.name!r} cannot be built for dataset "
+                        f"{dataset.name!r} (records of shape {dataset.shape}, {dataset.n_classes} classes): {exc}")
+        return None
+    return arch
+
+
+def _training(
+    source: str, prefix: str, base: TrainingSpec, ref: PluginRef, problems: list[str]
+) -> tuple[dict[str, Any], TrainingSpec | None]:
+    """Split a defense entry's ``training`` override from its plugin parameters; return (parameters, recipe)."""
+    options = ref.options
+    override = options.pop("training", None)
+    if override is None:
+        return options, base
+    try:
+        return options, TrainingOverride.model_validate(override).apply(base)
+    except ValidationError as exc:
+        problems.extend(pydantic_problems(source, f"{prefix}.training", exc))
+        return options, None
+
+
 def _plugin_params(
-    source: str, prefix: str, ref: PluginRef, cls: type, problems: list[str]
+    source: str, prefix: str, ref: PluginRef, cls: type, problems: list[str], options: dict[str, Any] | None = None
 ) -> BaseModel | None:
     try:
-        return cls.Params.model_validate(ref.options)
+        return cls.Params.model_validate(ref.options if options is None else options)
     except ValidationError as exc:
         problems.extend(pydantic_problems(source, prefix, exc))
         return None
@@ -121,7 +172,7 @@ def _lookup(source: str, prefix: str, name: str, registry, problems: list[str]):
 
 
 def _check_track(
-    source: str, where: str, track: Track, regs: Registries, problems: list[str]
+    source: str, where: str, track: Track, regs: Registries, problems: list[str], local: bool = True
 ) -> tuple[Dataset | None, list[DefenseConfig], list[AttackConfig]]:
     """Check one track; append problems; return what the plan needs when it is sound."""
     dataset = None
@@ -137,18 +188,24 @@ def _check_track(
     elif dataset is not None:
         for field, msg in game.problems(track.game, dataset):
             problems.append(f"{source}: {where}.game{('.' + field) if field else ''}: {msg}")
-    if track.device == "cuda" and not torch.cuda.is_available():
+    if local and track.device == "cuda" and not torch.cuda.is_available():
         problems.append(f"{source}: {where}.device: 'cuda' requested but torch.cuda.is_available() is False")
-    if track.training.solver == "newton" and track.model.name != "logreg":
-        problems.append(f"{source}: {where}.training.solver: 'newton' applies to model 'logreg' only")
+    arch = _check_model(source, where, track, dataset, regs, problems)
+    if arch is not None and track.training.solver == "newton" and (arch.dense is None or arch.dense.hidden):
+        problems.append(f"{source}: {where}.training.solver: 'newton' applies to logistic regression only")
 
     defenses: list[DefenseConfig] = []
     for j, ref in enumerate(track.defenses):
         prefix = f"{where}.defenses[{j}]"
         cls = _lookup(source, prefix, ref.name, regs.defenses, problems)
-        params = _plugin_params(source, prefix, ref, cls, problems) if cls else None
-        if params is None:
+        options, training = _training(source, prefix, track.training, ref, problems)
+        params = _plugin_params(source, prefix, ref, cls, problems, options) if cls else None
+        if params is None or training is None:
             continue
+        if cls.per_example_gradients and arch is not None and has_batch_norm(arch):
+            problems.append(f"{source}: {where}.model: model {track.model.name!r} has BatchNorm layers, which mix "
+                            f"examples in a batch, so defense {cls.name!r} ({prefix}) cannot clip per-example "
+                            "gradients; use a GroupNorm model (e.g. norm: group)")
         for config in cls.expand(params):
             defense: Defense = cls(config)
             if game is not None:
@@ -157,7 +214,7 @@ def _check_track(
             eps = defense.target_epsilon()
             defenses.append(
                 DefenseConfig(cls.name, config.model_dump(mode="json"), cls.version, eps, defense.target_delta(),
-                              config_label(cls.name, config, eps))
+                              config_label(cls.name, config, eps), training.model_dump(mode="json"))
             )
     labels = [d.label for d in defenses]
     if len(set(labels)) != len(labels):
@@ -190,8 +247,11 @@ def _field_of(exc: Exception) -> str:
     return text if ":" in text.split(" ")[0] else f"name: {text}"
 
 
-def plan(paths: list[Path]) -> Plan:
-    """Validate every file completely, then expand into matchups; raise ``ScenarioError`` with all problems."""
+def plan(paths: list[Path], local: bool = True) -> Plan:
+    """Validate every file completely, then expand into matchups; raise ``ScenarioError`` with all problems.
+
+    ``local``: the matchups run on this machine, so a ``cuda`` track needs a GPU here (on a cluster the
+    workers check instead)."""
     regs = registries()
     problems: list[str] = []
     parsed: list[tuple[Path, Scenario]] = []
@@ -207,7 +267,7 @@ def plan(paths: list[Path]) -> Plan:
     matchups: list[Matchup] = []
     for path, scenario in parsed:
         for i, track in enumerate(scenario.tracks):
-            dataset, defenses, attacks = _check_track(str(path), f"tracks[{i}]", track, regs, problems)
+            dataset, defenses, attacks = _check_track(str(path), f"tracks[{i}]", track, regs, problems, local)
             if dataset is None:
                 continue
             fingerprint = dataset.fingerprint()

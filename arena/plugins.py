@@ -14,6 +14,7 @@ from arena.attack import Attack
 from arena.data import DatasetLoader
 from arena.defense import Defense
 from arena.metrics import BUILTIN_METRICS, Metric
+from arena.model import Model
 from arena.registry import Registry
 
 ENTRY_POINT_GROUP = "arena"
@@ -40,6 +41,7 @@ class Registries:
     """Every typed registry, filled from all loaded plugins."""
 
     datasets: Registry[DatasetLoader]
+    models: Registry[type[Model]]
     defenses: Registry[type[Defense]]
     attacks: Registry[type[Attack]]
     metrics: Registry[Metric]
@@ -105,6 +107,7 @@ def build_registries() -> Registries:
     by_name = {i.name: i for i in infos}
     regs = Registries(
         datasets=Registry("dataset", DatasetLoader),
+        models=Registry("model", Model),
         defenses=Registry("defense", Defense),
         attacks=Registry("attack", Attack),
         metrics=Registry("metric", Metric),
@@ -113,6 +116,7 @@ def build_registries() -> Registries:
     for metric in BUILTIN_METRICS:
         regs.metrics.add(metric, plugin="arena.metrics", distribution=BUILTIN_DISTRIBUTION, version=_own_version())
     _fill(pm, "register_datasets", regs.datasets, by_name)
+    _fill(pm, "register_models", regs.models, by_name)
     _fill(pm, "register_defenses", regs.defenses, by_name)
     _fill(pm, "register_attacks", regs.attacks, by_name)
     _fill(pm, "register_metrics", regs.metrics, by_name)

@@ -7,6 +7,7 @@ path and one content-addressed cache: identical requests train once per run dire
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -14,12 +15,45 @@ from typing import Literal
 import torch
 
 from arena.defense import Claim, Defense, FitTask
+from arena.engine.architecture import Architecture
 from arena.engine.trainer import Recipe
-from arena.models import Architecture
 from arena.release import Models
 from arena.store import TensorCache, content_key, tensor_digest
 
 Solver = Literal["auto", "gradient", "newton"]
+Device = Literal["cpu", "cuda", "auto"]
+_STATE = "state."
+GPU_SHARE = 0.25
+"""Fraction of a GPU each task of a ``cuda`` track requests: four matchups or pool chunks share one GPU."""
+
+Chunk = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+"""One independently trained part of a pool: X [k, n, d], y [k, n], init seeds [k], train seeds [k]."""
+
+
+def resolve_device(device: Device) -> str:
+    """The torch device this process trains on: ``auto`` takes CUDA when this worker has it; ``cuda`` without a
+    GPU is an error naming the field, raised where the work runs (a cluster's driver may have no GPU)."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device: 'cuda' requested but torch.cuda.is_available() is False on this worker")
+    return device
+
+
+def gpu_request(device: Device) -> float:
+    """GPUs a Ray task of a track on ``device`` asks for (``auto`` asks when the cluster has any)."""
+    if device == "cuda":
+        return GPU_SHARE
+    if device == "auto":
+        import ray
+
+        return GPU_SHARE if ray.is_initialized() and ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+    return 0.0
+
+
+def _inside_ray_worker() -> bool:
+    ray = sys.modules.get("ray")
+    return bool(ray and ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE)
 
 
 @dataclass
@@ -39,8 +73,10 @@ class TrainingProcedure:
     arch: Architecture
     recipe: Recipe
     solver: Solver = "auto"
-    device: str = "cpu"
+    device: Device = "cpu"
     cache: TensorCache | None = None
+    chunk: int = 32
+    """Models per independently scheduled and cached part of a shadow pool (``train_chunks``)."""
     stats: TrainingStats = field(default_factory=TrainingStats)
 
     def identity(self) -> dict:
@@ -49,8 +85,8 @@ class TrainingProcedure:
             "defense": self.defense.name,
             "defense_version": self.defense.version,
             "params": self.defense.params.model_dump(mode="json"),
-            "arch": self.arch.__dict__,
-            "recipe": self.recipe.__dict__,
+            "arch": self.arch.identity(),
+            "recipe": {**self.recipe.__dict__, "augment": self.recipe.augment.__dict__},
             "solver": self.solver,
         }
 
@@ -79,32 +115,62 @@ class TrainingProcedure:
             self.cache.put("models", key, tensors)
             return models, claim
 
+    def train_chunks(self, chunks: Sequence[Chunk]) -> list[Models]:
+        """Train each chunk as its own cached unit. Inside a Ray worker, with a cache, every chunk is its own Ray
+        task (a GPU share on ``cuda`` tracks), so a pool spreads over a cluster's workers and a chunk finished
+        before a crash is never retrained; elsewhere the chunks train here, one after another."""
+        if len(chunks) > 1 and self.cache is not None and _inside_ray_worker():
+            import ray
+
+            gpus = gpu_request(self.device)
+            task = ray.remote(num_cpus=1, num_gpus=gpus)(_train_chunk)
+            refs = [task.remote(self, *chunk) for chunk in chunks]
+            if gpus:  # a task holding a GPU share waits on others needing one: work from the back meanwhile
+                for chunk in reversed(chunks):
+                    self(*chunk)
+            self.stats.trained += sum(trained for trained, _ in ray.get(refs))
+        return [self(*chunk)[0] for chunk in chunks]
+
     def _fit(
         self, X: torch.Tensor, y: torch.Tensor, init: torch.Tensor, train: torch.Tensor
     ) -> tuple[Models, Claim | None, dict[str, torch.Tensor]]:
         """Train through the defense; also return the tensors the cache stores."""
+        device = resolve_device(self.device)
         task = FitTask(
             arch=self.arch,
             recipe=self.recipe,
-            X=X.to(self.device, torch.float32),
-            y=y.to(self.device, torch.int64),
-            init_seeds=init.to(self.device),
-            train_seeds=train.to(self.device),
+            X=X.to(device, torch.float32),
+            y=y.to(device, torch.int64),
+            init_seeds=init.to(device),
+            train_seeds=train.to(device),
             solver=self.solver,
         )
         fit = self.defense.fit(task)
         self.stats.trained += X.shape[0]
-        tensors = {f"p{i}": p.detach().cpu() for i, p in enumerate(fit.params)}
+        tensors = {f"{_STATE}{name}": t.detach().cpu().contiguous() for name, t in fit.state.items()}
         if fit.claim is not None:
             tensors["claim"] = torch.frombuffer(bytearray(json.dumps(fit.claim.as_dict()).encode()), dtype=torch.uint8)
         return self._models(tensors), fit.claim, tensors
 
     def _models(self, tensors: dict[str, torch.Tensor]) -> Models:
-        n = sum(1 for k in tensors if k.startswith("p"))
-        return Models(self.arch, [tensors[f"p{i}"] for i in range(n)])
+        state = {k[len(_STATE):]: v for k, v in tensors.items() if k.startswith(_STATE)}
+        template = self.arch.template()
+        order = [*template.trainable, *template.buffers]
+        if sorted(state) != sorted(order):
+            raise ValueError(f"defense {self.defense.name!r} returned tensors {sorted(state)}, "
+                             f"the model has {sorted(order)}")
+        return Models(self.arch, {k: state[k] for k in order})
 
     @staticmethod
     def _claim(tensors: dict[str, torch.Tensor]) -> Claim | None:
         if "claim" not in tensors:
             return None
         return Claim(**json.loads(bytes(tensors["claim"].tolist()).decode()))
+
+
+def _train_chunk(procedure: TrainingProcedure, *chunk: torch.Tensor) -> tuple[int, int]:
+    """Ray task: train (or find) one chunk in the shared cache; return (models trained, models found cached)."""
+    torch.set_num_threads(1)
+    procedure.stats = TrainingStats()
+    procedure(*chunk)
+    return procedure.stats.trained, procedure.stats.cached

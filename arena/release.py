@@ -7,24 +7,30 @@ from dataclasses import dataclass
 import torch
 
 from arena.defense import Claim
-from arena.models import Architecture, Params, forward
+from arena.engine.architecture import Architecture, State
+from arena.engine.dense import Layers, forward, to_layers
+from arena.engine.ensemble import logits
 
 
 @dataclass(frozen=True)
 class Models:
-    """K trained models of one architecture (parameters carry a leading model axis)."""
+    """K trained models of one architecture: their parameters and buffers stacked along a leading model axis."""
 
     arch: Architecture
-    params: Params
+    state: State
 
     @property
     def k(self) -> int:
-        return self.params[0].shape[0]
+        return next(iter(self.state.values())).shape[0]
 
     def logits(self, X: torch.Tensor) -> torch.Tensor:
-        """Logits [K, n, C] for X [n, d] (shared) or [K, n, d] (one set per model)."""
+        """Logits [K, n, C] for flat records X [n, d] (shared) or [K, n, d] (one set per model)."""
+        dense = self.arch.dense
+        dtype = next(iter(self.state.values())).dtype
         with torch.no_grad():
-            return forward(self.arch, self.params, X.to(self.params[0].dtype))
+            if dense is not None:  # the hand path: same function, faster than vmap for small dense nets
+                return forward(dense, to_layers(self.state), X.to(dtype))
+            return logits(self.arch, self.state, X.to(dtype))
 
     def predict_proba(self, X: torch.Tensor) -> torch.Tensor:
         return torch.softmax(self.logits(X), dim=-1)
@@ -40,7 +46,18 @@ class Models:
         return (self.logits(X).argmax(-1) == y).to(torch.float64).mean(-1)
 
     def select(self, index: int) -> Models:
-        return Models(self.arch, [p[index : index + 1] for p in self.params])
+        return Models(self.arch, {k: v[index : index + 1] for k, v in self.state.items()})
+
+    def flat(self) -> torch.Tensor:
+        """[K, P]: each model's trainable parameters, flattened in module order."""
+        names = self.arch.template().trainable
+        return torch.cat([self.state[n].reshape(self.k, -1) for n in names], dim=1)
+
+    def layers(self) -> Layers:
+        """Dense layers [W1 [K,in,out], b1 [K,out], ...] of a logistic regression or MLP (ValueError otherwise)."""
+        if self.arch.dense is None:
+            raise ValueError(f"model {self.arch.model.name!r} is not a stack of dense layers")
+        return to_layers(self.state)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
@@ -42,27 +41,34 @@ class PluginRef(BaseModel):
         return dict(self.model_extra or {})
 
 
-class MLPSpec(Strict):
-    name: Literal["mlp"]
-    hidden: list[PositiveInt] = Field(min_length=1)
-    activation: Literal["relu", "tanh", "sigmoid"] = "relu"
-    l2: NonNegativeFloat = 0.0
+class AugmentSpec(Strict):
+    """Training-time augmentation of image records, drawn per model from its train seed."""
 
-
-class LogRegSpec(Strict):
-    name: Literal["logreg"]
-    l2: NonNegativeFloat = 0.0
-
-
-ModelSpec = Annotated[Union[MLPSpec, LogRegSpec], Field(discriminator="name")]
+    crop: NonNegativeInt = Field(default=0, le=64, description="pad by this many pixels, cut a random window")
+    flip: bool = Field(default=False, description="mirror left-right with probability 1/2")
 
 
 class TrainingSpec(Strict):
     epochs: PositiveInt
-    lr: PositiveFloat
+    lr: PositiveFloat = Field(allow_inf_nan=False)
     batch_size: PositiveInt | None = None
     momentum: float = Field(default=0.0, ge=0.0, lt=1.0)
     solver: Literal["auto", "gradient", "newton"] = "auto"
+    augment: AugmentSpec = Field(default_factory=AugmentSpec)
+
+
+class TrainingOverride(Strict):
+    """A defense entry's ``training``: the fields it sets replace the track's recipe for that defense's release
+    and for the shadow models attacks train with it (DP-SGD wants larger batches and fewer epochs)."""
+
+    epochs: PositiveInt | None = None
+    lr: PositiveFloat | None = Field(default=None, allow_inf_nan=False)
+    batch_size: PositiveInt | None = None
+    momentum: float | None = Field(default=None, ge=0.0, lt=1.0)
+    augment: AugmentSpec | None = None
+
+    def apply(self, base: TrainingSpec) -> TrainingSpec:
+        return TrainingSpec.model_validate({**base.model_dump(), **self.model_dump(exclude_unset=True)})
 
 
 class MembershipGameSpec(Strict):
@@ -98,12 +104,13 @@ GameSpec = Annotated[Union[MembershipGameSpec, ReconstructionGameSpec], Field(di
 class Track(Strict):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     dataset: PluginRef
-    model: ModelSpec
+    model: PluginRef
     training: TrainingSpec
     game: GameSpec
     defenses: list[PluginRef] = Field(min_length=1)
     attacks: list[PluginRef] = Field(min_length=1)
-    device: Literal["cpu", "cuda"] = "cpu"
+    device: Literal["cpu", "cuda", "auto"] = "cpu"
+    pool_chunk: PositiveInt = Field(default=32, description="shadow models per independently scheduled chunk")
 
 
 class Scenario(Strict):
@@ -141,7 +148,7 @@ def field_path(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
-_TAGGED_UNIONS = ("model", "game")
+_TAGGED_UNIONS = ("game",)
 
 
 def _drop_union_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -155,8 +162,7 @@ def _drop_union_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 def _is_field(union: str, name: str) -> bool:
-    specs = (MLPSpec, LogRegSpec) if union == "model" else (MembershipGameSpec, ReconstructionGameSpec)
-    return any(name in spec.model_fields for spec in specs)
+    return any(name in spec.model_fields for spec in (MembershipGameSpec, ReconstructionGameSpec))
 
 
 def pydantic_problems(source: str, prefix: str, exc: ValidationError) -> list[str]:

@@ -26,7 +26,7 @@ class Digits(DatasetLoader):
 
     def load(self, params: BaseModel) -> Dataset:
         d = load_digits()
-        return Dataset("digits", (d.data / 16.0).astype(np.float32), d.target.astype(np.int64), 10, "image", (8, 8))
+        return Dataset("digits", (d.data / 16.0).astype(np.float32), d.target.astype(np.int64), 10, "image", (1, 8, 8))
 
 
 class BreastCancer(DatasetLoader):
@@ -114,7 +114,7 @@ class MNIST(DatasetLoader):
             raise ValueError(f"path: {params.path}: {len(images)} images but {len(labels)} labels")
         n = min(len(labels), params.limit or len(labels))
         X = (images[:n].reshape(n, -1) / 255.0).astype(np.float32)
-        return Dataset("mnist", X, labels[:n].astype(np.int64), 10, "image", tuple(images.shape[1:]))
+        return Dataset("mnist", X, labels[:n].astype(np.int64), 10, "image", (1, *images.shape[1:]))
 
 
 class _ArrayUnpickler(pickle.Unpickler):

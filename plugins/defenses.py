@@ -13,8 +13,8 @@ from arena.defense import Claim, Defense, Fit, FitTask
 from arena.engine import rng
 from arena.engine.accounting import accountant_label, calibrate_noise
 from arena.engine.laplace import l1_from_l2, laplace, laplace_scale
-from arena.engine.newton import fit_logreg
-from arena.engine.newton import design
+from arena.engine.dense import to_state
+from arena.engine.newton import design, fit_logreg
 from arena.engine.output_perturbation import clip_rows, fit_penalised, l2_sensitivity
 from arena.engine.trainer import DPNoise, steps_and_rate, train
 from arena.hookspecs import hookimpl
@@ -26,14 +26,14 @@ class NonPrivate(Defense):
     name = "nonprivate"
 
     def fit(self, task: FitTask) -> Fit:
-        newton = task.solver == "newton" or (task.solver == "auto" and task.arch.kind == "logreg")
-        if newton:
-            if task.arch.kind != "logreg":
+        dense = task.arch.dense
+        is_logreg = dense is not None and dense.kind == "logreg"
+        if task.solver == "newton" or (task.solver == "auto" and is_logreg):
+            if not is_logreg:
                 raise ValueError("solver 'newton' applies to logistic regression only")
-            params = fit_logreg(task.X.double(), task.y, task.arch.n_classes, task.arch.l2)
-        else:
-            params = train(task.arch, task.X, task.y, task.recipe, task.init_seeds, task.train_seeds)
-        return Fit(params, None)
+            layers = fit_logreg(task.X.double(), task.y, task.arch.n_classes, task.arch.l2)
+            return Fit(to_state(list(task.arch.template().trainable), layers), None)
+        return Fit(train(task.arch, task.X, task.y, task.recipe, task.init_seeds, task.train_seeds), None)
 
 
 class EpsilonSweep(Defense):
@@ -60,6 +60,7 @@ class DPSGD(EpsilonSweep):
 
     name = "dpsgd"
     Params = DPSGDParams
+    per_example_gradients = True
     params: DPSGDParams
 
     def target_delta(self) -> float:
@@ -76,7 +77,7 @@ class DPSGD(EpsilonSweep):
         steps, q = steps_and_rate(task.n, task.recipe)
         sigma, achieved = calibrate_noise(self.target_epsilon(), q, steps, self.params.delta, self.params.accountant)
         noise = DPNoise(clip=self.params.clip, noise_multiplier=sigma)
-        params = train(task.arch, task.X, task.y, task.recipe, task.init_seeds, task.train_seeds, dp=noise)
+        state = train(task.arch, task.X, task.y, task.recipe, task.init_seeds, task.train_seeds, dp=noise)
         claim = Claim(
             epsilon=achieved,
             delta=self.params.delta,
@@ -87,7 +88,7 @@ class DPSGD(EpsilonSweep):
             steps=steps,
             mechanism="DP-SGD, Poisson-subsampled Gaussian, add/remove",
         )
-        return Fit(params, claim)
+        return Fit(state, claim)
 
 
 class OutputPerturbationParams(BaseModel):
@@ -117,13 +118,13 @@ class OutputPerturbation(EpsilonSweep):
 
     def fit(self, task: FitTask) -> Fit:
         arch = task.arch
-        if arch.kind != "logreg":
-            raise ValueError(f"output-perturbation applies to model 'logreg' only, not {arch.kind!r}")
+        if arch.dense is None or arch.dense.kind != "logreg":
+            raise ValueError(f"output-perturbation applies to model 'logreg' only, not {arch.model.name!r}")
         if not arch.l2 > 0:
             raise ValueError("output-perturbation needs model.l2 > 0: its sensitivity 2L/(Nλ) is unbounded at λ = 0")
         if task.solver == "gradient":
             raise ValueError("output-perturbation needs the exact optimum; solver 'gradient' does not apply")
-        bound = self.params.feature_norm or math.sqrt(arch.in_dim)
+        bound = self.params.feature_norm or math.sqrt(arch.n_features)
         X = design(clip_rows(task.X.to(torch.float64), bound))
         theta = fit_penalised(X, task.y, arch.n_classes, arch.l2, tol=self.tol)
         l2_sens = l2_sensitivity(task.n, arch.l2, bound, self.tol)
@@ -140,7 +141,8 @@ class OutputPerturbation(EpsilonSweep):
                 f"{theta[0].numel()} parameters, L1 sensitivity {l1_sens:.4g} = sqrt(P) x L2 sensitivity {l2_sens:.4g}"
             ),
         )
-        return Fit([noisy[:, :-1].contiguous(), noisy[:, -1].contiguous()], claim)
+        layers = [noisy[:, :-1], noisy[:, -1]]
+        return Fit(to_state(list(arch.template().trainable), layers), claim)
 
 
 @hookimpl

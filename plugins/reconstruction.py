@@ -9,13 +9,13 @@ from arena.attack import Attack, ReconstructionGuess
 from arena.data import derive_seed
 from arena.engine.newton import gradient
 from arena.hookspecs import hookimpl
-from arena.models import Params, flatten
+from arena.engine.dense import Layers
 from arena.release import Models
 from arena.scenario import Track
 
 
 def glm_closed_form(
-    params: Params, fixed_X: torch.Tensor, fixed_y: torch.Tensor, l2: float
+    params: Layers, fixed_X: torch.Tensor, fixed_y: torch.Tensor, l2: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Records [K, d] and labels [K] of the one unknown training point of each of K logistic regressions.
 
@@ -54,7 +54,7 @@ class GLMReconstruction(Attack):
         return None
 
     def run(self, view) -> ReconstructionGuess:  # noqa: ANN001
-        records, labels = glm_closed_form(view.parameters.params, view.fixed_X, view.fixed_y, view.l2)
+        records, labels = glm_closed_form(view.parameters.layers(), view.fixed_X, view.fixed_y, view.l2)
         return ReconstructionGuess(records=records.numpy(), labels=labels.numpy())
 
 
@@ -130,8 +130,8 @@ class ReconNN(Attack):
         if n > len(view.shadow_y):
             raise ValueError(f"shadows={n}, but the game grants {len(view.shadow_y)} shadow targets")
         X, y = view.shadow_X[:n], view.shadow_y[:n]
-        shadow = flatten(shadow_models(view, X, y).params).to(torch.float32)
-        released = flatten(view.parameters.params).to(torch.float32)
+        shadow = shadow_models(view, X, y).flat().to(torch.float32)
+        released = view.parameters.flat().to(torch.float32)
         mean, std = shadow.mean(0), shadow.std(0)
         std = torch.where(std > 0, std, torch.ones_like(std))  # a coordinate no target moves carries nothing
         net = fit_reconstructor((shadow - mean) / std, X.to(torch.float32), self.params, view.seed)

@@ -65,11 +65,14 @@ def plan_pool(n_challenge: int, train_size: int, k: int, pool_seed: int) -> Pool
 
 
 def train_pool(view, k: int) -> ShadowPool:  # noqa: ANN001 - a membership View
-    """Train the k shadows of this game's pool in ONE call of the target's training procedure (cached)."""
+    """Train the k shadows of this game's pool through the target's training procedure, planned as chunks of
+    ``view.train.chunk`` models: each chunk is one batched call, its own cache entry and, under Ray, its own task."""
     plan = plan_pool(len(view.challenge_y), view.train_size, k, view.pool_seed)
     rows = torch.from_numpy(plan.rows)
-    models, _ = view.train(
-        view.challenge_X[rows], view.challenge_y[rows], torch.from_numpy(plan.init_seeds),
-        torch.from_numpy(plan.train_seeds),
-    )
-    return ShadowPool(models, plan.challenge_in)
+    X, y = view.challenge_X[rows], view.challenge_y[rows]
+    init, train = torch.from_numpy(plan.init_seeds), torch.from_numpy(plan.train_seeds)
+    size = view.train.chunk
+    chunks = [(X[s : s + size], y[s : s + size], init[s : s + size], train[s : s + size]) for s in range(0, k, size)]
+    parts = view.train.train_chunks(chunks)
+    state = {name: torch.cat([m.state[name] for m in parts]) for name in parts[0].state}
+    return ShadowPool(Models(parts[0].arch, state), plan.challenge_in)

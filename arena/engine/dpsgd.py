@@ -7,7 +7,7 @@ clipped sum is one bmm with deltas reweighted by the clip factors.
 
 import torch
 
-from arena.models import Params, sum_gradients
+from arena.engine.dense import Layers, sum_gradients
 
 
 def per_example_grad_norms(inputs: list[torch.Tensor], deltas: list[torch.Tensor]) -> torch.Tensor:
@@ -21,7 +21,7 @@ def clip_factors(norms: torch.Tensor, clip: float) -> torch.Tensor:
     return (clip / norms).clamp(max=1.0)
 
 
-def clipped_sum(inputs: list[torch.Tensor], deltas: list[torch.Tensor], clip: float) -> Params:
+def clipped_sum(inputs: list[torch.Tensor], deltas: list[torch.Tensor], clip: float) -> Layers:
     """Sum over examples of the per-example gradients clipped to norm `clip`."""
     return sum_gradients(inputs, deltas, clip_factors(per_example_grad_norms(inputs, deltas), clip))
 
@@ -31,9 +31,9 @@ def clipped_noisy_gradient(
     deltas: list[torch.Tensor],
     clip: float,
     noise_multiplier: float,
-    noise: Params,
+    noise: Layers,
     expected_batch_size: float,
-) -> Params:
+) -> Layers:
     """(clipped sum + noise_multiplier * clip * noise) / expected batch size, as Opacus does.
 
     `noise`: standard normals shaped like the parameters. Padded examples must have zero deltas.

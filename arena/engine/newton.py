@@ -7,7 +7,7 @@ an SGD approximation.
 
 import torch
 
-from arena.models import Params, softmax
+from arena.engine.dense import Layers, softmax
 
 _ARMIJO = 1e-4
 _MAX_HALVINGS = 50
@@ -70,7 +70,7 @@ def _hessian(Xt: torch.Tensor, theta: torch.Tensor, l2: float, intercept: bool =
     return B.permute(0, 3, 1, 4, 2).reshape(K, D * C, D * C)
 
 
-def gradient(X: torch.Tensor, y: torch.Tensor, params: Params, l2: float) -> Params:
+def gradient(X: torch.Tensor, y: torch.Tensor, params: Layers, l2: float) -> Layers:
     """[dW [K,d,C], db [K,C]]: gradient of mean CE + (l2/2)||W||^2 at params = [W, b]."""
     W, b = params
     theta = torch.cat([W, b.unsqueeze(1)], dim=1)
@@ -86,7 +86,7 @@ def fit_logreg(
     l2: float,
     tol: float = 1e-10,
     max_iter: int = 100,
-) -> Params:
+) -> Layers:
     """Minimise the objective for each of K problems X [K,n,d], y [K,n] in float64.
 
     Returns [W [K,d,C], b [K,C]] (b centred) once every model's gradient norm is <= tol; raises

@@ -20,6 +20,7 @@ class Purpose(IntEnum):
     SHUFFLE = 2
     POISSON = 3
     NOISE = 4
+    AUGMENT = 5
 
 
 def stream(purpose: Purpose, index: int = 0) -> int:

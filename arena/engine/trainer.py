@@ -1,27 +1,33 @@
-"""Train K softmax classifiers at once with momentum SGD or DP-SGD, all batched over models.
+"""Train K copies of a model at once with momentum SGD or DP-SGD, batched over models.
 
-Every model's randomness (shuffles, Poisson samples, noise) comes from its own train seed through
-the counter RNG, so a model trains identically alone or inside any batch.
+Every model's randomness (shuffles, Poisson samples, augmentation, noise) comes from its own train seed through
+the counter RNG, and models are chunked only along the model axis, so a model trains identically (to float
+tolerance) alone or inside any batch. Dense models (logistic regression, MLPs) take the hand-written path, which
+``make bench`` shows faster; every other module trains through ``torch.func``.
 """
 
+from __future__ import annotations
+
 import math
+import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 
+from arena.engine import dense as hand
 from arena.engine import rng
+from arena.engine.architecture import Architecture, State
+from arena.engine.augment import Augment, augment
 from arena.engine.dpsgd import clipped_noisy_gradient
-from arena.models import (
-    Architecture,
-    Params,
-    backprop,
-    init_params,
-    layer_inputs,
-    output_delta,
-    sum_gradients,
-    unflatten,
-)
+from arena.engine.ensemble import init_state
+from arena.engine.functional import clipped_sum, mean_gradient
+
+Engine = Literal["auto", "functional", "dense"]
+
+MEMORY_BUDGET = int(float(os.environ.get("ARENA_MEMORY_BUDGET_MB", "1024")) * 2**20)
+"""Bytes one training call may spend on per-example gradients and activations (``ARENA_MEMORY_BUDGET_MB``)."""
 
 
 @dataclass(frozen=True)
@@ -32,10 +38,11 @@ class Recipe:
     lr: float
     momentum: float = 0.0
     batch_size: int | None = None
+    augment: Augment = field(default_factory=Augment)
 
     def __post_init__(self) -> None:
-        if self.epochs < 0 or self.lr <= 0 or not 0 <= self.momentum < 1:
-            raise ValueError("need epochs >= 0, lr > 0 and 0 <= momentum < 1")
+        if self.epochs < 0 or not 0 < self.lr < math.inf or not 0 <= self.momentum < 1:
+            raise ValueError("need epochs >= 0, 0 < lr < inf and 0 <= momentum < 1")
         if self.batch_size is not None and self.batch_size < 1:
             raise ValueError("batch_size must be positive or None")
 
@@ -82,62 +89,59 @@ def _poisson_batch(
     return *_take(X, y, idx), valid
 
 
-def _batches(
-    X: torch.Tensor, y: torch.Tensor, recipe: Recipe, seeds: rng.Keys
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
+"""One step's inputs [K, B, d], labels [K, B] and validity mask [K, B] (None: every row is real)."""
+
+
+def batches(X: torch.Tensor, y: torch.Tensor, recipe: Recipe, seeds: rng.Keys) -> Iterator[Batch]:
     """Non-private batches: the whole set, or a fresh per-model shuffle each epoch cut into B."""
     n = X.shape[1]
     for epoch in range(recipe.epochs):
         if recipe.batch_size is None or recipe.batch_size >= n:
-            yield X, y
+            yield X, y, None
             continue
         perm = rng.permutation(seeds, rng.stream(rng.Purpose.SHUFFLE, epoch), n)
         for start in range(0, n, recipe.batch_size):
-            yield _take(X, y, perm[:, start : start + recipe.batch_size])
+            yield *_take(X, y, perm[:, start : start + recipe.batch_size]), None
 
 
-def _sgd_gradients(
-    arch: Architecture,
-    params: Params,
-    X: torch.Tensor,
-    y: torch.Tensor,
-    recipe: Recipe,
-    seeds: rng.Keys,
-) -> Iterator[Params]:
-    """Mean cross-entropy gradient of each non-private batch, at `params` as updated in place."""
-    for Xb, yb in _batches(X, y, recipe, seeds):
-        inputs, logits = layer_inputs(arch, params, Xb)
-        deltas = backprop(arch, params, inputs, output_delta(logits, yb) / Xb.shape[1])
-        yield sum_gradients(inputs, deltas)
-
-
-def _dp_gradients(
-    arch: Architecture,
-    params: Params,
-    X: torch.Tensor,
-    y: torch.Tensor,
-    recipe: Recipe,
-    seeds: rng.Keys,
-    dp: DPNoise,
-) -> Iterator[Params]:
-    """Clipped, noised, Poisson-sampled gradient of each DP-SGD step, at `params` as updated."""
+def poisson_batches(X: torch.Tensor, y: torch.Tensor, recipe: Recipe, seeds: rng.Keys) -> Iterator[Batch]:
+    """DP-SGD's batches: each point in with probability q at every step, independently (or all of them, q = 1)."""
     n = X.shape[1]
     steps, q = steps_and_rate(n, recipe)
     for t in range(steps):
         if q < 1.0:
-            mask = rng.bernoulli(seeds, rng.stream(rng.Purpose.POISSON, t), n, q)
-            Xb, yb, valid = _poisson_batch(X, y, mask)
+            yield _poisson_batch(X, y, rng.bernoulli(seeds, rng.stream(rng.Purpose.POISSON, t), n, q))
         else:
-            Xb, yb, valid = X, y, None
-        inputs, logits = layer_inputs(arch, params, Xb)
-        dlogits = output_delta(logits, yb)
-        if valid is not None:
-            dlogits = dlogits * valid.unsqueeze(-1)
-        deltas = backprop(arch, params, inputs, dlogits)
-        z = rng.normal(seeds, rng.stream(rng.Purpose.NOISE, t), arch.n_params, X.dtype)
-        yield clipped_noisy_gradient(
-            inputs, deltas, dp.clip, dp.noise_multiplier, unflatten(arch, z), q * n
-        )
+            yield X, y, None
+
+
+def augmented(
+    stream: Iterator[Batch], arch: Architecture, aug: Augment, seeds: rng.Keys
+) -> Iterator[Batch]:
+    """``stream`` with each batch's images augmented (model k's draws from its seed and the step alone)."""
+    for t, (Xb, yb, valid) in enumerate(stream):
+        K, B, d = Xb.shape
+        if aug.active and len(arch.input_shape) == 3:
+            Xb = augment(Xb.reshape(K, B, *arch.input_shape), aug, seeds, t).reshape(K, B, d)
+        yield Xb, yb, valid
+
+
+def choose_engine(arch: Architecture, engine: Engine = "auto") -> Literal["functional", "dense"]:
+    """The hand path for dense models (faster, see benchmarks/results.md), ``torch.func`` for everything else."""
+    if engine == "dense" and arch.dense is None:
+        raise ValueError(f"model {arch.model.name!r} has no hand-written path")
+    if engine == "auto":
+        return "dense" if arch.dense is not None else "functional"
+    return engine
+
+
+def models_per_chunk(arch: Architecture, recipe: Recipe, n: int, dp: DPNoise | None, budget: int) -> int:
+    """How many models one chunk may train so that its per-example gradients and activations fit ``budget``."""
+    params = arch.template().n_params
+    batch = min(recipe.batch_size or n, n)
+    per_model = 4 * (4 * params + 32 * batch * arch.n_features) + (4 * params * min(batch, 64) if dp else 0)
+    return max(1, budget // max(per_model, 1))
 
 
 def train(
@@ -148,31 +152,112 @@ def train(
     init_seeds: torch.Tensor,
     train_seeds: torch.Tensor,
     dp: DPNoise | None = None,
-    params: Params | None = None,
-) -> Params:
-    """Train K models on X [K,n,d], y [K,n]; loss = mean CE + (l2/2)||W||^2, heavy-ball momentum.
+    state: State | None = None,
+    engine: Engine = "auto",
+    budget: int = MEMORY_BUDGET,
+) -> State:
+    """Train K models on X [K,n,d], y [K,n]; loss = mean CE + (l2/2)||weights||², heavy-ball momentum.
 
-    Starts from `params` if given (left unmodified), else `init_seeds`; follows X's dtype/device.
+    Starts from ``state`` if given (left unmodified), else from ``init_seeds``; follows X's dtype and device.
     """
     K, n, d = X.shape
     if y.shape != (K, n) or init_seeds.shape != (K,) or train_seeds.shape != (K,):
         raise ValueError(f"need y [K,n] and seeds [K] for X of shape {tuple(X.shape)}")
-    if d != arch.in_dim:
-        raise ValueError(f"X has {d} features, architecture expects {arch.in_dim}")
-    if params is None:
-        params = init_params(arch, init_seeds, X.dtype, X.device)
-    params = [p.detach().clone() for p in params]
-    X, y = X.contiguous(), y.contiguous()  # once, so batch gathers never copy the whole set
-    seeds = rng.Keys(train_seeds.to(X.device))  # derived once, not once per step's draws
-    if dp is None:
-        gradients = _sgd_gradients(arch, params, X, y, recipe, seeds)
-    else:
-        gradients = _dp_gradients(arch, params, X, y, recipe, seeds, dp)
-    velocity = [torch.zeros_like(p) for p in params]
-    for grads in gradients:
-        for i, (p, g, v) in enumerate(zip(params, grads, velocity)):
-            if i % 2 == 0 and arch.l2:
-                g = g + arch.l2 * p
-            v.mul_(recipe.momentum).add_(g)
-            p.sub_(recipe.lr * v)
-    return params
+    if d != arch.n_features:
+        raise ValueError(f"X has {d} features, the model expects {arch.n_features} (input shape {arch.input_shape})")
+    if state is None:
+        state = init_state(arch, init_seeds, X.dtype, X.device)
+    path = choose_engine(arch, engine)
+    size = models_per_chunk(arch, recipe, n, dp, budget)
+    parts = []
+    for s in range(0, K, size):
+        sl = slice(s, s + size)
+        part = {k: v[sl] for k, v in state.items()}
+        run = _train_dense if path == "dense" else _train_functional
+        parts.append(run(arch, X[sl].contiguous(), y[sl].contiguous(), recipe, part, train_seeds[sl], dp, budget))
+    return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+
+
+def _stream(
+    arch: Architecture, X: torch.Tensor, y: torch.Tensor, recipe: Recipe, seeds: rng.Keys, dp: DPNoise | None
+) -> Iterator[Batch]:
+    source = poisson_batches(X, y, recipe, seeds) if dp else batches(X, y, recipe, seeds)
+    return augmented(source, arch, recipe.augment, seeds)
+
+
+def _noise(seeds: rng.Keys, step: int, n_params: int, dtype: torch.dtype) -> torch.Tensor:
+    """[K, P] standard normals of DP-SGD step ``step``, in the module's parameter order."""
+    return rng.normal(seeds, rng.stream(rng.Purpose.NOISE, step), n_params, dtype)
+
+
+def _descend(
+    params: list[torch.Tensor], grads: list[torch.Tensor], velocity: list[torch.Tensor],
+    penalised: list[bool], recipe: Recipe, l2: float,
+) -> None:
+    """One heavy-ball step in place: v ← μv + g (+ l2·w on weights); w ← w − lr·v."""
+    for p, g, v, pen in zip(params, grads, velocity, penalised):
+        if pen and l2:
+            g = g + l2 * p
+        v.mul_(recipe.momentum).add_(g)
+        p.sub_(recipe.lr * v)
+
+
+def _train_dense(
+    arch: Architecture, X: torch.Tensor, y: torch.Tensor, recipe: Recipe, state: State,
+    train_seeds: torch.Tensor, dp: DPNoise | None, budget: int,
+) -> State:
+    """The hand path: explicit backprop and ghost-norm clipping for stacks of linear layers."""
+    spec = arch.dense
+    names = list(state)
+    layers = [p.clone() for p in hand.to_layers(state)]
+    velocity = [torch.zeros_like(p) for p in layers]
+    penalised = [i % 2 == 0 for i in range(len(layers))]
+    seeds = rng.Keys(train_seeds.to(X.device))
+    n = X.shape[1]
+    for t, (Xb, yb, valid) in enumerate(_stream(arch, X, y, recipe, seeds, dp)):
+        inputs, out = hand.layer_inputs(spec, layers, Xb)
+        if dp is None:
+            deltas = hand.backprop(spec, layers, inputs, hand.output_delta(out, yb) / Xb.shape[1])
+            grads = hand.sum_gradients(inputs, deltas)
+        else:
+            dlogits = hand.output_delta(out, yb)
+            if valid is not None:
+                dlogits = dlogits * valid.unsqueeze(-1)
+            deltas = hand.backprop(spec, layers, inputs, dlogits)
+            z = hand.unflatten_module_order(spec, _noise(seeds, t, spec.n_params, X.dtype))
+            q = steps_and_rate(n, recipe)[1]
+            grads = clipped_noisy_gradient(inputs, deltas, dp.clip, dp.noise_multiplier, z, q * n)
+        _descend(layers, grads, velocity, penalised, recipe, arch.l2)
+    return hand.to_state(names, layers)
+
+
+def _train_functional(
+    arch: Architecture, X: torch.Tensor, y: torch.Tensor, recipe: Recipe, state: State,
+    train_seeds: torch.Tensor, dp: DPNoise | None, budget: int,
+) -> State:
+    """Any module through ``torch.func``: ``vmap(grad)`` over models, and over examples for DP-SGD."""
+    template = arch.template()
+    params = {k: state[k].clone() for k in template.trainable}
+    buffers = {k: state[k] for k in template.buffers}
+    names = list(params)
+    velocity = [torch.zeros_like(params[k]) for k in names]
+    penalised = [k in template.penalised for k in names]
+    sizes = [params[k][0].numel() for k in names]
+    seeds = rng.Keys(train_seeds.to(X.device))
+    K, n = X.shape[:2]
+    per_call = max(1, budget // max(1, 8 * K * template.n_params))
+    for t, (Xb, yb, valid) in enumerate(_stream(arch, X, y, recipe, seeds, dp)):
+        images = Xb.reshape(K, Xb.shape[1], *arch.input_shape)
+        if dp is None:
+            g = mean_gradient(arch, params, buffers, images, yb)
+            grads = [g[k] for k in names]
+        else:
+            total = clipped_sum(arch, params, buffers, images, yb, valid, dp.clip, per_call)
+            z = torch.split(_noise(seeds, t, template.n_params, X.dtype), sizes, dim=1)
+            q = steps_and_rate(n, recipe)[1]
+            grads = [
+                (total[k] + (dp.noise_multiplier * dp.clip) * zk.reshape(total[k].shape)) / (q * n)
+                for k, zk in zip(names, z)
+            ]
+        _descend([params[k] for k in names], grads, velocity, penalised, recipe, arch.l2)
+    return {k: params[k] if k in params else buffers[k] for k in state}

@@ -1,8 +1,9 @@
-"""Batched softmax classifiers (logistic regression and MLPs): K models held as stacked tensors.
+"""The hand-written fast path for dense softmax classifiers (logistic regression and MLPs), K models at once.
 
-Parameters are a list `[W1 [K,in,out], b1 [K,out], W2, b2, ...]` so that every operation is a
-batched matmul over the leading model axis; backprop is written out by hand because it is faster
-than autograd for these small nets and yields the per-example deltas DP-SGD needs.
+Layers are a list `[W1 [K,in,out], b1 [K,out], W2, b2, ...]` so that every operation is a batched matmul over
+the leading model axis; backprop is written out by hand because it beats autograd for these small nets and
+yields the per-example deltas DP-SGD's ghost norms need. The same models, as ``torch.nn.Linear`` stacks, train
+through ``arena.engine.functional``; ``to_layers``/``to_state`` convert between the two layouts.
 """
 
 import itertools
@@ -11,9 +12,9 @@ from typing import Literal
 
 import torch
 
-from arena.engine import rng
 
-Params = list[torch.Tensor]
+Layers = list[torch.Tensor]
+"""Stacked dense layers [W1, b1, W2, b2, ...], each with a leading model axis."""
 
 
 def _tanh(x: torch.Tensor) -> torch.Tensor:
@@ -25,7 +26,7 @@ _ACTIVATIONS = {"relu": torch.relu, "tanh": _tanh, "sigmoid": torch.sigmoid}
 
 
 @dataclass(frozen=True)
-class Architecture:
+class Dense:
     """Softmax classifier; `logreg` is an MLP with no hidden layer. `l2` penalises weights only."""
 
     kind: Literal["logreg", "mlp"]
@@ -59,42 +60,44 @@ class Architecture:
         return sum(i * o + o for i, o in self.layer_shapes())
 
 
-def _sizes(arch: Architecture) -> list[int]:
+def _sizes(arch: Dense) -> list[int]:
     return [s for i, o in arch.layer_shapes() for s in (i * o, o)]
 
 
-def flatten(params: Params) -> torch.Tensor:
+def flatten(params: Layers) -> torch.Tensor:
     """[K, P]: each model's parameters in the order W1, b1, W2, b2, ... (row-major)."""
     return torch.cat([p.reshape(p.shape[0], -1) for p in params], dim=1)
 
 
-def unflatten(arch: Architecture, flat: torch.Tensor) -> Params:
+def unflatten(arch: Dense, flat: torch.Tensor) -> Layers:
     """Inverse of `flatten` for this architecture."""
     shapes = [s for i, o in arch.layer_shapes() for s in ((i, o), (o,))]
     parts = torch.split(flat, _sizes(arch), dim=1)
     return [p.reshape(flat.shape[0], *s) for p, s in zip(parts, shapes)]
 
 
-def init_params(
-    arch: Architecture,
-    seeds: torch.Tensor,
-    dtype: torch.dtype = torch.float32,
-    device: torch.device | str = "cpu",
-) -> Params:
-    """Like torch.nn.Linear: W and b ~ U(-1/sqrt(in), 1/sqrt(in)), model k from seeds[k] alone."""
-    seeds = seeds.to(device)
-    u = rng.uniform(seeds, rng.stream(rng.Purpose.INIT), arch.n_params, dtype)
-    bounds = torch.cat(
-        [
-            torch.full((i * o + o,), i**-0.5, dtype=dtype, device=seeds.device)
-            for i, o in arch.layer_shapes()
-        ]
-    )
-    return unflatten(arch, (2.0 * u - 1.0) * bounds)
+def to_layers(state: dict[str, torch.Tensor]) -> Layers:
+    """Stacked ``nn.Linear`` parameters (weight [K,out,in], bias [K,out], in module order) as dense layers."""
+    return [t.transpose(1, 2) if t.ndim == 3 else t for t in state.values()]
+
+
+def to_state(names: list[str], layers: Layers) -> dict[str, torch.Tensor]:
+    """Inverse of ``to_layers``: dense layers back under the module's parameter names."""
+    return {n: (t.transpose(1, 2) if t.ndim == 3 else t).contiguous() for n, t in zip(names, layers)}
+
+
+def unflatten_module_order(arch: Dense, flat: torch.Tensor) -> Layers:
+    """[K, P] read in the module's layout (weight [out, in] row-major, then bias, layer by layer) as dense layers,
+    so that a draw of P numbers lands on the same parameters in both training paths."""
+    parts = torch.split(flat, _sizes(arch), dim=1)
+    out: Layers = []
+    for (i, o), w, b in zip(arch.layer_shapes(), parts[0::2], parts[1::2]):
+        out += [w.reshape(-1, o, i).transpose(1, 2), b]
+    return out
 
 
 def layer_inputs(
-    arch: Architecture, params: Params, X: torch.Tensor
+    arch: Dense, params: Layers, X: torch.Tensor
 ) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Forward pass keeping each linear layer's input (X, then hidden activations), and logits."""
     act = _ACTIVATIONS[arch.activation]
@@ -107,7 +110,7 @@ def layer_inputs(
     return inputs, h
 
 
-def forward(arch: Architecture, params: Params, X: torch.Tensor) -> torch.Tensor:
+def forward(arch: Dense, params: Layers, X: torch.Tensor) -> torch.Tensor:
     """Logits [K, n, C]; X is [K, n, d] (per model) or [n, d] (shared by all models)."""
     return layer_inputs(arch, params, X)[1]
 
@@ -135,7 +138,7 @@ def _activation_grad(activation: str, h: torch.Tensor) -> torch.Tensor:
 
 
 def backprop(
-    arch: Architecture, params: Params, inputs: list[torch.Tensor], dlogits: torch.Tensor
+    arch: Dense, params: Layers, inputs: list[torch.Tensor], dlogits: torch.Tensor
 ) -> list[torch.Tensor]:
     """Per-example deltas (gradient w.r.t. each layer's pre-activation), first layer first."""
     deltas = [dlogits]
@@ -148,7 +151,7 @@ def backprop(
 
 def sum_gradients(
     inputs: list[torch.Tensor], deltas: list[torch.Tensor], weights: torch.Tensor | None = None
-) -> Params:
+) -> Layers:
     """Sum over examples of (optionally [K, B]-weighted) per-example gradients; a bmm per layer."""
     grads = []
     for a, d in zip(inputs, deltas):

@@ -1,0 +1,112 @@
+"""A model configuration bound to a dataset's input shape and class count: what the engine trains K copies of."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.func import replace_all_batch_norm_modules_
+
+from arena.engine.dense import Dense
+
+if TYPE_CHECKING:
+    from arena.model import Model
+
+State = dict[str, torch.Tensor]
+"""K models' parameters and buffers by module name, each tensor with a leading model axis [K, ...]."""
+
+
+@dataclass(frozen=True, eq=False)
+class Architecture:
+    """``model`` (a model plugin holding its validated parameters) for inputs of ``input_shape`` and
+    ``n_classes`` classes. Builds modules, and knows which of their tensors train and which are penalised."""
+
+    model: Model
+    input_shape: tuple[int, ...]
+    n_classes: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "input_shape", tuple(int(s) for s in self.input_shape))
+
+    def identity(self) -> dict[str, Any]:
+        """Everything that determines the module: plugin name, version, parameters, input shape, classes."""
+        return {
+            "model": self.model.name,
+            "version": self.model.version,
+            "params": self.model.params.model_dump(mode="json"),
+            "input_shape": list(self.input_shape),
+            "n_classes": self.n_classes,
+        }
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Architecture) and self.identity() == other.identity()
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self.identity(), sort_keys=True))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"model": self.model, "input_shape": self.input_shape, "n_classes": self.n_classes}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+
+    @property
+    def n_features(self) -> int:
+        """Length of one flattened record."""
+        return math.prod(self.input_shape)
+
+    @property
+    def l2(self) -> float:
+        return float(getattr(self.model.params, "l2", 0.0))
+
+    @property
+    def dense(self) -> Dense | None:
+        """The hand path's description when the model is a dense stack (logistic regression, MLP), else None."""
+        return self.model.dense(self.input_shape, self.n_classes)
+
+    def build(self) -> torch.nn.Module:
+        """A fresh module from the plugin, batch-norm layers set to use batch statistics only (so that K copies
+        can run under ``vmap``); initialised from torch's global generator."""
+        module = self.model.build(self.input_shape, self.n_classes)
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"model {self.model.name!r} built {type(module).__name__}, not a torch.nn.Module")
+        return replace_all_batch_norm_modules_(module)
+
+    def template(self) -> Template:
+        """The module used as a stateless function (``functional_call``), built once per process."""
+        return _template(self)
+
+
+@dataclass(frozen=True)
+class Template:
+    """One module used as a pure function of its tensors, and the names of its trainable / penalised tensors."""
+
+    module: torch.nn.Module
+    trainable: tuple[str, ...]
+    buffers: tuple[str, ...]
+    penalised: frozenset[str]
+
+    @property
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.module.parameters())
+
+
+@functools.lru_cache(maxsize=32)
+def _template(arch: Architecture) -> Template:
+    module = arch.build().eval()
+    names = tuple(n for n, _ in module.named_parameters())
+    buffers = tuple(n for n, _ in module.named_buffers())
+    penalised = frozenset(n for n, p in module.named_parameters() if p.ndim >= 2)
+    return Template(module, names, buffers, penalised)
+
+
+def has_batch_norm(arch: Architecture) -> bool:
+    """Whether the model normalises over the batch (BatchNorm), which mixes examples and defeats per-example
+    clipping."""
+    module = arch.model.build(arch.input_shape, arch.n_classes)
+    return any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in module.modules())

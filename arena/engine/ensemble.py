@@ -1,0 +1,86 @@
+"""K copies of one module as stacked tensors (PyTorch's model-ensembling recipe): seeded initialisation, the
+batched forward pass, and an ``nn.Module`` view of the stack for defenses written with ordinary autograd."""
+
+from __future__ import annotations
+
+import torch
+from torch.func import functional_call, stack_module_state, vmap
+
+from arena.engine.architecture import Architecture, State
+
+ROWS_PER_CALL = 8192
+"""Records per forward call when scoring, so that a large query set never holds all activations at once."""
+
+
+def init_state(
+    arch: Architecture,
+    seeds: torch.Tensor,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+) -> State:
+    """K freshly initialised models, model k built under ``torch.manual_seed(seeds[k])`` alone (the module's own
+    initialisation, whatever it is), so a model starts the same alone or inside any batch."""
+    modules = []
+    for seed in seeds.tolist():
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(seed) % 2**64)
+            modules.append(arch.build())
+    params, buffers = stack_module_state(modules)
+    state = {**params, **buffers}
+    return {k: (v.to(device, dtype) if v.is_floating_point() else v.to(device)).detach() for k, v in state.items()}
+
+
+def _images(arch: Architecture, X: torch.Tensor) -> torch.Tensor:
+    """Flat records [..., d] as [..., *input_shape]."""
+    return X.reshape(*X.shape[:-1], *arch.input_shape)
+
+
+def logits(arch: Architecture, state: State, X: torch.Tensor) -> torch.Tensor:
+    """Logits [K, n, C] of each model for X [n, d] (shared by all models) or [K, n, d] (one set per model)."""
+    module = arch.template().module
+    X = X.to(next(iter(state.values())).device)
+    shared = X.ndim == 2
+
+    def one(s: State, x: torch.Tensor) -> torch.Tensor:
+        return functional_call(module, s, (x,))
+
+    batched = vmap(one, in_dims=(0, None if shared else 0))
+    chunks = []
+    with torch.no_grad():
+        for start in range(0, X.shape[-2], ROWS_PER_CALL):
+            part = X[..., start : start + ROWS_PER_CALL, :]
+            chunks.append(batched(state, _images(arch, part)))
+    return torch.cat(chunks, dim=1)
+
+
+class Ensemble(torch.nn.Module):
+    """K models as one ``nn.Module`` whose parameters are the stacked tensors: ``forward`` maps [K, B, d] (or
+    [K, B, *input_shape]) to logits [K, B, C]. Summing the K per-model losses and calling ``backward`` gives each
+    model its own gradient, so ``torch.optim`` trains the K models independently and at once."""
+
+    def __init__(self, arch: Architecture, state: State) -> None:
+        super().__init__()
+        self.arch = arch
+        template = arch.template()
+        self._names = list(state)
+        self._trainable = set(template.trainable)
+        self.stack = torch.nn.ParameterList(
+            [torch.nn.Parameter(state[n].clone(), requires_grad=n in self._trainable) for n in self._names]
+        )
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        if X.shape[2:] != self.arch.input_shape:
+            X = _images(self.arch, X)
+        module = self.arch.template().module
+        return vmap(lambda s, x: functional_call(module, s, (x,)))(self.state(), X)
+
+    def state(self) -> State:
+        """The stacked tensors by module name (live: they are this ensemble's parameters)."""
+        return dict(zip(self._names, self.stack))
+
+    def penalised(self) -> list[torch.nn.Parameter]:
+        """The weight tensors an L2 penalty covers (those of two or more dimensions per model)."""
+        return [p for n, p in zip(self._names, self.stack) if n in self.arch.template().penalised]
+
+    def detached(self) -> State:
+        return {n: p.detach().clone() for n, p in zip(self._names, self.stack)}
