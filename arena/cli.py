@@ -72,7 +72,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         return _problems(["--workers: must be at least 1"])
     try:
-        p = plan(args.scenarios)
+        p = plan(args.scenarios, local=args.address is None)
     except ScenarioError as exc:
         return _problems(exc.problems)
     store = RunStore(args.out)

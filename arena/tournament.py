@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from arena.execute import base_row, play_matchup, train_release
 from arena.plan import Matchup, Plan
+from arena.procedure import gpu_request
 from arena.progress import Progress
 from arena.store import RunStore
 
@@ -120,17 +121,19 @@ def run_ray(
     try:
         release_task = ray.remote(num_cpus=1, max_retries=retries)(_release_or_error)
         matchup_task = ray.remote(num_cpus=1, max_retries=retries)(_play_after)
+        gpus = {m.track.device: gpu_request(m.track.device) for m in todo}
         limit = workers or int(ray.available_resources().get("CPU", 1)) or 1
         run_dir = str(store.root)
         queue = []
         for group in _by_release(todo).values():
-            release_ref = release_task.remote(group[0], run_dir)
+            release_ref = release_task.options(num_gpus=gpus[group[0].track.device]).remote(group[0], run_dir)
             queue.extend((m, release_ref) for m in group)
         running: dict[Any, tuple[Matchup, float]] = {}
         while queue or running:
             while queue and len(running) < limit:
                 m, release_ref = queue.pop(0)
-                running[matchup_task.remote(m, run_dir, release_ref)] = (m, time.monotonic())
+                task = matchup_task.options(num_gpus=gpus[m.track.device])
+                running[task.remote(m, run_dir, release_ref)] = (m, time.monotonic())
             on_start(len(running))
             ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
             for ref in ready:
