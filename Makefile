@@ -4,6 +4,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 RUN_DIR ?= runs/quickstart
+# The torch wheel set-up installs first; the project accepts any torch in [2.3, 3). GPU users pass their own,
+# e.g. `make setup TORCH="torch==2.5.1"`, or install torch themselves before `pip install -e .`.
+TORCH ?= torch==2.13.0
 
 .PHONY: setup run test bench report-check clean
 
@@ -12,6 +15,7 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH)"
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 

@@ -1,3 +1,47 @@
-"""privacy-arena: a tournament harness for machine-learning privacy."""
+"""privacy-arena: a tournament harness for machine-learning privacy.
+
+The public facade: plugins import what they need from here (``from arena import Model, Defense, hookimpl``);
+every other module is private. Names load lazily, so ``import arena`` stays cheap for the command line.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "hookimpl": "arena.hookspecs",
+    "Model": "arena.model",
+    "ModelParams": "arena.model",
+    "Defense": "arena.defense",
+    "FitTask": "arena.defense",
+    "Fit": "arena.defense",
+    "Claim": "arena.defense",
+    "Attack": "arena.attack",
+    "MembershipGuess": "arena.attack",
+    "ReconstructionGuess": "arena.attack",
+    "DatasetLoader": "arena.data",
+    "Dataset": "arena.data",
+    "NoParams": "arena.data",
+    "Metric": "arena.metrics",
+    "Models": "arena.release",
+    "BlackBox": "arena.release",
+    "ThreatModelError": "arena.games.view",
+    "Dense": "arena.engine.dense",
+    "Recipe": "arena.engine.trainer",
+    "DPNoise": "arena.engine.trainer",
+    "train": "arena.engine.trainer",
+    "steps_and_rate": "arena.engine.trainer",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'arena' has no attribute {name!r}")
