@@ -63,6 +63,10 @@ class TrainingStats:
     trained: int = 0
     cached: int = 0
     calls: int = 0
+    tasks: int = 0
+    """Pool chunks dispatched as Ray tasks."""
+    nodes: set[str] = field(default_factory=set)
+    """Ray nodes those tasks ran on."""
 
 
 @dataclass
@@ -123,12 +127,15 @@ class TrainingProcedure:
             import ray
 
             gpus = gpu_request(self.device)
-            task = ray.remote(num_cpus=1, num_gpus=gpus)(_train_chunk)
+            task = ray.remote(num_cpus=1, num_gpus=gpus, scheduling_strategy="SPREAD")(_train_chunk)
             refs = [task.remote(self, *chunk) for chunk in chunks]
+            self.stats.tasks += len(refs)
             if gpus:  # a task holding a GPU share waits on others needing one: work from the back meanwhile
                 for chunk in reversed(chunks):
                     self(*chunk)
-            self.stats.trained += sum(trained for trained, _ in ray.get(refs))
+            for trained, node in ray.get(refs):
+                self.stats.trained += trained
+                self.stats.nodes.add(node)
         return [self(*chunk)[0] for chunk in chunks]
 
     def _fit(
@@ -168,9 +175,11 @@ class TrainingProcedure:
         return Claim(**json.loads(bytes(tensors["claim"].tolist()).decode()))
 
 
-def _train_chunk(procedure: TrainingProcedure, *chunk: torch.Tensor) -> tuple[int, int]:
-    """Ray task: train (or find) one chunk in the shared cache; return (models trained, models found cached)."""
+def _train_chunk(procedure: TrainingProcedure, *chunk: torch.Tensor) -> tuple[int, str]:
+    """Ray task: train (or find) one chunk in the shared cache; return (models trained, the node it ran on)."""
+    import ray
+
     torch.set_num_threads(1)
     procedure.stats = TrainingStats()
     procedure(*chunk)
-    return procedure.stats.trained, procedure.stats.cached
+    return procedure.stats.trained, ray.get_runtime_context().get_node_id()

@@ -23,6 +23,7 @@ from threadpoolctl import threadpool_limits
 
 from arena.attack import Attack, MembershipGuess
 from arena.hookspecs import hookimpl
+from arena_plugins.queries import augmented_queries
 from arena_plugins.shadows import train_pool
 
 
@@ -205,6 +206,9 @@ class LiRAParams(BaseModel):
     fixed_variance: bool = Field(default=False, description="one variance for all points (few shadows)")
     fpr: float = Field(default=0.1, gt=0.0, lt=1.0,
                        description="offline: population FPR the hard threshold is set for")
+    mirror: bool = Field(default=False, description="also query each image mirrored left-right")
+    shift: int = Field(default=0, ge=0, le=8, description="also query each image shifted by this many pixels "
+                       "up, down, left and right (each mirrored too with mirror)")
 
 
 class LiRA(Attack):
@@ -214,7 +218,10 @@ class LiRA(Attack):
     did not (OUT); score log N(φ; IN) - log N(φ; OUT), member when positive. Offline: the one-sided test
     log Pr[Z ≤ φ], Z ~ OUT, thresholded at the (1 - ``fpr``) quantile of the same score on population points
     (non-members of the target, OUT for every shadow; fitted on one shadow per pair, as many as a challenge
-    point's OUT shadows)."""
+    point's OUT shadows).
+
+    With ``mirror``/``shift`` (image data) the target and every shadow are queried on each augmented view of a
+    point and the per-view scores are averaged, as in Carlini et al.'s reference code."""
 
     name = "lira"
     threat_model = frozenset({"query", "population", "training"})
@@ -224,17 +231,26 @@ class LiRA(Attack):
     def run(self, view) -> MembershipGuess:  # noqa: ANN001
         p = self.params
         pool = train_pool(view, p.shadows)
-        shadow_phi = true_class_log_odds(pool.models.logits(view.challenge_X), view.challenge_y)
-        phi = true_class_log_odds(view.model.log_proba(view.challenge_X), view.challenge_y)
+        views = augmented_queries(view.challenge_X, view.input_shape, p.mirror, p.shift)
+        shadow_phi = [true_class_log_odds(pool.models.logits(X), view.challenge_y) for X in views]
+        phi = [true_class_log_odds(view.model.log_proba(X), view.challenge_y) for X in views]
         if p.variant == "online":
-            scores = likelihood_ratio(shadow_phi, pool.challenge_in, phi, p.fixed_variance)
+            scores = np.mean([likelihood_ratio(s, pool.challenge_in, f, p.fixed_variance)
+                              for s, f in zip(shadow_phi, phi)], axis=0)
             return MembershipGuess(scores=scores, decisions=scores > 0.0)
-        scores = one_sided_out(shadow_phi, ~pool.challenge_in, phi, p.fixed_variance)
-        pop_shadow_phi = true_class_log_odds(pool.models.logits(view.population_X)[0::2], view.population_y)
-        pop_phi = true_class_log_odds(view.model.log_proba(view.population_X), view.population_y)
-        reference = one_sided_out(pop_shadow_phi, np.ones_like(pop_shadow_phi, dtype=bool), pop_phi, p.fixed_variance)
+        scores = np.mean([one_sided_out(s, ~pool.challenge_in, f, p.fixed_variance)
+                          for s, f in zip(shadow_phi, phi)], axis=0)
+        reference = np.mean([self._population_scores(view, pool, X) for X in
+                             augmented_queries(view.population_X, view.input_shape, p.mirror, p.shift)], axis=0)
         threshold = float(np.quantile(reference, 1.0 - p.fpr))
         return MembershipGuess(scores=scores, decisions=scores > threshold)
+
+    def _population_scores(self, view, pool, X) -> np.ndarray:  # noqa: ANN001
+        """Offline scores of population points (non-members of the target, OUT for every shadow) under one query."""
+        pop_shadow_phi = true_class_log_odds(pool.models.logits(X)[0::2], view.population_y)
+        pop_phi = true_class_log_odds(view.model.log_proba(X), view.population_y)
+        out = np.ones_like(pop_shadow_phi, dtype=bool)
+        return one_sided_out(pop_shadow_phi, out, pop_phi, self.params.fixed_variance)
 
 
 @hookimpl
