@@ -15,12 +15,13 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 
 from arena.engine.newton import fit_logreg, gradient
+from arena.engine.dense import Layers as Params
+from arena.engine.dense import softmax, to_layers
 from arena.engine.trainer import Recipe, train
-from arena.models import Architecture, Params, init_params, softmax
-from benchmarks.data import fixed_plus_one, random_subsets
+from benchmarks.data import architecture, fixed_plus_one, init_layers, random_subsets
 from benchmarks.timing import Section, Table, compare, ratio
 
-MLP = Architecture("mlp", 64, 10, hidden=(16,), activation="tanh")
+MLP = architecture("mlp", 64, 10, hidden=[16], activation="tanh")
 L2 = 1e-3
 MLP_TARGET, LOGREG_TARGET = 5.0, 20.0
 MLP_MISSED = (
@@ -86,7 +87,7 @@ def _mlp(sizes: Sizes, repeats: int) -> tuple[Table, list, dict[str, str]]:
     X, y = fixed_plus_one("digits", 100, K)
     recipe = Recipe(epochs=sizes.epochs, lr=0.5, momentum=0.9)
     seeds = torch.arange(K, dtype=torch.int64)
-    init = init_params(MLP, seeds)
+    init = init_layers(MLP, seeds)
 
     def some(repeat: int) -> int:  # the untimed warm-up trains two models only
         return 2 if repeat < 0 else K
@@ -98,9 +99,11 @@ def _mlp(sizes: Sizes, repeats: int) -> tuple[Table, list, dict[str, str]]:
     )
     t = compare(
         {
-            batched: lambda r: train(MLP, X[: some(r)], y[: some(r)], recipe, seeds[: some(r)], seeds[: some(r)]),
+            batched: lambda r: to_layers(
+                train(MLP, X[: some(r)], y[: some(r)], recipe, seeds[: some(r)], seeds[: some(r)])
+            ),
             one_at_a_time: lambda r: [
-                train(MLP, X[k : k + 1], y[k : k + 1], recipe, seeds[k : k + 1], seeds[k : k + 1])
+                to_layers(train(MLP, X[k : k + 1], y[k : k + 1], recipe, seeds[k : k + 1], seeds[k : k + 1]))
                 for k in range(some(r))
             ],
             peers: lambda r: torch_loop(X[: some(r)], y[: some(r)], [p[: some(r)] for p in init], recipe),

@@ -9,11 +9,10 @@ import torch
 
 from arena.engine import rng
 from arena.engine.trainer import DPNoise, Recipe, steps_and_rate, train
-from arena.models import Architecture
-from benchmarks.data import random_subsets
+from benchmarks.data import architecture, random_subsets
 from benchmarks.timing import Section, Table, compare, ratio
 
-ARCH = Architecture("mlp", 64, 10, hidden=(256,), activation="relu")
+ARCH = architecture("mlp", 64, 10, hidden=[256], activation="relu")
 NOISE = DPNoise(clip=1.0, noise_multiplier=1.0)
 TARGET = 1.5
 MISSED = (
@@ -53,7 +52,7 @@ def rng_seconds_per_epoch(n: int, K: int, draws: int = 20) -> float:
     start = time.perf_counter()
     for t in range(draws):
         rng.bernoulli(seeds, rng.stream(rng.Purpose.POISSON, t), n, q)
-        rng.normal(seeds, rng.stream(rng.Purpose.NOISE, t), ARCH.n_params)
+        rng.normal(seeds, rng.stream(rng.Purpose.NOISE, t), ARCH.dense.n_params)
     return (time.perf_counter() - start) / draws * steps
 
 
@@ -62,7 +61,7 @@ def run(quick: bool, repeats: int) -> Section:
     section = Section(
         "b",
         "DP-SGD epoch vs non-private epoch",
-        f"The engine's `train` on digits, MLP 64→256→10 relu ({ARCH.n_params:,} parameters), n = {sizes.n} "
+        f"The engine's `train` on digits, MLP 64→256→10 relu ({ARCH.dense.n_params:,} parameters), n = {sizes.n} "
         f"records per model, batch 64, lr 0.1, momentum 0.9, {sizes.epochs} epoch(s) per call; time per epoch "
         "per model. Non-private: a fresh shuffle per epoch cut into batches of 64. DP-SGD (dp=DPNoise(clip 1, "
         "σ 1)): Poisson sampling at q = 64/n, per-example clipping by ghost norms, Gaussian noise on the "

@@ -41,7 +41,7 @@ def train_pool(k: int, epochs: int) -> dict[str, float]:
     start = time.perf_counter()
     params = train(MLP, X, y, Recipe(epochs=epochs, lr=0.5, momentum=0.9), seeds, seeds)
     seconds = time.perf_counter() - start
-    if not all(torch.isfinite(p).all() for p in params):
+    if not all(torch.isfinite(p).all() for p in params.values()):
         raise RuntimeError("the shadow pool diverged")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return {"peak": peak, "before_training": before, "seconds": seconds}

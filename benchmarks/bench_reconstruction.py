@@ -13,7 +13,7 @@ from art.estimators.classification.scikitlearn import ScikitlearnLogisticRegress
 from sklearn.linear_model import LogisticRegression
 
 from arena.engine.newton import fit_logreg
-from arena.models import Params
+from arena.engine.dense import Layers as Params
 from arena_plugins.reconstruction import glm_closed_form
 from benchmarks.data import fixed_plus_one
 from benchmarks.timing import Check, Section, Table, compare, ratio

@@ -8,7 +8,22 @@ import numpy as np
 import torch
 
 from arena.data import Dataset, NoParams, derive_seed
+from arena.engine.architecture import Architecture
+from arena.engine.dense import Layers, to_layers
+from arena.engine.ensemble import init_state
+from arena.plugins import registries
 from arena_plugins.datasets import BreastCancer, Digits
+
+
+def architecture(name: str, in_dim: int, n_classes: int, **params: object) -> Architecture:
+    """The registered model plugin ``name`` with ``params``, for flat records of ``in_dim`` features."""
+    cls = registries().models.get(name)
+    return Architecture(cls(cls.Params.model_validate(params)), (in_dim,), n_classes)
+
+
+def init_layers(arch: Architecture, seeds: torch.Tensor) -> Layers:
+    """The engine's seeded initialisation of K dense models, as layers [W1 [K,in,out], b1, ...]."""
+    return to_layers(init_state(arch, seeds))
 
 
 @cache

@@ -8,7 +8,16 @@ from pathlib import Path
 
 import pytest
 
+from arena.engine.architecture import Architecture
 from arena.plugins import registries
+
+
+def architecture(name: str, input_shape: int | tuple[int, ...], n_classes: int, **params: object) -> Architecture:
+    """The registered model plugin ``name`` with ``params``, bound to records of ``input_shape`` (an int: flat
+    records of that many features) and ``n_classes`` classes, exactly as a scenario's track would build it."""
+    cls = registries().models.get(name)
+    shape = (input_shape,) if isinstance(input_shape, int) else tuple(input_shape)
+    return Architecture(cls(cls.Params.model_validate(params)), shape, n_classes)
 
 
 @pytest.fixture(autouse=True)

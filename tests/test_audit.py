@@ -163,9 +163,9 @@ class ClaimsDPAddsNoNoise(Defense):
         return self.params.delta
 
     def fit(self, task):
-        params = train(task.arch, task.X, task.y, task.recipe, task.init_seeds, task.train_seeds)
+        state = train(task.arch, task.X, task.y, task.recipe, task.init_seeds, task.train_seeds)
         claim = Claim(epsilon=self.params.epsilon, delta=self.params.delta, accountant="none (false claim)")
-        return Fit(params, claim)
+        return Fit(state, claim)
 
 
 @hookimpl

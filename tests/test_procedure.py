@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 
 from arena.engine.trainer import Recipe
-from arena.models import Architecture
 from arena.procedure import TrainingProcedure
 from arena.store import TensorCache
 from arena_plugins.defenses import DPSGD, NonPrivate
+from tests.conftest import architecture
 
 
 def data(k: int = 3, n: int = 40) -> tuple[torch.Tensor, torch.Tensor]:
@@ -18,7 +18,7 @@ def data(k: int = 3, n: int = 40) -> tuple[torch.Tensor, torch.Tensor]:
 
 def make(cache: TensorCache, defense=None) -> TrainingProcedure:  # noqa: ANN001
     defense = defense or NonPrivate(NonPrivate.Params())
-    return TrainingProcedure(defense, Architecture("mlp", 8, 3, (5,)), Recipe(epochs=2, lr=0.1, batch_size=10),
+    return TrainingProcedure(defense, architecture("mlp", 8, 3, hidden=[5]), Recipe(epochs=2, lr=0.1, batch_size=10),
                              cache=cache)
 
 
@@ -29,7 +29,8 @@ def test_second_identical_request_trains_nothing(tmp_path) -> None:
     second = make(TensorCache(tmp_path))
     again, _ = second(X, y, [1, 2, 3], [4, 5, 6])
     assert (first.stats.trained, second.stats.trained, second.stats.cached) == (3, 0, 3)
-    assert all(torch.equal(a, b) for a, b in zip(models.params, again.params))
+    assert list(models.state) == list(again.state)
+    assert all(torch.equal(models.state[k], again.state[k]) for k in models.state)
     files = [p for p in (tmp_path / "models").rglob("*") if p.is_file()]
     assert len(files) == 1 and files[0].suffix == ".safetensors"
 
@@ -42,7 +43,8 @@ def test_concurrent_identical_requests_train_once(tmp_path) -> None:
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda p: p(X, y, [1, 2, 3], [4, 5, 6]), procs))
     assert sum(p.stats.trained for p in procs) == 3 and sum(p.stats.cached for p in procs) == 3
-    assert all(torch.equal(a, b) for a, b in zip(results[0][0].params, results[1][0].params))
+    one, other = results[0][0].state, results[1][0].state
+    assert list(one) == list(other) and all(torch.equal(one[k], other[k]) for k in one)
 
 
 def test_different_seeds_or_data_are_different_entries(tmp_path) -> None:
@@ -52,8 +54,9 @@ def test_different_seeds_or_data_are_different_entries(tmp_path) -> None:
     b, _ = proc(X, y, [1, 2, 9], [4, 5, 6])
     c, _ = proc(X.flip(0), y.flip(0), [1, 2, 3], [4, 5, 6])
     assert proc.stats.trained == 9
-    assert torch.equal(a.params[0][:2], b.params[0][:2]) and not torch.equal(a.params[0][2], b.params[0][2])
-    assert not torch.equal(a.params[0][0], c.params[0][0])
+    wa, wb, wc = (m.state["layers.0.weight"] for m in (a, b, c))
+    assert torch.equal(wa[:2], wb[:2]) and not torch.equal(wa[2], wb[2])
+    assert not torch.equal(wa[0], wc[0])
 
 
 def test_dp_claim_round_trips_through_the_cache(tmp_path) -> None:

@@ -8,18 +8,26 @@ from torch.func import functional_call, grad, vmap
 
 from arena.engine import rng
 from arena.engine.dpsgd import clipped_noisy_gradient, clipped_sum, per_example_grad_norms
-from arena.engine.trainer import DPNoise, Recipe, train
-from arena.models import (
-    Architecture,
+from arena.engine.dense import (
+    Dense,
     backprop,
-    init_params,
     layer_inputs,
     output_delta,
-    unflatten,
+    to_layers,
+    unflatten_module_order,
 )
+from arena.engine.ensemble import init_state
+from arena.engine.trainer import DPNoise, Recipe, train
+from tests.conftest import architecture
 
-ARCH = Architecture("mlp", in_dim=6, n_classes=4, hidden=(5, 3), activation="relu")
+MODEL = architecture("mlp", 6, 4, hidden=[5, 3], activation="relu")
+ARCH: Dense = MODEL.dense
 K, B = 3, 8
+
+
+def _init_layers(arch, seeds: torch.Tensor, dtype: torch.dtype) -> list[torch.Tensor]:
+    """The engine's seeded initialisation of K models, as dense layers."""
+    return to_layers(init_state(arch, seeds, dtype))
 
 
 def _net(params, k: int) -> torch.nn.Sequential:
@@ -44,7 +52,7 @@ def _per_example_grads(net: torch.nn.Module, X, y) -> list[torch.Tensor]:
 @pytest.fixture
 def batch():
     torch.manual_seed(0)
-    params = init_params(ARCH, torch.tensor([10, 11, 12]), dtype=torch.float64)
+    params = _init_layers(MODEL, torch.tensor([10, 11, 12]), torch.float64)
     X = 2 * torch.randn(K, B, 6, dtype=torch.float64)
     y = torch.randint(0, 4, (K, B))
     inputs, logits = layer_inputs(ARCH, params, X)
@@ -103,20 +111,21 @@ def test_clipped_gradient_matches_opacus(batch):
 
 def test_full_batch_dp_step_by_hand():
     """Logreg at zero, two points: update = -(lr/B)(sum of clipped gradients + sigma C z)."""
-    arch = Architecture("logreg", in_dim=2, n_classes=2)
+    arch = architecture("logreg", 2, 2)
     X = torch.tensor([[[3.0, 4.0], [1.0, 0.0]]], dtype=torch.float64)
     y = torch.tensor([[0, 1]])
-    zero = [torch.zeros(1, 2, 2, dtype=torch.float64), torch.zeros(1, 2, dtype=torch.float64)]
+    zero = {"layers.0.weight": torch.zeros(1, 2, 2, dtype=torch.float64),
+            "layers.0.bias": torch.zeros(1, 2, dtype=torch.float64)}
     seed, lr, clip, sigma = torch.tensor([77]), 0.3, 2.0, 1.5
-    out = train(arch, X, y, Recipe(epochs=1, lr=lr), seed, seed, DPNoise(clip, sigma), zero)
+    out = to_layers(train(arch, X, y, Recipe(epochs=1, lr=lr), seed, seed, DPNoise(clip, sigma), zero))
     # softmax at zero is (1/2, 1/2): delta_1 = (-1/2, 1/2), delta_2 = (1/2, -1/2)
     # ||g_1||^2 = (9 + 16 + 1) * 1/2 = 13 -> factor 2/sqrt(13); ||g_2||^2 = (1 + 1) * 1/2 = 1 -> 1
     f1 = clip / math.sqrt(13.0)
     d1, d2 = torch.tensor([-0.5, 0.5]), torch.tensor([0.5, -0.5])
     gW = f1 * torch.outer(X[0, 0], d1) + torch.outer(X[0, 1], d2)
     gb = f1 * d1 + d2
-    z = rng.normal(seed, rng.stream(rng.Purpose.NOISE, 0), arch.n_params, torch.float64)[0]
-    zW, zb = z[:4].reshape(2, 2), z[4:]
+    z = rng.normal(seed, rng.stream(rng.Purpose.NOISE, 0), arch.dense.n_params, torch.float64)[0]
+    zW, zb = z[:4].reshape(2, 2).T, z[4:]  # the noise is drawn in the module's order: weight [out, in], bias
     torch.testing.assert_close(out[0][0], -(lr / 2) * (gW.double() + sigma * clip * zW))
     torch.testing.assert_close(out[1][0], -(lr / 2) * (gb.double() + sigma * clip * zb))
 
@@ -125,7 +134,8 @@ def _naive_dp_sgd(arch, X, y, recipe, init_seed, train_seed, dp):
     """Reference DP-SGD for one model: loop over steps and examples, autograd per example."""
     n = X.shape[0]
     q, steps = recipe.batch_size / n, recipe.epochs * math.ceil(n / recipe.batch_size)
-    params = [p[0].clone() for p in init_params(arch, init_seed, X.dtype)]
+    spec = arch.dense
+    params = [p[0].clone() for p in _init_layers(arch, init_seed, X.dtype)]
     velocity = [torch.zeros_like(p) for p in params]
     for t in range(steps):
         mask = rng.bernoulli(train_seed, rng.stream(rng.Purpose.POISSON, t), n, q)[0]
@@ -141,7 +151,7 @@ def _naive_dp_sgd(arch, X, y, recipe, init_seed, train_seed, dp):
             norm = torch.sqrt(sum((gi**2).sum() for gi in g))
             total = [s + gi * min(1.0, dp.clip / norm.item()) for s, gi in zip(total, g)]
         noise_stream = rng.stream(rng.Purpose.NOISE, t)
-        z = unflatten(arch, rng.normal(train_seed, noise_stream, arch.n_params, X.dtype))
+        z = unflatten_module_order(spec, rng.normal(train_seed, noise_stream, spec.n_params, X.dtype))
         for j, (p, v, s) in enumerate(zip(params, velocity, total)):
             g = (s + dp.noise_multiplier * dp.clip * z[j][0]) / (q * n)
             if j % 2 == 0:
@@ -152,14 +162,14 @@ def _naive_dp_sgd(arch, X, y, recipe, init_seed, train_seed, dp):
 
 
 def test_poisson_dp_sgd_matches_naive_reference():
-    arch = Architecture("mlp", in_dim=4, n_classes=3, hidden=(5,), l2=0.05)
+    arch = architecture("mlp", 4, 3, hidden=[5], l2=0.05)
     torch.manual_seed(1)
     X = torch.randn(2, 12, 4, dtype=torch.float64)
     y = torch.randint(0, 3, (2, 12))
     recipe = Recipe(epochs=2, lr=0.2, momentum=0.9, batch_size=4)
     dp = DPNoise(clip=0.7, noise_multiplier=0.8)
     init, tr = torch.tensor([5, 6]), torch.tensor([8, 9])
-    out = train(arch, X, y, recipe, init, tr, dp)
+    out = to_layers(train(arch, X, y, recipe, init, tr, dp))
     for k in range(2):
         ref = _naive_dp_sgd(arch, X[k], y[k], recipe, init[k : k + 1], tr[k : k + 1], dp)
         for p, r in zip(out, ref):

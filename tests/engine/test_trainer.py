@@ -4,11 +4,13 @@ import pytest
 import torch
 
 from arena.engine import rng
+from arena.engine.dense import to_layers
+from arena.engine.ensemble import init_state
 from arena.engine.trainer import DPNoise, Recipe, steps_and_rate, train
-from arena.models import Architecture, init_params
+from tests.conftest import architecture
 
-LOGREG = Architecture("logreg", in_dim=6, n_classes=3, l2=0.01)
-MLP = Architecture("mlp", in_dim=6, n_classes=3, hidden=(8,), activation="tanh", l2=0.01)
+LOGREG = architecture("logreg", 6, 3, l2=0.01)
+MLP = architecture("mlp", 6, 3, hidden=[8], activation="tanh", l2=0.01)
 RECIPES = {
     "minibatch": (Recipe(epochs=3, lr=0.1, momentum=0.9, batch_size=7), None),
     "full": (Recipe(epochs=5, lr=0.5, momentum=0.5), None),
@@ -33,19 +35,22 @@ def test_batched_training_equals_one_model_at_a_time(arch, mode):
     batched = train(arch, X, y, recipe, init, tr, dp)
     for k in range(5):
         alone = train(arch, X[k : k + 1], y[k : k + 1], recipe, init[k : k + 1], tr[k : k + 1], dp)
-        for pb, pa in zip(batched, alone):
-            torch.testing.assert_close(pb[k : k + 1], pa, rtol=1e-5, atol=1e-5)
-    assert not torch.allclose(batched[0][0], batched[0][1])
+        assert list(alone) == list(batched)
+        for name, pa in alone.items():
+            torch.testing.assert_close(batched[name][k : k + 1], pa, rtol=1e-5, atol=1e-5)
+    first = batched["layers.0.weight"]
+    assert not torch.allclose(first[0], first[1])
 
 
+@pytest.mark.parametrize("engine", ["dense", "functional"])
 @pytest.mark.parametrize("batch_size", [7, None], ids=["minibatch", "full"])
-def test_matches_torch_sgd_with_momentum(batch_size):
+def test_matches_torch_sgd_with_momentum(batch_size, engine):
     recipe = Recipe(epochs=3, lr=0.1, momentum=0.9, batch_size=batch_size)
     X, y = _data(1, 30, seed=1)
     init, tr = torch.tensor([3]), torch.tensor([4])
-    ours = train(MLP, X, y, recipe, init, tr)
+    ours = to_layers(train(MLP, X, y, recipe, init, tr, engine=engine))
 
-    params = init_params(MLP, init, torch.float64)
+    params = to_layers(init_state(MLP, init, torch.float64))
     lin1, lin2 = (
         torch.nn.Linear(6, 8, dtype=torch.float64),
         torch.nn.Linear(8, 3, dtype=torch.float64),
@@ -79,31 +84,32 @@ def test_steps_and_rate():
 
 def test_dp_training_takes_the_accounted_number_of_steps():
     """With a negligible clip the result is the sum of exactly `steps` noise draws."""
-    arch = Architecture("logreg", in_dim=2, n_classes=2)
+    arch = architecture("logreg", 2, 2)
     recipe = Recipe(epochs=2, lr=1.0, batch_size=3)
     steps, _ = steps_and_rate(10, recipe)
     X, y = torch.zeros(1, 10, 2, dtype=torch.float64), torch.zeros(1, 10, dtype=torch.int64)
-    zero = [torch.zeros(1, 2, 2, dtype=torch.float64), torch.zeros(1, 2, dtype=torch.float64)]
+    zero = {"layers.0.weight": torch.zeros(1, 2, 2, dtype=torch.float64),
+            "layers.0.bias": torch.zeros(1, 2, dtype=torch.float64)}
     seed = torch.tensor([0])
     clip = 1e-12  # clipped data term is negligible; noise std is 1e-12 * 1e12 = 1
     out = train(arch, X, y, recipe, seed, seed, DPNoise(clip, 1e12), zero)
     z = sum(
-        rng.normal(seed, rng.stream(rng.Purpose.NOISE, t), arch.n_params, torch.float64)
+        rng.normal(seed, rng.stream(rng.Purpose.NOISE, t), arch.dense.n_params, torch.float64)
         for t in range(steps)
     )
-    torch.testing.assert_close(out[1][0], -z[0, 4:] / 3, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(out["layers.0.bias"][0], -z[0, 4:] / 3, rtol=1e-9, atol=1e-9)
 
 
 def test_follows_input_dtype_and_leaves_given_params_untouched():
     X, y = _data(2, 10)
     seeds = torch.tensor([0, 1])
     out32 = train(MLP, X.float(), y, Recipe(epochs=1, lr=0.1), seeds, seeds)
-    assert all(p.dtype == torch.float32 for p in out32)
-    start = init_params(MLP, seeds, torch.float64)
-    copy = [p.clone() for p in start]
-    out = train(MLP, X, y, Recipe(epochs=1, lr=0.1), seeds, seeds, params=start)
-    assert all(torch.equal(a, b) for a, b in zip(start, copy))
-    assert not torch.equal(out[0], start[0])
+    assert all(p.dtype == torch.float32 for p in out32.values())
+    start = init_state(MLP, seeds, torch.float64)
+    copy = {k: p.clone() for k, p in start.items()}
+    out = train(MLP, X, y, Recipe(epochs=1, lr=0.1), seeds, seeds, state=start)
+    assert all(torch.equal(start[k], copy[k]) for k in start)
+    assert not torch.equal(out["layers.0.weight"], start["layers.0.weight"])
 
 
 def test_rejects_mismatched_shapes():

@@ -10,11 +10,11 @@ from arena.attack import Attack, MembershipGuess
 from arena.engine.trainer import Recipe
 from arena.games.membership import MembershipGame
 from arena.games.view import ThreatModelError
-from arena.models import Architecture
 from arena.plan import load_dataset
 from arena.procedure import TrainingProcedure
 from arena.scenario import MembershipGameSpec, PluginRef
 from arena_plugins.defenses import NonPrivate
+from tests.conftest import architecture
 
 
 @pytest.fixture
@@ -25,7 +25,7 @@ def game() -> MembershipGame:
 
 @pytest.fixture
 def procedure() -> TrainingProcedure:
-    return TrainingProcedure(NonPrivate(NonPrivate.Params()), Architecture("mlp", 64, 10, (16,)),
+    return TrainingProcedure(NonPrivate(NonPrivate.Params()), architecture("mlp", (1, 8, 8), 10, hidden=[16]),
                              Recipe(epochs=3, lr=0.1, batch_size=30))
 
 
@@ -88,7 +88,9 @@ def test_unstratified_split_lets_the_label_histogram_tell_members_apart() -> Non
 def test_view_holds_only_granted_items_and_never_membership(game, procedure) -> None:
     release = game.release(procedure)
     outcome = game.play(Spy(Spy.Params()), release, procedure)
-    assert set(Spy.seen) == {"challenge_X", "challenge_y", "n_classes", "train_size", "seed", "pool_seed", "model"}
+    assert set(Spy.seen) == {"challenge_X", "challenge_y", "n_classes", "input_shape", "train_size", "seed", "pool_seed",
+                             "model"}
+    assert Spy.seen["input_shape"] == (1, 8, 8)
     for value in Spy.seen.values():
         if isinstance(value, (np.ndarray, torch.Tensor)):
             assert value.dtype != torch.bool and len(value) == 120

@@ -18,11 +18,11 @@ from arena.games.reconstruction import (
     reconstruction_metrics,
 )
 from arena.games.view import ThreatModelError
-from arena.models import Architecture
 from arena.procedure import TrainingProcedure
 from arena.report.grids import GRID_FILE
 from arena.scenario import ReconstructionGameSpec
 from arena_plugins.defenses import NonPrivate
+from tests.conftest import architecture
 
 
 @pytest.fixture
@@ -39,7 +39,7 @@ def spec(init: str = "known") -> ReconstructionGameSpec:
 
 @pytest.fixture
 def procedure() -> TrainingProcedure:
-    return TrainingProcedure(NonPrivate(NonPrivate.Params()), Architecture("logreg", 5, 3, l2=0.1),
+    return TrainingProcedure(NonPrivate(NonPrivate.Params()), architecture("logreg", 5, 3, l2=0.1),
                              Recipe(epochs=1, lr=0.1))
 
 
@@ -101,7 +101,8 @@ def test_release_is_one_batched_call_on_fixed_set_plus_each_target(dataset, proc
     X = torch.from_numpy(np.concatenate([dataset.X[game.fixed], dataset.X[game.targets[3:4]]]))[None]
     y = torch.from_numpy(np.concatenate([dataset.y[game.fixed], dataset.y[game.targets[3:4]]]))[None]
     alone, _ = procedure(X, y, [0], [0])
-    torch.testing.assert_close(alone.params[0][0], release.models.params[0][3])
+    for name, t in alone.state.items():
+        torch.testing.assert_close(t[0], release.models.state[name][3])
 
 
 def test_view_grants_declared_items_and_never_a_target(dataset, procedure) -> None:

@@ -15,7 +15,6 @@ from sklearn.dummy import DummyClassifier
 import arena_plugins.membership as membership
 from arena.engine.trainer import Recipe
 from arena.games.membership import MembershipGame
-from arena.models import Architecture
 from arena.plan import load_dataset, plan
 from arena.procedure import TrainingProcedure
 from arena.scenario import MembershipGameSpec, PluginRef
@@ -33,6 +32,7 @@ from arena_plugins.membership import (
     true_class_log_odds,
 )
 from arena_plugins.shadows import plan_pool
+from tests.conftest import architecture
 
 
 def test_log_odds_is_log_p_over_one_minus_p_for_every_class() -> None:
@@ -101,7 +101,7 @@ def test_shadow_counts_must_be_even(attack) -> None:  # noqa: ANN001
 def overfit(tmp_path: Path) -> tuple[MembershipGame, TrainingProcedure]:
     game = MembershipGame(MembershipGameSpec(name="membership", members=50, test=50, population=150),
                           load_dataset(PluginRef(name="digits")), seed=0)
-    proc = TrainingProcedure(NonPrivate(NonPrivate.Params()), Architecture("mlp", 64, 10, (32,)),
+    proc = TrainingProcedure(NonPrivate(NonPrivate.Params()), architecture("mlp", (1, 8, 8), 10, hidden=[32]),
                              Recipe(epochs=30, lr=0.1, momentum=0.9, batch_size=25), cache=TensorCache(tmp_path))
     return game, proc
 

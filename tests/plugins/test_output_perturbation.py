@@ -11,8 +11,10 @@ from arena.engine.laplace import laplace
 from arena.engine.newton import design
 from arena.engine.output_perturbation import clip_rows, fit_penalised
 from arena.engine.trainer import Recipe
-from arena.models import Architecture
+from arena.engine.architecture import Architecture
+from arena.engine.dense import to_layers
 from arena_plugins.defenses import OutputPerturbation, OutputPerturbationParams
+from tests.conftest import architecture
 
 
 def _task(arch: Architecture, n: int = 20, K: int = 2) -> FitTask:
@@ -20,7 +22,7 @@ def _task(arch: Architecture, n: int = 20, K: int = 2) -> FitTask:
     return FitTask(
         arch=arch,
         recipe=Recipe(epochs=1, lr=0.1),
-        X=torch.rand(K, n, arch.in_dim, generator=g),
+        X=torch.rand(K, n, arch.n_features, generator=g),
         y=torch.randint(0, arch.n_classes, (K, n), generator=g),
         init_seeds=torch.zeros(K, dtype=torch.int64),
         train_seeds=torch.tensor([11, 12]),
@@ -28,7 +30,7 @@ def _task(arch: Architecture, n: int = 20, K: int = 2) -> FitTask:
 
 
 def test_release_is_optimum_plus_laplace_at_the_hand_computed_scale():
-    arch = Architecture("logreg", 4, 3, l2=0.1)
+    arch = architecture("logreg", 4, 3, l2=0.1)
     task = _task(arch)
     eps, R = 2.0, 1.5
     fit = OutputPerturbation(OutputPerturbationParams(epsilons=[eps], feature_norm=R)).fit(task)
@@ -37,7 +39,7 @@ def test_release_is_optimum_plus_laplace_at_the_hand_computed_scale():
     b = math.sqrt(15) * delta2 / eps
     theta = fit_penalised(design(clip_rows(task.X.double(), R)), task.y, 3, 0.1)
     noise = laplace(task.train_seeds, rng.stream(rng.Purpose.NOISE), (5, 3), b)
-    W, bias = fit.params
+    W, bias = to_layers(fit.state)  # W [K, in, out]
     torch.testing.assert_close(W, theta[:, :4] + noise[:, :4])
     torch.testing.assert_close(bias, theta[:, 4] + noise[:, 4])
     assert fit.claim.epsilon == eps and fit.claim.target_epsilon == eps and fit.claim.delta == 0.0
@@ -46,11 +48,13 @@ def test_release_is_optimum_plus_laplace_at_the_hand_computed_scale():
 
 
 def test_default_feature_bound_is_the_longest_vector_in_the_unit_cube():
-    arch = Architecture("logreg", 4, 2, l2=0.1)
+    arch = architecture("logreg", 4, 2, l2=0.1)
     task = _task(arch)
     default = OutputPerturbation(OutputPerturbationParams(epsilons=[1.0])).fit(task)
     explicit = OutputPerturbation(OutputPerturbationParams(epsilons=[1.0], feature_norm=2.0)).fit(task)
-    torch.testing.assert_close(default.params, explicit.params)
+    assert list(default.state) == list(explicit.state) == ["layers.0.weight", "layers.0.bias"]
+    for name in default.state:
+        torch.testing.assert_close(default.state[name], explicit.state[name])
 
 
 def test_expands_one_configuration_per_epsilon():
@@ -59,15 +63,15 @@ def test_expands_one_configuration_per_epsilon():
 
 
 @pytest.mark.parametrize(
-    "arch, solver, message",
+    "model, solver, message",
     [
-        (Architecture("mlp", 4, 2, hidden=(3,), l2=0.1), "auto", "logreg"),
-        (Architecture("logreg", 4, 2, l2=0.0), "auto", "l2 > 0"),
-        (Architecture("logreg", 4, 2, l2=0.1), "gradient", "exact optimum"),
+        ({"name": "mlp", "hidden": [3], "l2": 0.1}, "auto", "logreg"),
+        ({"name": "logreg", "l2": 0.0}, "auto", "l2 > 0"),
+        ({"name": "logreg", "l2": 0.1}, "gradient", "exact optimum"),
     ],
 )
-def test_rejects_what_its_sensitivity_does_not_cover(arch, solver, message):
-    task = _task(arch)
+def test_rejects_what_its_sensitivity_does_not_cover(model, solver, message):
+    task = _task(architecture(input_shape=4, n_classes=2, **model))
     task = FitTask(task.arch, task.recipe, task.X, task.y, task.init_seeds, task.train_seeds, solver=solver)
     with pytest.raises(ValueError, match=message):
         OutputPerturbation(OutputPerturbationParams(epsilons=[1.0])).fit(task)

@@ -7,7 +7,6 @@ import pytest
 
 from arena.engine.trainer import Recipe
 from arena.games.membership import MembershipGame
-from arena.models import Architecture
 from arena.plan import load_dataset
 from arena.procedure import TrainingProcedure
 from arena.scenario import MembershipGameSpec, PluginRef
@@ -15,6 +14,7 @@ from arena.store import TensorCache
 from arena_plugins.defenses import NonPrivate
 from arena_plugins.membership import LiRA, ShadowMIA
 from arena_plugins.shadows import plan_pool, train_pool
+from tests.conftest import architecture
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def game() -> MembershipGame:
 
 
 def procedure(cache: TensorCache) -> TrainingProcedure:
-    return TrainingProcedure(NonPrivate(NonPrivate.Params()), Architecture("mlp", 64, 10, (8,)),
+    return TrainingProcedure(NonPrivate(NonPrivate.Params()), architecture("mlp", (1, 8, 8), 10, hidden=[8]),
                              Recipe(epochs=2, lr=0.1, batch_size=16), cache=cache)
 
 
