@@ -55,11 +55,15 @@ class AttackConfig:
     label: str
 
 
-def config_label(name: str, params: BaseModel, epsilon: float | None = None) -> str:
-    """'name', or 'name(eps=2, k=v)' listing ε and every optional parameter set away from its default."""
+def config_label(
+    name: str, params: BaseModel, epsilon: float | None = None, recipe: dict[str, Any] | None = None
+) -> str:
+    """'name', or 'name(eps=2, k=v, training.batch_size=256)' listing ε, every optional parameter set away from its
+    default and every recipe field a defense entry overrides."""
     optional = {k for k, f in type(params).model_fields.items() if not f.is_required()}
     changed = params.model_dump(mode="json", exclude_defaults=True, include=optional)
     changed.pop("epsilons", None)
+    changed.update({f"training.{k}": v for k, v in (recipe or {}).items()})
     parts = ([f"eps={epsilon:g}"] if epsilon is not None else []) + [f"{k}={v}" for k, v in sorted(changed.items())]
     return f"{name}({', '.join(parts)})" if parts else name
 
@@ -153,6 +157,12 @@ def _training(
         return options, None
 
 
+def _overridden(base: TrainingSpec, recipe: TrainingSpec) -> dict[str, Any]:
+    """The recipe fields a defense entry set away from the track's, for its label."""
+    old, new = base.model_dump(mode="json"), recipe.model_dump(mode="json")
+    return {k: v for k, v in new.items() if old[k] != v}
+
+
 def _plugin_params(
     source: str, prefix: str, ref: PluginRef, cls: type, problems: list[str], options: dict[str, Any] | None = None
 ) -> BaseModel | None:
@@ -214,7 +224,8 @@ def _check_track(
             eps = defense.target_epsilon()
             defenses.append(
                 DefenseConfig(cls.name, config.model_dump(mode="json"), cls.version, eps, defense.target_delta(),
-                              config_label(cls.name, config, eps), training.model_dump(mode="json"))
+                              config_label(cls.name, config, eps, _overridden(track.training, training)),
+                              training.model_dump(mode="json"))
             )
     labels = [d.label for d in defenses]
     if len(set(labels)) != len(labels):
