@@ -13,7 +13,11 @@ from arena.data import NoParams
 if TYPE_CHECKING:
     from arena.scenario import Track
 
-Capability = Literal["query", "parameters", "population", "training", "fixed-set", "prior"]
+Capability = Literal["query", "labels", "parameters", "population", "training", "fixed-set", "prior"]
+"""What a view may grant: ``query`` output probabilities and losses, ``labels`` predicted labels only (the
+label-only threat model), ``parameters`` the weights, ``population`` data from the same distribution,
+``training`` the target's training procedure as a callable, ``fixed-set`` and ``prior`` (reconstruction) D⁻ and
+the prior over targets."""
 
 
 @dataclass(frozen=True)

@@ -88,3 +88,35 @@ class BlackBox:
     def loss(self, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Cross-entropy [n] of each (x, y)."""
         return self._models.loss(X, y)[0]
+
+
+class LabelOnly:
+    """Label-only query access to one released model (Choquette-Choo et al. 2021): the predicted label of each
+    query, nothing else. The model lives only in the closure behind ``predict``; the instance has no ``__dict__``
+    and answers every other attribute with ``ThreatModelError``, so no probability, logit or parameter is reachable
+    through it short of deliberately bypassing the class (``object.__getattribute__``)."""
+
+    __slots__ = ("_predict",)
+
+    def __init__(self, models: Models) -> None:
+        if models.k != 1:
+            raise ValueError("a label-only interface wraps exactly one model")
+
+        def predict(X: torch.Tensor) -> torch.Tensor:
+            return models.logits(X)[0].argmax(dim=-1)
+
+        object.__setattr__(self, "_predict", predict)
+
+    def predict(self, X: torch.Tensor) -> torch.Tensor:
+        """Predicted labels [n] (int64): the argmax of the model's output on each query in X [n, ...]."""
+        return object.__getattribute__(self, "_predict")(X)
+
+    def __getattribute__(self, name: str) -> object:
+        if name in ("predict", "__class__"):
+            return object.__getattribute__(self, name)
+        from arena.games.view import ThreatModelError  # arena.games imports this module
+
+        raise ThreatModelError(f"label-only access answers predict(X) only, not {name!r}")
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("a label-only interface is read-only")

@@ -10,7 +10,7 @@ from arena.games.base import Game, Outcome
 from arena.games.view import View
 from arena.metrics import membership_metrics
 from arena.procedure import TrainingProcedure
-from arena.release import BlackBox, Release
+from arena.release import BlackBox, LabelOnly, Release
 from arena.scenario import MembershipGameSpec
 
 
@@ -23,7 +23,7 @@ class MembershipGame(Game):
     """
 
     name = "membership"
-    capabilities = frozenset({"query", "parameters", "population", "training"})
+    capabilities = frozenset({"query", "labels", "parameters", "population", "training"})
     spec: MembershipGameSpec
 
     def __init__(self, spec: MembershipGameSpec, dataset, seed: int) -> None:  # noqa: ANN001
@@ -55,7 +55,8 @@ class MembershipGame(Game):
         return Release(models=models, utility=float(models.accuracy(Xt, yt)[0]), claim=claim)
 
     def view(self, attack: Attack, release: Release, procedure: TrainingProcedure) -> View:
-        """What ``attack`` may see: the challenge records (features and class labels, never membership)."""
+        """What ``attack`` may see: the challenge records (features and class labels, never membership) and the
+        shape of one record (``input_shape``, e.g. (1, 8, 8) for an image, (d,) for a table row)."""
         cX, cy = self.records(self.challenge)
         pX, py = self.records(self.population)
         return View(
@@ -65,12 +66,14 @@ class MembershipGame(Game):
                 "challenge_X": cX,
                 "challenge_y": cy,
                 "n_classes": self.dataset.n_classes,
+                "input_shape": self.dataset.shape,
                 "train_size": self.spec.members,
                 "seed": derive_seed(self.seed, "attack", attack.name),
                 "pool_seed": derive_seed(self.seed, "shadow-pool"),
             },
             by_capability={
                 "query": {"model": BlackBox(release.models)},
+                "labels": {"labels_model": LabelOnly(release.models)},
                 "parameters": {"parameters": release.models},
                 "population": {"population_X": pX, "population_y": py},
                 "training": {"train": procedure},
