@@ -3,20 +3,36 @@
 from __future__ import annotations
 
 import gzip
+import math
+import os
 import pickle
+import stat
 import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 from sklearn.datasets import load_breast_cancer, load_digits, make_classification
 
 from arena.data import Dataset, DatasetLoader, minmax_scale
 from arena.hookspecs import hookimpl
 
 
+MAX_FILE_BYTES = 1 << 30
+"""Largest data file read or decompressed (MNIST's largest file is 47 MB, a CIFAR-10 batch 31 MB)."""
+SYNTHETIC_BYTES_PER_VALUE = 3 * 8
+"""Peak bytes per generated value: make_classification's float64 matrix, its scaled copy and working space."""
+
+# What a corrupt or truncated data file raises while being read (a hostile pickle raises UnpicklingError).
+_CORRUPT = (OSError, EOFError, zlib.error, struct.error, pickle.UnpicklingError, ValueError, TypeError,
+            IndexError, KeyError, AttributeError)
+
+
 class _Params(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Unknown keys forbidden; strict types (``true`` is not a size)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class Digits(DatasetLoader):
@@ -42,8 +58,27 @@ class BreastCancer(DatasetLoader):
 class SyntheticParams(_Params):
     n: PositiveInt = 2000
     features: PositiveInt = 20
-    classes: PositiveInt = 2
-    seed: int = 0
+    classes: PositiveInt = Field(default=2, ge=2)
+    seed: int = Field(default=0, ge=0, lt=2**32, description="scikit-learn's random_state")
+
+
+def available_memory() -> int:
+    """Bytes this machine can still give (MemAvailable on Linux; physical memory elsewhere)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_fits(field: str, n: int, features: int) -> None:
+    """Refuse, before allocating, a data set of ``n`` × ``features`` values that cannot fit in memory."""
+    need, have = n * features * SYNTHETIC_BYTES_PER_VALUE, available_memory()
+    if need > have:
+        raise ValueError(f"{field}: {n} records x {features} features need about {need / 2**30:.3g} GiB to "
+                         f"generate, more than the {have / 2**30:.3g} GiB of memory available")
 
 
 class Synthetic(DatasetLoader):
@@ -53,6 +88,7 @@ class Synthetic(DatasetLoader):
     Params = SyntheticParams
 
     def load(self, params: SyntheticParams) -> Dataset:
+        check_fits("n" if params.n >= params.features else "features", params.n, params.features)
         informative = max(2, min(params.features, params.classes.bit_length() + 2))
         X, y = make_classification(
             n_samples=params.n,
@@ -67,32 +103,67 @@ class Synthetic(DatasetLoader):
 
 
 class LocalParams(_Params):
-    path: Path
+    path: Path = Field(strict=False)
     split: str = "train"
     limit: PositiveInt | None = None
 
 
+def regular_file(path: Path) -> Path:
+    """``path`` when it is a regular file of sane size; a FIFO, device or directory could block or never end,
+    so it is refused before any read."""
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise ValueError(f"path: {path}: cannot read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"path: {path}: not a regular file")
+    if info.st_size > MAX_FILE_BYTES:
+        raise ValueError(f"path: {path}: {info.st_size} bytes, more than the {MAX_FILE_BYTES} a data file may have")
+    return path
+
+
 def _open(path: Path) -> bytes:
-    return gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    """The file's bytes, gunzipped for ``.gz``; decompression stops past MAX_FILE_BYTES (a zip bomb)."""
+    with open(regular_file(path), "rb") as f:
+        if path.suffix != ".gz":
+            return f.read()
+        raw = gzip.GzipFile(fileobj=f).read(MAX_FILE_BYTES + 1)
+    if len(raw) > MAX_FILE_BYTES:
+        raise ValueError(f"path: {path}: decompresses to more than {MAX_FILE_BYTES} bytes")
+    return raw
+
+
+def corrupt(path: Path, exc: BaseException) -> ValueError:
+    """The one-line error for a data file that cannot be parsed, naming the file and the parser's complaint."""
+    text = str(exc)
+    if text.startswith("path: "):
+        return ValueError(text)
+    if isinstance(exc, RefusedPickle):
+        return RefusedPickle(f"path: {path}: {text}")
+    return ValueError(f"path: {path}: corrupt or truncated ({type(exc).__name__}: {text or 'no detail'})")
 
 
 def read_idx(path: Path) -> np.ndarray:
-    """Parse one IDX file (MNIST's format): magic, dimensions, then unsigned bytes."""
-    raw = _open(path)
-    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
-        raise ValueError(f"{path}: not an IDX file of unsigned bytes")
+    """Parse one IDX file (MNIST's format): magic, dimensions, then unsigned bytes; any damage is a ValueError
+    naming the file."""
+    try:
+        raw = _open(path)
+    except _CORRUPT as exc:
+        raise corrupt(path, exc) from None
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08 or raw[3] == 0 or len(raw) < 4 + 4 * raw[3]:
+        raise ValueError(f"path: {path}: not an IDX file of unsigned bytes")
     ndim = raw[3]
     dims = struct.unpack(f">{ndim}I", raw[4 : 4 + 4 * ndim])
     data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
-    if data.size != int(np.prod(dims)):
-        raise ValueError(f"{path}: header promises {dims} but holds {data.size} bytes")
+    if data.size != math.prod(dims):
+        raise ValueError(f"path: {path}: header promises {dims} but holds {data.size} bytes (truncated?)")
     return data.reshape(dims)
 
 
 def _find(directory: Path, stem: str) -> Path:
     for candidate in (directory / stem, directory / f"{stem}.gz"):
-        if candidate.exists():
-            return candidate
+        if candidate.exists() or candidate.is_symlink():
+            return regular_file(candidate)
     raise ValueError(f"{directory}: missing {stem} (or {stem}.gz)")
 
 
@@ -110,11 +181,20 @@ class MNIST(DatasetLoader):
             raise ValueError(f"path: {params.path} is not a directory")
         images = read_idx(_find(params.path, f"{prefix}-images-idx3-ubyte"))
         labels = read_idx(_find(params.path, f"{prefix}-labels-idx1-ubyte"))
+        if images.ndim != 3 or labels.ndim != 1:
+            raise ValueError(f"path: {params.path}: expected images [n, rows, cols] and labels [n], got shapes "
+                             f"{images.shape} and {labels.shape}")
         if len(images) != len(labels):
             raise ValueError(f"path: {params.path}: {len(images)} images but {len(labels)} labels")
+        if labels.size and labels.max() > 9:
+            raise ValueError(f"path: {params.path}: labels must be digits 0-9, found {int(labels.max())}")
         n = min(len(labels), params.limit or len(labels))
         X = (images[:n].reshape(n, -1) / 255.0).astype(np.float32)
         return Dataset("mnist", X, labels[:n].astype(np.int64), 10, "image", (1, *images.shape[1:]))
+
+
+class RefusedPickle(pickle.UnpicklingError, ValueError):
+    """A CIFAR-10 batch asked to build something other than arrays: refused, as a hostile file would be."""
 
 
 class _ArrayUnpickler(pickle.Unpickler):
@@ -130,7 +210,7 @@ class _ArrayUnpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str) -> object:
         if (module, name) not in self.ALLOWED:
-            raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a CIFAR-10 batch")
+            raise RefusedPickle(f"refusing to load {module}.{name} from a CIFAR-10 batch")
         import codecs
 
         import numpy._core.multiarray as multiarray
@@ -141,16 +221,23 @@ class _ArrayUnpickler(pickle.Unpickler):
 
 
 def read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """One CIFAR-10 python batch: uint8 images [n, 3072] and labels [n]."""
-    with open(path, "rb") as f:
-        batch = _ArrayUnpickler(f, encoding="bytes").load()
-    if not isinstance(batch, dict):
-        raise ValueError(f"{path}: not a CIFAR-10 batch")
-    data = batch.get(b"data", batch.get("data"))
-    labels = batch.get(b"labels", batch.get("labels"))
-    if data is None or labels is None:
-        raise ValueError(f"{path}: CIFAR-10 batch without data or labels")
-    return np.asarray(data, dtype=np.uint8).reshape(len(labels), -1), np.asarray(labels, dtype=np.int64)
+    """One CIFAR-10 python batch: uint8 images [n, 3072] and labels [n]; a corrupt, truncated or hostile file is
+    a ValueError naming it."""
+    try:
+        with open(regular_file(path), "rb") as f:
+            batch = _ArrayUnpickler(f, encoding="bytes").load()
+        if not isinstance(batch, dict):
+            raise ValueError(f"path: {path}: not a CIFAR-10 batch (a {type(batch).__name__}, not a dict)")
+        data = batch.get(b"data", batch.get("data"))
+        labels = batch.get(b"labels", batch.get("labels"))
+        if data is None or labels is None:
+            raise ValueError(f"path: {path}: CIFAR-10 batch without data or labels")
+        X, y = np.asarray(data, dtype=np.uint8).reshape(len(labels), -1), np.asarray(labels, dtype=np.int64)
+    except _CORRUPT as exc:
+        raise corrupt(path, exc) from None
+    if X.shape[1] != 3 * 32 * 32 or y.ndim != 1 or (y.size and (y.min() < 0 or y.max() > 9)):
+        raise ValueError(f"path: {path}: expected images [n, 3072] and labels 0-9, got {X.shape} and {y.shape}")
+    return X, y
 
 
 class CIFAR10(DatasetLoader):
@@ -165,7 +252,7 @@ class CIFAR10(DatasetLoader):
         if params.split == "train":
             files = sorted(params.path.glob("data_batch_*"))
         elif params.split == "test":
-            files = [p for p in [params.path / "test_batch"] if p.exists()]
+            files = [p for p in [params.path / "test_batch"] if p.exists() or p.is_symlink()]
         else:
             raise ValueError("split: must be 'train' or 'test'")
         if not files:
