@@ -203,6 +203,10 @@ def _check_track(
     arch = _check_model(source, where, track, dataset, regs, problems)
     if arch is not None and track.training.solver == "newton" and (arch.dense is None or arch.dense.hidden):
         problems.append(f"{source}: {where}.training.solver: 'newton' applies to logistic regression only")
+    elif arch is not None and track.training.solver == "newton" and not arch.l2 > 0:
+        problems.append(f"{source}: {where}.training.solver: 'newton' needs model.l2 > 0: without a penalty the "
+                        "optimum may not exist (separable data) and the Newton system is singular (constant "
+                        "features); use solver 'auto' or 'gradient', or set model.l2")
 
     defenses: list[DefenseConfig] = []
     for j, ref in enumerate(track.defenses):

@@ -4,7 +4,7 @@ perturbation for L2-regularised logistic regression (Chaudhuri et al. 2011)."""
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat
@@ -21,16 +21,20 @@ from arena.hookspecs import hookimpl
 
 
 class NonPrivate(Defense):
-    """Ordinary training; logistic regression goes to its exact optimum (Newton) unless the track asks otherwise."""
+    """Ordinary training; penalised logistic regression (l2 > 0) goes to its exact optimum (Newton) unless the track
+    asks otherwise. Without a penalty the optimum may not exist (separable data) and the Newton system may be
+    singular (constant features), so ``auto`` then trains by gradient steps."""
 
     name = "nonprivate"
 
     def fit(self, task: FitTask) -> Fit:
         dense = task.arch.dense
         is_logreg = dense is not None and dense.kind == "logreg"
-        if task.solver == "newton" or (task.solver == "auto" and is_logreg):
+        if task.solver == "newton" or (task.solver == "auto" and is_logreg and task.arch.l2 > 0):
             if not is_logreg:
                 raise ValueError("solver 'newton' applies to logistic regression only")
+            if not task.arch.l2 > 0:
+                raise ValueError("solver 'newton' needs model.l2 > 0: without a penalty the optimum may not exist")
             layers = fit_logreg(task.X.double(), task.y, task.arch.n_classes, task.arch.l2)
             return Fit(to_state(list(task.arch.template().trainable), layers), None)
         return Fit(train(task.arch, task.X, task.y, task.recipe, task.init_seeds, task.train_seeds), None)
@@ -47,11 +51,15 @@ class EpsilonSweep(Defense):
         return self.params.epsilons[0]
 
 
+Epsilon = Annotated[float, Field(strict=True, ge=1e-3, le=1e3, allow_inf_nan=False)]
+"""A target ε: finite, in [0.001, 1000] (outside it no accountant or noise scale is meaningful)."""
+
+
 class DPSGDParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    epsilons: list[PositiveFloat] = Field(min_length=1, description="one configuration per target ε")
-    delta: float = Field(gt=0.0, lt=1.0)
-    clip: PositiveFloat = 1.0
+    epsilons: list[Epsilon] = Field(min_length=1, description="one configuration per target ε, each in [1e-3, 1e3]")
+    delta: float = Field(strict=True, ge=1e-12, lt=1.0, description="in [1e-12, 1/N)")
+    clip: PositiveFloat = Field(default=1.0, strict=True, le=1e6, allow_inf_nan=False)
     accountant: Literal["rdp", "pld"] = "rdp"
 
 
@@ -93,9 +101,9 @@ class DPSGD(EpsilonSweep):
 
 class OutputPerturbationParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    epsilons: list[PositiveFloat] = Field(min_length=1, description="one configuration per target ε")
+    epsilons: list[Epsilon] = Field(min_length=1, description="one configuration per target ε, each in [1e-3, 1e3]")
     feature_norm: PositiveFloat | None = Field(
-        default=None, description="R: each x is clipped to norm <= R; default sqrt(d), the longest x in [0, 1]^d"
+        default=None, strict=True, le=1e6, allow_inf_nan=False, description="R: each x is clipped to norm <= R; default sqrt(d), the longest x in [0, 1]^d"
     )
 
 

@@ -30,7 +30,8 @@ from arena_plugins.shadows import train_pool
 class ThresholdParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     signal: Literal["loss", "confidence"] = "loss"
-    fpr: float = Field(default=0.1, gt=0.0, lt=1.0, description="FPR the hard threshold is calibrated for")
+    fpr: float = Field(default=0.1, strict=True, gt=0.0, lt=1.0,
+                       description="FPR the hard threshold is calibrated for")
 
 
 def threshold_signal(model, X: torch.Tensor, y: torch.Tensor, signal: str) -> np.ndarray:  # noqa: ANN001
@@ -88,11 +89,12 @@ ShadowCount = Annotated[int, AfterValidator(_even)]
 
 class ShadowParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    shadows: ShadowCount = Field(default=16, ge=2, description="shadow models (even)")
+    shadows: ShadowCount = Field(default=16, strict=True, ge=2, le=100_000, description="shadow models (even)")
     classifier: Literal["gboost", "mlp", "logistic"] = "gboost"
     per_class: bool = Field(default=True, description="one attack model per class (Shokri et al.); "
                             "else one model with the true label as a feature")
-    fpr: float = Field(default=0.1, gt=0.0, lt=1.0, description="population FPR the hard threshold is set for")
+    fpr: float = Field(default=0.1, strict=True, gt=0.0, lt=1.0,
+                       description="population FPR the hard threshold is set for")
 
 
 def attack_classifier(kind: str, seed: int):  # noqa: ANN201 - a scikit-learn classifier
@@ -201,10 +203,11 @@ def one_sided_out(
 
 class LiRAParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    shadows: ShadowCount = Field(default=64, ge=4, description="shadow models (even); each point is IN for half")
+    shadows: ShadowCount = Field(default=64, strict=True, ge=4, le=100_000,
+                                 description="shadow models (even); each point is IN for half")
     variant: Literal["online", "offline"] = "online"
     fixed_variance: bool = Field(default=False, description="one variance for all points (few shadows)")
-    fpr: float = Field(default=0.1, gt=0.0, lt=1.0,
+    fpr: float = Field(default=0.1, strict=True, gt=0.0, lt=1.0,
                        description="offline: population FPR the hard threshold is set for")
     mirror: bool = Field(default=False, description="also query each image mirrored left-right")
     shift: int = Field(default=0, ge=0, le=8, description="also query each image shifted by this many pixels "

@@ -60,11 +60,13 @@ class GLMReconstruction(Attack):
 
 class ReconNNParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    shadows: PositiveInt | None = Field(default=None, description="shadow models; default: one per shadow target")
+    shadows: PositiveInt | None = Field(default=None, strict=True, le=1_000_000,
+                                        description="shadow models; default: one per shadow target")
     hidden: list[PositiveInt] = Field(default=[256, 256], min_length=1, description="reconstructor hidden widths")
-    epochs: PositiveInt = 100
-    lr: PositiveFloat = 1e-3
-    batch_size: PositiveInt | None = Field(default=64, description="Adam minibatch; null for full batch")
+    epochs: PositiveInt = Field(default=100, strict=True, le=1_000_000)
+    lr: PositiveFloat = Field(default=1e-3, strict=True, allow_inf_nan=False)
+    batch_size: PositiveInt | None = Field(default=64, strict=True,
+                                           description="Adam minibatch; null for full batch")
 
 
 def shadow_models(view, X: torch.Tensor, y: torch.Tensor) -> Models:  # noqa: ANN001
