@@ -88,6 +88,22 @@ def train_release(matchup: Matchup, run_dir: str) -> dict[str, Any]:
     return {"utility": release.utility, "trained": procedure.stats.trained, "seconds": time.perf_counter() - start}
 
 
+CLAIM_TOLERANCE = 1e-9
+"""Relative slack when comparing a claimed ε with its target (accountants search σ numerically)."""
+
+
+def claim_problem(claim: Any, target: float | None) -> str | None:
+    """Why a release's claim breaks its configuration's target ε, or None: a configuration labelled ε = 1 must not
+    release a model claiming ε = 1000 (it would pass the audit against its own weaker claim)."""
+    if target is None:
+        return None
+    if claim is None:
+        return f"the defense is configured for ε = {target:g} but its release claims nothing"
+    if not claim.epsilon <= target * (1 + CLAIM_TOLERANCE):
+        return f"the release claims ε = {claim.epsilon:g}, above its configuration's target ε = {target:g}"
+    return None
+
+
 def play_matchup(matchup: Matchup, run_dir: str) -> dict[str, Any]:
     """Play one matchup and return its result row; a plugin's exception fails this matchup only."""
     torch.set_num_threads(1)
@@ -107,17 +123,17 @@ def play_matchup(matchup: Matchup, run_dir: str) -> dict[str, Any]:
             dataset = load_dataset(matchup.track.dataset)
             game = GAMES[matchup.track.game.name](matchup.track.game, dataset, matchup.seed)
             release = game.release(procedure)
-            outcome = game.play(attack, release, procedure)
-            row.update(
-                utility=release.utility,
-                claim=release.claim.as_dict() if release.claim else None,
-                metrics=outcome.metrics,
-                notes=outcome.notes,
-            )
-            if outcome.arrays:
-                store.save_arrays(matchup.key, {k: torch.from_numpy(np.ascontiguousarray(v))
-                                                           for k, v in outcome.arrays.items()})
-            game.save_artifacts(outcome, store.artifact_dir(matchup.key))
+            row.update(utility=release.utility, claim=release.claim.as_dict() if release.claim else None)
+            broken = claim_problem(release.claim, matchup.defense.epsilon)
+            if broken is not None:
+                row.update(status="failed", error=f"claim: {broken}")
+            else:
+                outcome = game.play(attack, release, procedure)
+                row.update(metrics=outcome.metrics, notes=outcome.notes)
+                if outcome.arrays:
+                    store.save_arrays(matchup.key, {k: torch.from_numpy(np.ascontiguousarray(v))
+                                                    for k, v in outcome.arrays.items()})
+                game.save_artifacts(outcome, store.artifact_dir(matchup.key))
     except Exception as exc:  # noqa: BLE001 - isolation: any plugin failure fails this matchup only
         row.update(status="failed", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
     row["seconds"] = round(time.perf_counter() - start, 4)

@@ -80,6 +80,7 @@ class TrackBoard:
     intervals: dict[tuple[str, str], Interval] = field(default_factory=dict)  # (defense, attack) -> over seeds
     utility_intervals: dict[str, Interval] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)  # DP audit findings, one line per matchup
+    claimed: dict[str, float] = field(default_factory=dict)  # defense label -> largest ε its releases claimed
 
 
 def _defense_order(rows: list[dict[str, Any]]) -> list[str]:
@@ -88,6 +89,16 @@ def _defense_order(rows: list[dict[str, Any]]) -> list[str]:
         eps = r.get("epsilon")
         seen.setdefault(r["defense_label"], (r["defense"] != "nonprivate", -(eps or math.inf), r["defense_label"]))
     return sorted(seen, key=lambda label: seen[label])
+
+
+def claimed_epsilons(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """The largest ε each defense configuration's releases claimed (a reader compares it with the label's)."""
+    claimed: dict[str, float] = {}
+    for r in rows:
+        eps = (r.get("claim") or {}).get("epsilon")
+        if isinstance(eps, (int, float)) and not isinstance(eps, bool):
+            claimed[r["defense_label"]] = max(claimed.get(r["defense_label"], -math.inf), float(eps))
+    return claimed
 
 
 def track_board(track: str, rows: list[dict[str, Any]], violations: Mapping[str, str] | None = None) -> TrackBoard:
@@ -154,7 +165,7 @@ def track_board(track: str, rows: list[dict[str, Any]], violations: Mapping[str,
     order = defense_ranking.assign(_leak=leak).sort_values(["_leak", "utility"], ascending=[True, False]).index
     defense_ranking = defense_ranking.loc[order]
     return TrackBoard(track, game, metric, higher, cells, means, utility, attack_ranking, defense_ranking, failures,
-                      intervals, utility_intervals, flagged)
+                      intervals, utility_intervals, flagged, claimed_epsilons(rows))
 
 
 def _on_front(d: str, frame: pd.DataFrame, worst_col: str, higher: bool) -> bool:
@@ -190,6 +201,7 @@ def render_table(boards: list[TrackBoard]) -> str:
         out.append(f"== track {b.track} ({b.game}; {b.metric}, {direction} = stronger attack) ==")
         table = b.cells.copy()
         table.insert(0, "utility", b.utility.map(lambda v: "" if np.isnan(v) else f"{v:.3f}"))
+        table.insert(1, "claimed ε", [f"{b.claimed[d]:.4g}" if d in b.claimed else "" for d in table.index])
         out.append(table.to_string())
         out.append("")
         out.append("95% t-intervals of the means over seeds:")
@@ -233,6 +245,7 @@ def render_csv(boards: list[TrackBoard]) -> str:
         long["ci_high"] = [_end(b, d, a, "high") for d, a in zip(long["defense"], long["attack"])]
         long["cell"] = [b.cells.loc[d, a] for d, a in zip(long["defense"], long["attack"])]
         long["utility"] = [b.utility[d] for d in long["defense"]]
+        long["claimed_epsilon"] = [b.claimed.get(d, math.nan) for d in long["defense"]]
         frames.append(long)
     return pd.concat(frames).to_csv(index=False) if frames else ""
 
@@ -257,6 +270,7 @@ def render_json(boards: list[TrackBoard]) -> str:
             "intervals": {d: {a: [clean(_end(b, d, a, "low")), clean(_end(b, d, a, "high"))] for a in b.means.columns}
                           for d in b.means.index},
             "utility": {d: clean(v) for d, v in b.utility.items()},
+            "claimed_epsilon": {d: b.claimed.get(d) for d in b.means.index},
             "attack_ranking": {a: clean(r) for a, r in b.attack_ranking["mean_rank"].items()},
             "defense_ranking": [
                 {"defense": d, **{k: clean(v) for k, v in rec.items()}}
