@@ -24,7 +24,7 @@ from threadpoolctl import threadpool_limits
 from arena.attack import Attack, MembershipGuess
 from arena.hookspecs import hookimpl
 from arena_plugins.queries import augmented_queries
-from arena_plugins.shadows import train_pool
+from arena_plugins.shadows import PoolData, train_pool
 
 
 class ThresholdParams(BaseModel):
@@ -95,6 +95,9 @@ class ShadowParams(BaseModel):
                             "else one model with the true label as a feature")
     fpr: float = Field(default=0.1, strict=True, gt=0.0, lt=1.0,
                        description="population FPR the hard threshold is set for")
+    data: PoolData = Field(default="challenge", description="what the shadows train on: halves of the challenge "
+                           "set (LiRA's pool, shared with lira and rmia), or of the population, disjoint from the "
+                           "challenge (Shokri et al.'s own threat model)")
 
 
 def attack_classifier(kind: str, seed: int):  # noqa: ANN201 - a scikit-learn classifier
@@ -119,7 +122,14 @@ class ShadowMIA(Attack):
     """Shokri et al.'s shadow-model attack: shadows trained like the target (defense included) on data the
     attacker chose, so it knows each shadow's members; an attack model learns IN vs OUT from the shadows'
     prediction vectors and then reads the target's. The hard threshold is set on population points (known
-    non-members of the target) for a population FPR of ``fpr``."""
+    non-members of the target) for a population FPR of ``fpr``.
+
+    ``data: challenge`` trains the shadows on halves of the challenge set and the attack model on their
+    predictions on the challenge points themselves. ``data: population`` is Shokri et al.'s own setting: shadows
+    on halves of the population (disjoint from the challenge), the attack model on their predictions on those
+    population records, then applied to the target's predictions on the challenge. Either way each shadow
+    contributes its own training records (IN) and its pair partner's (OUT), as many of each, like Shokri's
+    shadow training and test sets."""
 
     name = "shadow-mia"
     threat_model = frozenset({"query", "population", "training"})
@@ -128,10 +138,17 @@ class ShadowMIA(Attack):
 
     def run(self, view) -> MembershipGuess:  # noqa: ANN001
         p = self.params
-        pool = train_pool(view, p.shadows)
         cy, py = view.challenge_y.numpy(), view.population_y.numpy()
-        shadow_features = attack_features(log_odds(pool.models.logits(view.challenge_X)).numpy(),
-                                          np.broadcast_to(cy, pool.challenge_in.shape), view.n_classes, p.per_class)
+        if p.data == "population" and len(py) < 2 * view.train_size:
+            raise ValueError(f"data: population needs at least {2 * view.train_size} population records (two "
+                             f"halves of {view.train_size}), got {len(py)}")
+        pool = train_pool(view, p.shadows, p.data)
+        shadow_X, shadow_y = (view.challenge_X, cy) if p.data == "challenge" else (view.population_X, py)
+        shadow_features = attack_features(log_odds(pool.models.logits(shadow_X)).numpy(),
+                                          np.broadcast_to(shadow_y, pool.challenge_in.shape), view.n_classes,
+                                          p.per_class)
+        shadow_group = np.broadcast_to(shadow_y if p.per_class else np.zeros_like(shadow_y), pool.challenge_in.shape)
+        labelled = pool.challenge_in | pool.challenge_in[np.arange(p.shadows) ^ 1]  # own IN, partner's IN as OUT
         challenge_features, population_features = (
             attack_features(log_odds(view.model.log_proba(X)).numpy(), y, view.n_classes, p.per_class)
             for X, y in ((view.challenge_X, cy), (view.population_X, py))
@@ -143,8 +160,8 @@ class ShadowMIA(Attack):
             for group in np.unique(challenge_group):
                 rows, pop_rows = challenge_group == group, population_group == group
                 model = attack_classifier(p.classifier, view.seed % 2**32)
-                model.fit(shadow_features[:, rows].reshape(-1, shadow_features.shape[-1]),
-                          pool.challenge_in[:, rows].reshape(-1))
+                train = labelled & (shadow_group == group)
+                model.fit(shadow_features[train], pool.challenge_in[train])
                 scores[rows] = model.predict_proba(challenge_features[rows])[:, 1]
                 if pop_rows.any():
                     reference[pop_rows] = model.predict_proba(population_features[pop_rows])[:, 1]

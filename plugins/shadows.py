@@ -6,6 +6,10 @@ challenge point is IN for exactly half of the shadows and OUT for the other half
 ``train_size`` records like the target. (The game's challenge is ``2 · train_size`` points, so a shadow's
 training set is exactly one half: the same distribution as the target's, whose members are also one half.)
 
+Shokri et al.'s own threat model trains the shadows on the attacker's population data instead (disjoint from
+the challenge): ``train_pool(view, k, data="population")`` plans the same complementary halves over the
+population records, and ``challenge_in`` then marks population records.
+
 The pool is a deterministic function of (number of challenge points, training-set size, number of shadows,
 ``pool_seed``) alone. ``pool_seed`` is the game's attack-independent seed, so every attack that asks for a pool
 of the same size in the same game asks for the same data and seeds; the training procedure's content-addressed
@@ -16,6 +20,7 @@ the attacker's own random choice, never the target's secret.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
@@ -35,9 +40,14 @@ class PoolPlan:
     train_seeds: np.ndarray
 
 
+PoolData = Literal["challenge", "population"]
+"""The records a pool's shadows train on: halves of the challenge set, or of the attacker's population."""
+
+
 @dataclass(frozen=True)
 class ShadowPool:
-    """K trained shadow models and, for each, which challenge points it trained on."""
+    """K trained shadow models and, for each, which of the records the pool was planned on (the challenge
+    points, or the population records for a population pool) it trained on."""
 
     models: Models
     challenge_in: np.ndarray
@@ -64,12 +74,15 @@ def plan_pool(n_challenge: int, train_size: int, k: int, pool_seed: int) -> Pool
     return PoolPlan(rows, challenge_in, init_seeds, train_seeds)
 
 
-def train_pool(view, k: int) -> ShadowPool:  # noqa: ANN001 - a membership View
+def train_pool(view, k: int, data: PoolData = "challenge") -> ShadowPool:  # noqa: ANN001 - a membership View
     """Train the k shadows of this game's pool through the target's training procedure, planned as chunks of
-    ``view.train.chunk`` models: each chunk is one batched call, its own cache entry and, under Ray, its own task."""
-    plan = plan_pool(len(view.challenge_y), view.train_size, k, view.pool_seed)
+    ``view.train.chunk`` models: each chunk is one batched call, its own cache entry and, under Ray, its own task.
+    ``data`` names the records the shadows train on (``population`` needs the population capability)."""
+    records_X, records_y = (view.challenge_X, view.challenge_y) if data == "challenge" else (
+        view.population_X, view.population_y)
+    plan = plan_pool(len(records_y), view.train_size, k, view.pool_seed)
     rows = torch.from_numpy(plan.rows)
-    X, y = view.challenge_X[rows], view.challenge_y[rows]
+    X, y = records_X[rows], records_y[rows]
     init, train = torch.from_numpy(plan.init_seeds), torch.from_numpy(plan.train_seeds)
     size = view.train.chunk
     chunks = [(X[s : s + size], y[s : s + size], init[s : s + size], train[s : s + size]) for s in range(0, k, size)]
