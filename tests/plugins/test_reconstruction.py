@@ -13,7 +13,7 @@ from arena.engine.newton import fit_logreg
 from arena.execute import play_matchup
 from arena.plan import plan
 from arena.report.grids import GRID_FILE
-from arena.scenario import LogRegSpec, MLPSpec, PluginRef, ReconstructionGameSpec, Track, TrainingSpec
+from arena.scenario import PluginRef, ReconstructionGameSpec, Track, TrainingSpec
 from arena.store import RunStore
 from arena_plugins.reconstruction import GLMReconstruction, glm_closed_form
 from tests.conftest import write_scenario
@@ -59,8 +59,8 @@ def _track(model) -> Track:  # noqa: ANN001
 
 def test_closed_form_applies_to_logistic_regression_only() -> None:
     attack = GLMReconstruction(GLMReconstruction.Params())
-    assert attack.skip_reason(_track(LogRegSpec(name="logreg", l2=0.1))) is None
-    reason = attack.skip_reason(_track(MLPSpec(name="mlp", hidden=[8])))
+    assert attack.skip_reason(_track(PluginRef(name="logreg", l2=0.1))) is None
+    reason = attack.skip_reason(_track(PluginRef(name="mlp", hidden=[8])))
     assert reason is not None and "logistic regression" in reason and "'mlp'" in reason
 
 
