@@ -63,11 +63,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from arena import leaderboard, tournament
-    from arena.audit import audit_store, violation_findings
     from arena.plan import plan
     from arena.scenario import ScenarioError
-    from arena.store import RunStore
+    from arena.store import RunDirError, RunStore
 
     if args.workers is not None and args.workers < 1:
         return _problems(["--workers: must be at least 1"])
@@ -76,7 +74,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ScenarioError as exc:
         return _problems(exc.problems)
     store = RunStore(args.out)
-    store.root.mkdir(parents=True, exist_ok=True)
+    try:
+        store.check_ours()
+        store.root.mkdir(parents=True, exist_ok=True)
+        with store.lock():
+            store.mark()
+            for line in store.set_aside():
+                print(f"warning: {line}", file=sys.stderr)
+            return _play(args, p, store)
+    except RunDirError as exc:
+        return _problems([str(exc)])
+    except OSError as exc:  # a read-only, full or vanished run directory
+        return _problems([f"{exc.filename or args.out}: cannot write the run directory: {exc.strerror or exc}"])
+
+
+def _play(args: argparse.Namespace, p, store) -> int:  # noqa: ANN001 - a Plan and a RunStore
+    """Play the plan into the locked run directory, then print the leaderboard and write the report."""
+    from arena import leaderboard, tournament
+    from arena.audit import audit_store, violation_findings
+
     for path, scenario in p.scenarios:
         store.write_text(f"scenarios/{scenario.name}.yaml", Path(path).read_text(encoding="utf-8"))
     try:
@@ -130,6 +146,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         path = write_report(args.run_dir)
     except FileNotFoundError as exc:
         return _problems([str(exc)])
+    except OSError as exc:  # a read-only or full run directory
+        return _problems([f"{exc.filename or args.run_dir}: cannot write the report: {exc.strerror or exc}"])
     print(path)
     return EXIT_OK
 
@@ -152,12 +170,13 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from arena.plugins import PluginLoadError
+    from arena.registry import RegistryError
 
     handlers = {"run": cmd_run, "validate": cmd_validate, "leaderboard": cmd_leaderboard, "report": cmd_report,
                 "plugins": cmd_plugins}
     try:
         return handlers[args.command](args)
-    except PluginLoadError as exc:
+    except (PluginLoadError, RegistryError) as exc:
         print(f"plugin error: {exc}", file=sys.stderr)
         return EXIT_INPUT
 

@@ -20,11 +20,17 @@ from arena.metrics import PRIMARY_METRIC, UNIT
 from arena.plugins import registries
 
 
+BOARD_COLUMNS = frozenset({"key", "status", "track", "game", "defense", "defense_label", "attack_label", "seed"})
+"""What a row needs to appear on a board; the store already set aside lines that are not rows at all."""
+
+
 def latest_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The last row written for each matchup key (a re-run replaces an earlier failure)."""
+    """The last row written for each matchup key (a re-run replaces an earlier failure); rows lacking a board's
+    columns are left out."""
     by_key: dict[str, dict[str, Any]] = {}
     for row in rows:
-        by_key[row["key"]] = row
+        if BOARD_COLUMNS <= row.keys():
+            by_key[row["key"]] = row
     return list(by_key.values())
 
 

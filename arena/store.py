@@ -1,4 +1,6 @@
-"""The run directory: results.jsonl (appended atomically, torn tail ignored), content-addressed tensor cache."""
+"""The run directory: results.jsonl (appended atomically, torn tail ignored, foreign lines set aside), a
+content-addressed tensor cache verified on every read, a marker saying the directory is the arena's, and a lock
+held while a run uses it."""
 
 from __future__ import annotations
 
@@ -7,15 +9,27 @@ import fcntl
 import hashlib
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 RESULTS = "results.jsonl"
+REJECTED = "results.rejected.jsonl"
+MARKER = ".arena-run"
+LOCK = ".arena-lock"
+DIGEST = "sha256"
+STATUSES = ("ok", "skipped", "failed")
+
+
+class RunDirError(Exception):
+    """The run directory cannot be used: another run holds it, or it is not an arena run directory."""
 
 
 def content_key(obj: object) -> str:
@@ -46,8 +60,24 @@ def _atomic_write(path: Path, write) -> None:
             os.unlink(tmp)
 
 
+def tensors_sha256(tensors: dict[str, torch.Tensor]) -> str:
+    """SHA-256 over every tensor's name, dtype, shape and bytes, in name order: what a cache entry must still hold."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def warn(message: str) -> None:
+    """One line on stderr: what the arena noticed and what it does about it."""
+    print(f"warning: {message}", file=sys.stderr)
+
+
 class TensorCache:
-    """Tensors stored by content key as safetensors files (never pickles); writes are atomic."""
+    """Tensors stored by content key as safetensors files (never pickles) with their SHA-256 in the file's
+    metadata; writes are atomic, reads verified (a damaged entry is a miss, so it is computed again)."""
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -56,10 +86,21 @@ class TensorCache:
         return self.root / kind / f"{key}.safetensors"
 
     def get(self, kind: str, key: str) -> dict[str, torch.Tensor] | None:
+        """The entry's tensors, or None when it is absent, unreadable, truncated or fails its digest (warned)."""
         path = self.path(kind, key)
         if not path.exists():
             return None
-        return load_file(str(path))
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                expected = (f.metadata() or {}).get(DIGEST)
+                tensors = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 - safe_open has no iter
+        except Exception as exc:  # noqa: BLE001 - any failure to read a cache file means: compute it again
+            warn(f"{path}: unreadable cache entry ({type(exc).__name__}: {exc}); computing it again")
+            return None
+        if expected is None or tensors_sha256(tensors) != expected:
+            warn(f"{path}: cache entry fails its {DIGEST} check (corrupted or altered); computing it again")
+            return None
+        return tensors
 
     @contextlib.contextmanager
     def lock(self, kind: str, key: str) -> Iterator[None]:
@@ -76,7 +117,55 @@ class TensorCache:
 
     def put(self, kind: str, key: str, tensors: dict[str, torch.Tensor]) -> None:
         flat = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
-        _atomic_write(self.path(kind, key), lambda tmp: save_file(flat, tmp))
+        digest = {DIGEST: tensors_sha256(flat)}
+        _atomic_write(self.path(kind, key), lambda tmp: save_file(flat, tmp, metadata=digest))
+
+
+def row_problem(obj: object) -> str | None:
+    """Why a parsed line of results.jsonl is not a result row of the arena, or None."""
+    if not isinstance(obj, dict):
+        return f"a JSON {type(obj).__name__}, not a result row"
+    if not isinstance(obj.get("key"), str) or not obj["key"]:
+        return "a JSON object without a matchup 'key'"
+    if obj.get("status") not in STATUSES:
+        return f"'status' is {obj.get('status')!r}, not one of {', '.join(STATUSES)}"
+    for name, kind in (("metrics", dict), ("seed", int), ("track", str), ("defense_label", str),
+                       ("attack_label", str)):
+        if name in obj and not isinstance(obj[name], kind):
+            return f"{name!r} is not a {kind.__name__}"
+    return None
+
+
+@dataclass
+class ResultsFile:
+    """results.jsonl read line by line: the rows, and the complete lines that are not rows (1-based numbers)."""
+
+    rows: list[dict] = field(default_factory=list)
+    rejected: list[tuple[int, str, bytes]] = field(default_factory=list)  # (line, why, the line's bytes)
+    kept: list[bytes] = field(default_factory=list)  # the good lines, as written
+
+
+def read_results(path: Path) -> ResultsFile:
+    """Parse every complete line; a torn last line (a kill during a write) is neither a row nor an error."""
+    out = ResultsFile()
+    if not path.exists():
+        return out
+    lines = path.read_bytes().split(b"\n")[:-1]  # the part after the last newline is a torn tail, or empty
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            out.rejected.append((number, f"not JSON ({type(exc).__name__})", raw))
+            continue
+        problem = row_problem(obj)
+        if problem is None:
+            out.rows.append(obj)
+            out.kept.append(raw)
+        else:
+            out.rejected.append((number, problem, raw))
+    return out
 
 
 class RunStore:
@@ -86,6 +175,63 @@ class RunStore:
         self.root = Path(root)
         self.cache = TensorCache(self.root / "cache")
         self.artifacts = TensorCache(self.root / "artifacts")
+        self._reported: set[int] = set()
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the run directory for this process: a second run into it raises ``RunDirError`` naming the holder.
+        The operating system releases the lock when the holder exits, however it exits."""
+        path = self.root / LOCK
+        handle = open(path, "a+")  # noqa: SIM115 - held for the whole run
+        try:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() or "unknown"
+                raise RunDirError(f"{self.root}: in use by another arena run (pid {holder}); wait for it to "
+                                  "finish or choose another --out") from None
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"{os.getpid()}\n")
+            handle.flush()
+            yield
+        finally:
+            handle.close()
+
+    def check_ours(self) -> None:
+        """Refuse (``RunDirError``) a directory whose results.jsonl the arena did not write, before touching it.
+        A directory with the arena's marker, without results.jsonl, or whose every line is a result row is ours."""
+        if (self.root / MARKER).exists() or not self.results_path.exists():
+            return
+        read = read_results(self.results_path)
+        if read.rejected:
+            line, why, _ = read.rejected[0]
+            raise RunDirError(f"{self.results_path}: not an arena results file (line {line}: {why}) and no "
+                              f"{MARKER} marker; choose another --out")
+
+    def mark(self) -> None:
+        """Write the marker that says this directory is an arena run directory (once)."""
+        if not (self.root / MARKER).exists():
+            from arena import __version__
+
+            self.write_json(MARKER, {"arena": __version__})
+
+    def set_aside(self) -> list[str]:
+        """Move every line of results.jsonl that is not a result row to results.rejected.jsonl and rewrite
+        results.jsonl with the rows alone (atomically), so nothing is ever appended after a bad line; return one
+        message per line moved. Call with the run lock held."""
+        read = read_results(self.results_path)
+        if not read.rejected:
+            return []
+        with open(self.root / REJECTED, "a", encoding="utf-8") as f:
+            for line, why, raw in read.rejected:
+                f.write(json.dumps({"line": line, "reason": why, "text": raw.decode("utf-8", "replace")}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        body = b"".join(raw + b"\n" for raw in read.kept)
+        _atomic_write(self.results_path, lambda tmp: Path(tmp).write_bytes(body))
+        return [f"{self.results_path}: line {line}: {why}; moved to {REJECTED}" for line, why, _ in read.rejected]
 
     @property
     def results_path(self) -> Path:
@@ -132,17 +278,11 @@ class RunStore:
             f.truncate(cut)
 
     def results(self) -> list[dict]:
-        """Every complete result row; a torn or unparsable last line is ignored."""
-        if not self.results_path.exists():
-            return []
-        rows = []
-        lines = self.results_path.read_text(encoding="utf-8").split("\n")
-        for i, line in enumerate(lines):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                if i < len(lines) - 1 and any(x.strip() for x in lines[i + 1 :]):
-                    raise ValueError(f"{self.results_path}: line {i + 1} is corrupt") from None
-        return rows
+        """Every complete result row; a torn last line is ignored, and each line that is not a row is skipped
+        with a warning naming its number (once per store)."""
+        read = read_results(self.results_path)
+        for line, why, _ in read.rejected:
+            if line not in self._reported:
+                self._reported.add(line)
+                warn(f"{self.results_path}: line {line}: {why}; skipped")
+        return read.rows
