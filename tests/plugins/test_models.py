@@ -1,0 +1,191 @@
+"""The built-in model plugins: what they build for each dataset shape, their parameter checks, how scenarios that
+name them are validated, and a third-party model installed as a real distribution playing a tournament."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from arena.cli import main
+from arena.plugins import registries
+from tests.conftest import architecture, write_scenario
+
+SHAPES = [(1, 8, 8), (1, 28, 28), (3, 32, 32)]
+SMALL = {
+    "logreg": {},
+    "mlp": {"hidden": [8, 4]},
+    "cnn": {"channels": [4, 8], "hidden": 8},
+    "cnn-group": {"channels": [4, 8], "hidden": 8, "norm": "group", "groups": 2},
+    "wrn": {"depth": 10, "width": 1, "groups": 4},
+}
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=["digits", "mnist", "cifar10"])
+@pytest.mark.parametrize("model", list(SMALL))
+def test_each_builtin_builds_for_image_shapes_and_outputs_batch_by_classes(model, shape):
+    torch.manual_seed(0)
+    arch = architecture(model.split("-")[0], shape, 10, **SMALL[model])
+    out = arch.build()(torch.rand(3, *shape))
+    assert out.shape == (3, 10) and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("model", ["logreg", "mlp"])
+def test_dense_models_take_flat_records(model):
+    arch = architecture(model, 30, 2, **SMALL[model])
+    assert arch.build()(torch.rand(5, 30)).shape == (5, 2)
+
+
+def test_parameter_counts_are_the_hand_computed_ones():
+    def count(name: str, shape, classes: int = 10, **params) -> int:  # noqa: ANN001
+        return architecture(name, shape, classes, **params).template().n_params
+
+    assert count("logreg", (1, 8, 8)) == 64 * 10 + 10
+    assert count("mlp", (1, 8, 8), hidden=[16]) == 64 * 16 + 16 + 16 * 10 + 10
+    convs = 1 * 16 * 9 + 16 + 16 * 32 * 9 + 32  # two 3×3 conv blocks, 16 and 32 filters
+    head = 64 * 10 + 10
+    # two 2×2 pools: 8×8 → 2×2 and 28×28 → 7×7 feature maps of 32 channels into the 64-wide dense layer
+    assert count("cnn", (1, 8, 8)) == convs + 32 * 2 * 2 * 64 + 64 + head == 13_706
+    assert count("cnn", (1, 28, 28)) == convs + 32 * 7 * 7 * 64 + 64 + head == 105_866
+    assert count("cnn", (3, 32, 32)) == convs + 2 * 16 * 9 + 32 * 8 * 8 * 64 + 64 + head == 136_874
+    assert count("cnn", (1, 8, 8), norm="group") == 13_706 + 2 * (16 + 32)  # GroupNorm scale and shift
+    wrn = count("wrn", (3, 32, 32))  # WRN-16-4: 2.75M parameters (Zagoruyko & Komodakis 2016)
+    assert 2.7e6 < wrn < 2.8e6
+
+
+@pytest.mark.parametrize("depth", [10, 16, 22, 28, 40])
+def test_wrn_accepts_depths_of_the_form_6n_plus_4(depth):
+    params = registries().models.get("wrn").Params(depth=depth)
+    assert params.depth == depth
+
+
+@pytest.mark.parametrize("depth", [4, 12, 15, 17, 20])
+def test_wrn_rejects_other_depths(depth):
+    with pytest.raises(ValidationError, match="depth"):
+        registries().models.get("wrn").Params(depth=depth)
+
+
+@pytest.mark.parametrize("model", ["cnn", "wrn"])
+def test_image_models_refuse_flat_records_with_a_clear_message(model):
+    arch = architecture(model, 30, 2)
+    with pytest.raises(ValueError, match=r"needs image records of shape \(channels, height, width\), not \(30,\)"):
+        arch.build()
+
+
+def test_arena_plugins_lists_the_models(capsys):
+    assert main(["plugins"]) == 0
+    out = capsys.readouterr().out
+    section = out.split("models:\n")[1].split("defenses:")[0]
+    names = {line.split()[0] for line in section.splitlines() if line.strip()}
+    assert names == {"logreg", "mlp", "cnn", "wrn"}
+    assert "from privacy-arena" in section
+
+
+def _scenario(tmp_path: Path, dataset: str, model: str, defense: str) -> Path:
+    return write_scenario(tmp_path / "s.yaml", f"""
+        name: models
+        seeds: [0]
+        tracks:
+          - name: t
+            dataset: {dataset}
+            model: {model}
+            training: {{epochs: 1, batch_size: 32, lr: 0.1}}
+            game: {{name: membership, members: 50, test: 50}}
+            defenses:
+              - {defense}
+            attacks:
+              - {{name: threshold-mia}}
+    """)
+
+
+def test_batch_norm_with_dpsgd_is_a_validation_error_naming_the_model(tmp_path, capsys):
+    path = _scenario(tmp_path, "{name: digits}", "{name: cnn, norm: batch}", "{name: dpsgd, epsilons: [4], delta: 1.0e-3}")
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "tracks[0].model" in err and "BatchNorm" in err and "dpsgd" in err
+    ok = _scenario(tmp_path, "{name: digits}", "{name: cnn, norm: batch}", "{name: nonprivate}")
+    assert main(["validate", str(ok)]) == 0
+    group = _scenario(tmp_path, "{name: digits}", "{name: cnn, norm: group}", "{name: dpsgd, epsilons: [4], delta: 1.0e-3}")
+    assert main(["validate", str(group)]) == 0
+
+
+def test_an_image_model_on_a_table_is_a_clear_validation_error(tmp_path, capsys):
+    path = _scenario(tmp_path, "{name: breast_cancer}", "{name: cnn}", "{name: nonprivate}")
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "tracks[0].model" in err and "'cnn'" in err and "breast_cancer" in err
+    assert "(channels, height, width)" in err
+
+
+def test_unknown_model_parameters_are_validation_errors(tmp_path, capsys):
+    path = _scenario(tmp_path, "{name: digits}", "{name: cnn, widht: 3}", "{name: nonprivate}")
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "tracks[0].model" in err and "widht" in err
+
+
+TWO_LAYER = """
+from torch import nn
+
+from arena import Model, ModelParams, hookimpl
+
+
+class TwoLayerParams(ModelParams):
+    width: int = 6
+
+
+class TwoLayer(Model):
+    '''Flatten, linear, ReLU, linear: the smallest useful classifier, from outside the arena.'''
+
+    name = "two-layer"
+    version = "0.3"
+    Params = TwoLayerParams
+
+    def build(self, input_shape, n_classes):
+        features = 1
+        for s in input_shape:
+            features *= s
+        return nn.Sequential(nn.Flatten(), nn.Linear(features, self.params.width), nn.ReLU(),
+                             nn.Linear(self.params.width, n_classes))
+
+
+@hookimpl
+def register_models(register):
+    register(TwoLayer)
+"""
+
+THIRD_PARTY_SCENARIO = """
+name: third-party-model
+seeds: [0]
+tracks:
+  - name: digits-two-layer
+    dataset: {name: digits}
+    model: {name: two-layer, width: 8, l2: 0.001}
+    training: {epochs: 2, batch_size: 32, lr: 0.1, momentum: 0.9}
+    game: {name: membership, members: 50, test: 50}
+    defenses:
+      - {name: nonprivate}
+      - {name: dpsgd, epsilons: [8], delta: 1.0e-3}
+    attacks:
+      - {name: threshold-mia}
+"""
+
+
+def test_a_third_party_model_distribution_plays_a_tournament(plugin_dist, tmp_path, capsys):
+    plugin_dist("arena-two-layer", "arena_two_layer_plugin", TWO_LAYER, version="0.3.1")
+    entry = registries().models.entry("two-layer")
+    assert (entry.distribution, entry.version) == ("arena-two-layer", "0.3.1")
+    assert architecture("two-layer", (1, 8, 8), 10).dense is None  # trains through torch.func, not the hand path
+
+    scenario = write_scenario(tmp_path / "third.yaml", THIRD_PARTY_SCENARIO)
+    out = tmp_path / "run"
+    assert main(["run", str(scenario), "--out", str(out), "--serial", "--no-report"]) == 0
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["defense_label"] for r in rows) == ["dpsgd(eps=8)", "nonprivate"]
+    assert all(r["status"] == "ok" for r in rows), [r.get("error") for r in rows]
+    assert all(r["attack"] == "threshold-mia" and 0.0 <= r["metrics"]["auc"] <= 1.0 for r in rows)
+    (dp,) = [r for r in rows if r["defense_label"] != "nonprivate"]
+    assert dp["claim"]["epsilon"] <= 8.0
