@@ -81,3 +81,49 @@ def calibrate_noise(
         else:
             lo = mid
     raise RuntimeError(f"could not calibrate sigma to epsilon {target_epsilon} within 1%")
+
+
+# Neighbouring relations. Add/remove-one: D' = D ∪ {x} or D \ {x}. Replace-one: D' = D with one record swapped
+# for another (|D| = |D'|), the relation a game plays when exactly one of a member/non-member pair trains. For the
+# Gaussian mechanism replace-one doubles the sensitivity; for the Poisson-subsampled Gaussian it is not a simple
+# rescaling, and only the PLD accountant of dp_accounting supports it (its RDP accountant raises for that event).
+Relation = Literal["add_remove", "replace_one"]
+
+RELATIONS: dict[str, dp_accounting.NeighboringRelation] = {
+    "add_remove": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+    "replace_one": dp_accounting.NeighboringRelation.REPLACE_ONE,
+}
+
+
+def epsilon_under(
+    noise_multiplier: float,
+    q: float,
+    steps: int,
+    delta: float,
+    *,
+    accountant: Accountant = "pld",
+    relation: Relation = "add_remove",
+) -> float:
+    """ε at ``delta`` of ``steps`` Poisson-subsampled (rate q; q = 1: none) Gaussian steps under ``relation``.
+
+    ``epsilon_under(..., accountant=a, relation="add_remove")`` equals ``epsilon(..., a)``. Raises ValueError for
+    a relation the chosen accountant cannot account (RDP with replace-one and q < 1: use "pld").
+    """
+    if not 0 < q <= 1 or steps < 0 or not 0 < delta < 1 or noise_multiplier < 0:
+        raise ValueError("need 0 < q <= 1, steps >= 0, 0 < delta < 1, noise_multiplier >= 0")
+    if relation not in RELATIONS:
+        raise ValueError(f"unknown neighbouring relation {relation!r}; choose from {list(RELATIONS)}")
+    if noise_multiplier == 0:
+        return float("inf") if steps else 0.0
+    if accountant == "rdp":
+        acc = rdp.RdpAccountant(neighboring_relation=RELATIONS[relation])
+    elif accountant == "pld":
+        acc = pld.PLDAccountant(neighboring_relation=RELATIONS[relation])
+    else:
+        raise ValueError(f"unknown accountant {accountant!r}; choose from {list(ACCOUNTANT_NAMES)}")
+    event = _event(noise_multiplier, q, steps)
+    if not acc.supports(event):
+        raise ValueError(f"the {accountant} accountant of dp_accounting cannot account {relation} for this "
+                         "mechanism (subsampled Gaussian under replace-one needs 'pld')")
+    acc.compose(event)
+    return float(acc.get_epsilon(delta))
