@@ -1,16 +1,27 @@
 """Counter-based random numbers: model k's draws depend only on (seed_k, stream, counter).
 
-Stateless hashing instead of a generator object, so a model gets the same randomness whether
-it is trained alone or in a batch of any size, on any device.
+Stateless hashing instead of a generator object, so a model gets the same randomness whether it is trained alone
+or in a batch of any size, on any device.
+
+The generator is SplitMix64 (Steele, Lea & Flood 2014, the seeding generator of xoshiro and of Java's
+SplittableRandom): word c of a stream is ``mix64(key + (c + 1)·γ)`` with γ the 64-bit golden ratio and ``mix64``
+the variant-13 finaliser (Stafford), a bijection of 64-bit words; a stream's key is ``mix64`` of the model's key
+xor ``mix64`` of the stream id. Each word gives two 24-bit uniforms (float32) or one 53-bit uniform (float64), so
+a float32 normal costs half a 64-bit hash; SplitMix64's output on consecutive counters passes BigCrush.
 """
+
+from __future__ import annotations
 
 import math
 from enum import IntEnum
 
 import torch
 
-_MASK = 0xFFFFFFFF
 _INDEX_BITS = 24
+_GOLDEN = 0x9E3779B97F4A7C15
+_M1, _M2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+_SEED_SALT = 0x243F6A8885A308D3  # the first hex digits of π: seed 0 does not start from key 0
+_U64 = (1 << 64) - 1
 
 
 class Purpose(IntEnum):
@@ -30,72 +41,126 @@ def stream(purpose: Purpose, index: int = 0) -> int:
     return int(purpose) << _INDEX_BITS | index
 
 
-def _i32(word: int) -> int:
-    """The int32 value whose bits are the unsigned 32-bit `word`."""
-    return word - (1 << 32) if word >= 1 << 31 else word
+def _i64(word: int) -> int:
+    """The int64 value whose bits are the unsigned 64-bit `word`."""
+    word &= _U64
+    return word - (1 << 64) if word >= 1 << 63 else word
 
 
-_C1, _C2 = _i32(0x7FEB352D), _i32(0x846CA68B)
+def mix64(x: int) -> int:
+    """SplitMix64's finaliser on one unsigned 64-bit word, in plain Python integers (the reference)."""
+    x &= _U64
+    x = ((x ^ (x >> 30)) * _M1) & _U64
+    x = ((x ^ (x >> 27)) * _M2) & _U64
+    return x ^ (x >> 31)
 
 
-def _mix_(x: torch.Tensor) -> torch.Tensor:
-    """lowbias32 (Wellons) in place: a bijective 32-bit integer hash with good avalanche.
-
-    `x` is int32 storage read as unsigned 32-bit words. Products rely on int32 multiplication wrapping
-    mod 2**32 (two's complement, as torch's vectorised and scalar kernels do; the bit-exact reference
-    test would catch a backend that did not); right shifts are masked to be logical. 32-bit words and
-    in-place ops because the hash dominates DP-SGD's per-step cost (one noise draw per parameter).
-    """
-    x.bitwise_xor_((x >> 16).bitwise_and_(0xFFFF))
-    x.mul_(_C1)
-    x.bitwise_xor_((x >> 15).bitwise_and_(0x1FFFF))
-    x.mul_(_C2)
-    return x.bitwise_xor_((x >> 16).bitwise_and_(0xFFFF))
+def _xorshift_(x: torch.Tensor, shift: int, scratch: torch.Tensor) -> None:
+    """x ^= x >>> shift (a logical shift of the 64-bit words in int64 storage), with no new allocation."""
+    torch.bitwise_right_shift(x, shift, out=scratch)
+    x.bitwise_xor_(scratch.bitwise_and_((1 << (64 - shift)) - 1))
 
 
-def _words(values: torch.Tensor) -> torch.Tensor:
-    """int64 values in [0, 2**32) as int32 storage holding the same 32-bit words."""
-    return values.to(torch.uint32).view(torch.int32)
+def _mix64_(x: torch.Tensor, scratch: torch.Tensor | None = None) -> torch.Tensor:
+    """``mix64`` in place on int64 storage of unsigned words; products wrap mod 2**64 (two's complement, as torch's
+    kernels do: the bit-exact reference test would catch a backend that did not). ``scratch``: a tensor like x to
+    reuse, so that a large hash allocates nothing (fresh multi-megabyte temporaries page-fault on every step)."""
+    scratch = torch.empty_like(x) if scratch is None else scratch
+    _xorshift_(x, 30, scratch)
+    x.mul_(_i64(_M1))
+    _xorshift_(x, 27, scratch)
+    x.mul_(_i64(_M2))
+    _xorshift_(x, 31, scratch)
+    return x
 
 
 class Keys:
-    """Model seeds prepared for drawing: the stream-independent part of each model's two hash keys, derived once.
+    """Model seeds prepared for drawing: each model's 64-bit key, derived once.
 
-    Every function here takes raw int64 seeds [K] or Keys. A loop drawing from a new stream every step (the
-    trainer) passes Keys, so that each draw only mixes in its stream id: at K=1 the key derivation, a few dozen
-    tiny tensor operations, is a large part of a draw's cost.
+    Every function here takes raw int64 seeds [K] or Keys; a loop drawing from a new stream every step (the
+    trainer) passes Keys so that each draw only mixes in its stream id.
     """
 
     def __init__(self, seeds: torch.Tensor) -> None:
-        seeds = seeds.to(torch.int64)
-        lo, hi = _words(seeds & _MASK), _words((seeds >> 32) & _MASK)
-        salts = _words(torch.tensor([[0x9E3779B9], [0x85EBCA6B]], device=seeds.device))
-        self.words = _mix_(_mix_(lo ^ salts) ^ hi)  # [2, K]
+        self.key = _mix64_(seeds.to(torch.int64) ^ _i64(_SEED_SALT))  # [K]
 
     def __len__(self) -> int:
-        return self.words.shape[1]
+        return self.key.shape[0]
+
+    def stream_keys(self, stream_id: int) -> torch.Tensor:
+        """[K] the key of stream ``stream_id`` of each model."""
+        return _mix64_(self.key ^ _i64(mix64(stream_id)))
 
 
 Seeds = torch.Tensor | Keys
 
 
-def _bits32(seeds: Seeds, stream_id: int, n: int) -> torch.Tensor:
-    """[K, n] hashes of counters 0..n-1 as int32 storage of unsigned 32-bit words (see `bits`)."""
-    if n > 1 << 31:
-        raise ValueError("at most 2**31 draws per stream")
-    words = (seeds if isinstance(seeds, Keys) else Keys(seeds)).words
-    keys = _mix_(words ^ stream_id).unsqueeze(-1)  # [2, K, 1]
-    counters = torch.arange(n, dtype=torch.int32, device=words.device)
-    return _mix_(_mix_(counters ^ keys[0]).bitwise_xor_(keys[1]))
+def _keys(seeds: Seeds) -> Keys:
+    return seeds if isinstance(seeds, Keys) else Keys(seeds)
+
+
+class Workspace:
+    """Buffers a loop of same-sized draws reuses (the trainer's noise, one draw per step), so that a draw allocates
+    nothing: on CPU a fresh multi-megabyte temporary can cost more in page faults than the arithmetic done in it.
+    A result drawn with a workspace is a view of its memory, valid until the next draw with the same workspace."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, torch.Tensor] = {}
+
+    def get(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        buf = self._buffers.get(name)
+        if buf is None or buf.shape != shape or buf.dtype != dtype or buf.device != device:
+            buf = self._buffers[name] = torch.empty(shape, dtype=dtype, device=device)
+        return buf
+
+
+def _counters(n: int, device: torch.device, ws: Workspace | None) -> torch.Tensor:
+    """[n] (c + 1)·γ mod 2**64 for c = 0..n-1, the SplitMix64 increments."""
+    if ws is not None:
+        steps = ws._buffers.get("counters")
+        if steps is not None and steps.shape == (n,) and steps.device == device:
+            return steps
+    steps = torch.arange(1, n + 1, dtype=torch.int64, device=device).mul_(_i64(_GOLDEN))
+    if ws is not None:
+        ws._buffers["counters"] = steps
+    return steps
+
+
+def _hash(seeds: Seeds, stream_id: int, n: int, ws: Workspace | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """([K, n] int64 storage of the 64-bit words 0..n-1 of the stream, distinct within a row; a scratch tensor
+    of the same shape)."""
+    if n >= 1 << 62:
+        raise ValueError("at most 2**62 draws per stream")
+    keys = _keys(seeds).stream_keys(stream_id)
+    shape = (keys.shape[0], n)
+    if ws is None:
+        words, scratch = torch.empty(shape, dtype=torch.int64, device=keys.device), None
+    else:
+        words = ws.get("words", shape, torch.int64, keys.device)
+        scratch = ws.get("scratch", shape, torch.int64, keys.device)
+    torch.add(keys.unsqueeze(1), _counters(n, keys.device, ws), out=words)
+    scratch = torch.empty_like(words) if scratch is None else scratch
+    return _mix64_(words, scratch), scratch
 
 
 def bits(seeds: Seeds, stream_id: int, n: int) -> torch.Tensor:
-    """[K, n] 32-bit hashes (in int64) of counters 0..n-1; distinct within a row, no ties."""
-    return _bits32(seeds, stream_id, n).view(torch.uint32).to(torch.int64)
+    """[K, n] random 64-bit words (int64 storage) of counters 0..n-1; distinct within a row, so no ties."""
+    return _hash(seeds, stream_id, n)[0]
 
 
 def _shape(shape: int | tuple[int, ...]) -> tuple[int, ...]:
     return (shape,) if isinstance(shape, int) else tuple(shape)
+
+
+def _mantissa_bits(dtype: torch.dtype) -> int:
+    """Bits k of a uniform (k + 1/2)·2**-bits exactly representable in ``dtype``: 23 for float32, 52 for float64."""
+    return -round(math.log2(torch.finfo(dtype).eps))
+
+
+def _field(words: torch.Tensor, shift: int, n_bits: int, out: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
+    """``out`` = (words >>> shift) mod 2**n_bits as floats (exact), via ``scratch``; no other allocation."""
+    torch.bitwise_right_shift(words, shift, out=scratch).bitwise_and_((1 << n_bits) - 1)
+    return out.copy_(scratch)
 
 
 def uniform(
@@ -104,15 +169,14 @@ def uniform(
     shape: int | tuple[int, ...],
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """[K, *shape] uniforms in the open interval (0, 1), exactly representable in `dtype`."""
+    """[K, *shape] uniforms (k + 1/2)·2**-b in the open interval (0, 1), exact in ``dtype``: k is the top b bits of
+    word i (b = 23 for float32, 52 for float64)."""
     shape = _shape(shape)
-    n_bits = min(32, -round(math.log2(torch.finfo(dtype).eps)))
-    h = _bits32(seeds, stream_id, math.prod(shape))
-    if n_bits < 32:  # the top n_bits of each word (a logical shift), else the whole unsigned word
-        h = (h >> (32 - n_bits)).bitwise_and_((1 << n_bits) - 1)
-    else:
-        h = h.view(torch.uint32)
-    return h.to(dtype).add_(0.5).mul_(2.0**-n_bits).reshape(len(seeds), *shape)
+    n_bits = _mantissa_bits(dtype)
+    words, scratch = _hash(seeds, stream_id, math.prod(shape))
+    out = torch.empty(words.shape, dtype=dtype, device=words.device)
+    _field(words, 64 - n_bits, n_bits, out, scratch).add_(0.5).mul_(2.0**-n_bits)
+    return out.reshape(len(words), *shape)
 
 
 def normal(
@@ -120,24 +184,53 @@ def normal(
     stream_id: int,
     shape: int | tuple[int, ...],
     dtype: torch.dtype = torch.float32,
+    workspace: Workspace | None = None,
 ) -> torch.Tensor:
-    """[K, *shape] standard normals by Box-Muller: counters 2j, 2j+1 give elements 2j and 2j+1."""
+    """[K, *shape] standard normals by Box–Muller, both outputs used.
+
+    With h = ⌈n/2⌉ pairs, pair j gives element j (r cos θ) and element h + j (r sin θ), r = √(−2 ln u₁),
+    θ = 2π u₂, u₁ = (k₁ + 1)·2**-b ∈ (0, 1] and u₂ = k₂·2**-b ∈ [0, 1), with b = 24 bits in float32 (k₁, k₂ the top
+    24 bits of the two 32-bit halves of word j) and b = 53 in float64 (the top 53 bits of words j and h + j).
+    Every step runs in place in buffers of the output's size (reused from ``workspace`` when given), so the cost
+    is half a 64-bit hash and two transcendental passes per normal.
+    """
     shape = _shape(shape)
     n = math.prod(shape)
-    u = uniform(seeds, stream_id, ((n + 1) // 2, 2), dtype)
-    radius = torch.sqrt(-2.0 * torch.log(u[..., 0]))
-    angle = 2.0 * math.pi * u[..., 1]
-    z = torch.stack([radius * torch.cos(angle), radius * torch.sin(angle)], dim=-1)
-    return z.reshape(len(seeds), -1)[:, :n].reshape(len(seeds), *shape)
+    h = (n + 1) // 2
+    n_bits = _mantissa_bits(dtype) + 1
+    split = n_bits <= 32
+    words, scratch = _hash(seeds, stream_id, h if split else 2 * h, workspace)
+    K = words.shape[0]
+    if workspace is None:
+        out = torch.empty(K, 2, h, dtype=dtype, device=words.device)
+    else:
+        out = workspace.get("normal", (K, 2, h), dtype, words.device)
+    radius, angle = out[:, 0], out[:, 1]
+    if split:
+        _field(words, 64 - n_bits, n_bits, radius, scratch)
+        _field(words, 32 - n_bits, n_bits, angle, scratch)
+    else:
+        _field(words[:, :h], 64 - n_bits, n_bits, radius, scratch[:, :h])
+        _field(words[:, h:], 64 - n_bits, n_bits, angle, scratch[:, h:])
+    radius.add_(1.0).mul_(2.0**-n_bits).log_().mul_(-2.0).sqrt_()
+    angle.mul_(2.0 * math.pi * 2.0**-n_bits)
+    sine = scratch.view(dtype)[:, :h]  # the scratch words are free again: reuse their memory
+    torch.sin(angle, out=sine).mul_(radius)
+    radius.mul_(angle.cos_())
+    angle.copy_(sine)
+    flat = out.view(K, 2 * h)
+    return (flat if n == 2 * h else flat[:, :n]).reshape(K, *shape)
 
 
 def bernoulli(
     seeds: Seeds, stream_id: int, shape: int | tuple[int, ...], p: float
 ) -> torch.Tensor:
-    """[K, *shape] booleans, True with probability p (to within 2**-32), independent of dtype."""
+    """[K, *shape] booleans, True with probability p (to within 2**-53), independent of dtype."""
     shape = _shape(shape)
-    threshold = round(p * 2**32)
-    return (bits(seeds, stream_id, math.prod(shape)) < threshold).reshape(len(seeds), *shape)
+    threshold = round(p * 2.0**53)
+    words = bits(seeds, stream_id, math.prod(shape))
+    top = torch.bitwise_right_shift(words, 11, out=words).bitwise_and_((1 << 53) - 1)  # the top 53 bits
+    return (top < threshold).reshape(len(words), *shape)
 
 
 def permutation(seeds: Seeds, stream_id: int, n: int) -> torch.Tensor:
