@@ -36,9 +36,10 @@ def clipped_noisy_gradient(
 ) -> Layers:
     """(clipped sum + noise_multiplier * clip * noise) / expected batch size, as Opacus does.
 
-    `noise`: standard normals shaped like the parameters. Padded examples must have zero deltas.
+    `noise`: standard normals shaped like the parameters. Padded examples must have zero deltas. Computed in
+    place in the clipped sums, so no parameter-sized temporary is allocated.
     """
     return [
-        (g + (noise_multiplier * clip) * z) / expected_batch_size
+        g.add_(z, alpha=noise_multiplier * clip).div_(expected_batch_size)
         for g, z in zip(clipped_sum(inputs, deltas, clip), noise)
     ]

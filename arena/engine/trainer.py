@@ -185,9 +185,12 @@ def _stream(
     return augmented(source, arch, recipe.augment, seeds)
 
 
-def _noise(seeds: rng.Keys, step: int, n_params: int, dtype: torch.dtype) -> torch.Tensor:
-    """[K, P] standard normals of DP-SGD step ``step``, in the module's parameter order."""
-    return rng.normal(seeds, rng.stream(rng.Purpose.NOISE, step), n_params, dtype)
+def _noise(
+    seeds: rng.Keys, step: int, n_params: int, dtype: torch.dtype, workspace: rng.Workspace | None = None
+) -> torch.Tensor:
+    """[K, P] standard normals of DP-SGD step ``step``, in the module's parameter order; drawn into ``workspace``'s
+    buffers when given (valid until the next step's draw), so that the step allocates no noise-sized memory."""
+    return rng.normal(seeds, rng.stream(rng.Purpose.NOISE, step), n_params, dtype, workspace)
 
 
 def _descend(
@@ -214,6 +217,7 @@ def _train_dense(
     penalised = [i % 2 == 0 for i in range(len(layers))]
     seeds = rng.Keys(train_seeds.to(X.device))
     n = X.shape[1]
+    workspace = rng.Workspace()
     for t, (Xb, yb, valid) in enumerate(_stream(arch, X, y, recipe, seeds, dp)):
         inputs, out = hand.layer_inputs(spec, layers, Xb)
         if dp is None:
@@ -224,7 +228,7 @@ def _train_dense(
             if valid is not None:
                 dlogits = dlogits * valid.unsqueeze(-1)
             deltas = hand.backprop(spec, layers, inputs, dlogits)
-            z = hand.unflatten_module_order(spec, _noise(seeds, t, spec.n_params, X.dtype))
+            z = hand.unflatten_module_order(spec, _noise(seeds, t, spec.n_params, X.dtype, workspace))
             q = steps_and_rate(n, recipe)[1]
             grads = clipped_noisy_gradient(inputs, deltas, dp.clip, dp.noise_multiplier, z, q * n)
         _descend(layers, grads, velocity, penalised, recipe, arch.l2)
@@ -246,6 +250,7 @@ def _train_functional(
     seeds = rng.Keys(train_seeds.to(X.device))
     K, n = X.shape[:2]
     per_call = max(1, budget // max(1, 8 * K * template.n_params))
+    workspace = rng.Workspace()
     for t, (Xb, yb, valid) in enumerate(_stream(arch, X, y, recipe, seeds, dp)):
         images = Xb.reshape(K, Xb.shape[1], *arch.input_shape)
         if dp is None:
@@ -253,10 +258,10 @@ def _train_functional(
             grads = [g[k] for k in names]
         else:
             total = clipped_sum(arch, params, buffers, images, yb, valid, dp.clip, per_call)
-            z = torch.split(_noise(seeds, t, template.n_params, X.dtype), sizes, dim=1)
+            z = torch.split(_noise(seeds, t, template.n_params, X.dtype, workspace), sizes, dim=1)
             q = steps_and_rate(n, recipe)[1]
             grads = [
-                (total[k] + (dp.noise_multiplier * dp.clip) * zk.reshape(total[k].shape)) / (q * n)
+                total[k].add_(zk.reshape(total[k].shape), alpha=dp.noise_multiplier * dp.clip).div_(q * n)
                 for k, zk in zip(names, z)
             ]
         _descend([params[k] for k in names], grads, velocity, penalised, recipe, arch.l2)
