@@ -5,13 +5,14 @@ Rows are appended to results.jsonl as matchups finish, so a killed run resumes w
 
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.context
+import multiprocessing.process
 import os
 import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from arena.execute import base_row, play_matchup, train_release
@@ -36,54 +37,86 @@ def _by_release(matchups: list[Matchup]) -> dict[str, list[Matchup]]:
     return groups
 
 
-class MatchupTimeout(BaseException):
-    """A serial matchup ran past its timeout; a BaseException so that a plugin's ``except Exception`` cannot keep it."""
-
-
-@contextmanager
-def _alarm(seconds: float) -> Iterator[None]:
-    """Raise MatchupTimeout in this thread after ``seconds``: Unix main thread only, elsewhere no limit.
-
-    The signal is handled between Python bytecodes, so a plugin blocked inside one long C call is stopped when
-    that call returns.
-    """
-    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def fire(signum: int, frame: object) -> None:
-        raise MatchupTimeout
-
-    previous = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def run_serial(
     todo: list[Matchup],
     store: RunStore,
     on_row: Callable[[dict], None],
     on_start: Callable[[int], None],
     timeout: Callable[[Matchup], float],
+    retries: int = 0,
 ) -> None:
-    """In-process, one matchup after another (for debugging); releases come from the shared cache.
+    """One matchup after another, each in its own child process; releases come from the shared cache.
 
-    ``on_start(n)`` is told how many matchups are in flight (here always one) before each starts.
+    A child that exits (``sys.exit``, ``os._exit``, a signal), raises ``KeyboardInterrupt`` or outlives its
+    timeout fails its own matchup and the run goes on; a child that died is played again up to ``retries`` times,
+    as Ray does. ``on_start(n)`` is told how many matchups are in flight (here always one) before each starts.
     """
     for group in _by_release(todo).values():
         for m in group:
             on_start(1)
-            t0, limit = time.monotonic(), timeout(m)
-            try:
-                with _alarm(limit):
-                    row = play_matchup(m, str(store.root))
-            except MatchupTimeout:
-                row = failed_row(m, f"timeout: exceeded {limit:g}s", time.monotonic() - t0)
+            for _ in range(retries + 1):
+                row, died = play_in_child(m, str(store.root), timeout(m))
+                if not died:
+                    break
             on_row(row)
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    """Fork where the platform has it (the child starts at once with everything imported), else spawn."""
+    return multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+
+
+def play_in_child(matchup: Matchup, run_dir: str, limit: float) -> tuple[dict[str, Any], bool]:
+    """Play one matchup in a child process; return its row and whether the child died without answering.
+
+    The parent enforces ``limit`` by killing the child, so a plugin that catches every ``BaseException`` cannot
+    outlive it. A Ctrl-C of the user reaches the parent (the child ignores SIGINT): the child is killed and the
+    ``KeyboardInterrupt`` goes on up.
+    """
+    t0 = time.monotonic()
+    reader, writer = _context().Pipe(duplex=False)
+    child = _context().Process(target=_child, args=(matchup, run_dir, writer))
+    child.start()
+    writer.close()
+    try:
+        answered = reader.poll(limit)
+        message = reader.recv() if answered else None
+    except EOFError:
+        message = None
+    except BaseException:
+        _kill(child)
+        raise
+    finally:
+        reader.close()
+    seconds = time.monotonic() - t0
+    if message is None:
+        timed_out = not answered
+        _kill(child)
+        if timed_out:
+            return failed_row(matchup, f"timeout: exceeded {limit:g}s", seconds), False
+        return failed_row(matchup, f"worker died: exit code {child.exitcode}", seconds), True
+    child.join(5.0)
+    _kill(child)
+    kind, payload = message
+    return (payload if kind == "row" else failed_row(matchup, payload, seconds)), False
+
+
+def _kill(child: multiprocessing.process.BaseProcess) -> None:
+    """Stop a child for good and reap it."""
+    if child.is_alive():
+        child.kill()
+    child.join()
+
+
+def _child(matchup: Matchup, run_dir: str, writer: Any) -> None:
+    """The child's side: play, send ('row', row) or ('error', message) for an exit or interrupt a plugin raised."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        message: tuple[str, Any] = ("row", play_matchup(matchup, run_dir))
+    except BaseException as exc:  # noqa: BLE001 - sys.exit or KeyboardInterrupt raised by plugin code
+        message = ("error", f"plugin raised {type(exc).__name__}: {exc}")
+    writer.send(message)
+    writer.close()
 
 
 def failed_row(matchup: Matchup, error: str, seconds: float) -> dict[str, Any]:
@@ -194,9 +227,10 @@ def run(
     def timeout(m: Matchup) -> float:
         return limits[m.scenario]
 
+    retries = max(s.retries for _, s in plan.scenarios)
     if serial:
-        run_serial(todo, store, on_row, meter.started, timeout)
+        run_serial(todo, store, on_row, meter.started, timeout, retries)
     else:
         run_ray(todo, store, on_row, on_start=meter.started, workers=workers, address=address, timeout=timeout,
-                retries=max(s.retries for _, s in plan.scenarios))
+                retries=retries)
     return written

@@ -1,0 +1,245 @@
+"""Faults are matchup failures: a plugin that exits, kills its process, raises KeyboardInterrupt or outlives its
+timeout while catching every BaseException fails its own matchup, serially as under Ray, and the run goes on.
+A defense whose claim exceeds its configured ε fails; logistic regression without a penalty trains."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from arena.cli import main
+from arena.store import RunStore
+from tests.conftest import write_scenario
+
+SMALL = """
+name: small
+seeds: [0]
+timeout: 4
+retries: 0
+tracks:
+  - name: syn
+    dataset: {name: synthetic, n: 300, features: 8}
+    model: {name: logreg}
+    training: {epochs: 2, batch_size: 32, lr: 0.1}
+    game: {name: membership, members: 20, test: 50}
+    defenses:
+      - {name: nonprivate}
+    attacks:
+      - {name: threshold-mia}
+"""
+
+FAULTS = """
+import os
+import sys
+import time
+
+from arena.attack import Attack
+from arena.hookspecs import hookimpl
+
+
+class Exit0(Attack):
+    name = "exit0"
+
+    def run(self, view):
+        sys.exit(0)
+
+
+class HardExit(Attack):
+    name = "hard-exit"
+
+    def run(self, view):
+        os._exit(1)
+
+
+class Interrupt(Attack):
+    name = "interrupt"
+
+    def run(self, view):
+        raise KeyboardInterrupt
+
+
+class Greedy(Attack):  # catches everything, timeouts included
+    name = "greedy"
+
+    def run(self, view):
+        while True:
+            try:
+                time.sleep(0.05)
+            except BaseException:
+                pass
+
+
+@hookimpl
+def register_attacks(register):
+    for cls in (Exit0, HardExit, Interrupt, Greedy):
+        register(cls)
+"""
+
+LIAR = """
+from pydantic import BaseModel, ConfigDict, Field
+
+from arena.defense import Claim, Defense, Fit
+from arena.engine.trainer import train
+from arena.hookspecs import hookimpl
+
+
+class LiarParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    epsilons: list[float] = Field(min_length=1)
+
+
+class Liar(Defense):
+    name = "liar"
+    Params = LiarParams
+
+    def target_epsilon(self):
+        return self.params.epsilons[0]
+
+    def target_delta(self):
+        return 1e-5
+
+    def fit(self, task):
+        state = train(task.arch, task.X, task.y, task.recipe, task.init_seeds, task.train_seeds)
+        return Fit(state, Claim(epsilon=1000.0, delta=1e-5, accountant="made up", target_epsilon=1.0))
+
+
+@hookimpl
+def register_defenses(register):
+    register(Liar)
+"""
+
+
+def attacks_scenario(path: Path, attacks: list[str]) -> Path:
+    return write_scenario(path, SMALL.replace("      - {name: threshold-mia}",
+                                              "\n".join(f"      - {{name: {a}}}" for a in attacks)))
+
+
+FAULTY = ["exit0", "hard-exit", "interrupt", "greedy"]
+
+
+def check_fault_rows(out: Path) -> None:
+    rows = {r["attack"]: r for r in RunStore(out).results()}
+    assert set(rows) == {"threshold-mia", *FAULTY}, "every matchup has its row; the run went on"
+    assert rows["threshold-mia"]["status"] == "ok"
+    assert all(rows[a]["status"] == "failed" for a in FAULTY)
+    assert rows["greedy"]["error"] == "timeout: exceeded 4s"
+
+
+def test_serial_faults_fail_only_their_own_matchups(plugin_dist, tmp_path: Path, capsys) -> None:
+    plugin_dist("arena-faults", "arena_faults_plugin", FAULTS)
+    path = attacks_scenario(tmp_path / "faults.yaml", [*FAULTY, "threshold-mia"])
+    out = tmp_path / "run"
+    assert main(["run", str(path), "--out", str(out), "--serial", "--no-report"]) == 1
+    check_fault_rows(out)
+    rows = {r["attack"]: r for r in RunStore(out).results()}
+    assert rows["exit0"]["error"] == "plugin raised SystemExit: 0"
+    assert rows["hard-exit"]["error"] == "worker died: exit code 1"
+    assert rows["interrupt"]["error"].startswith("plugin raised KeyboardInterrupt")
+    printed = capsys.readouterr().out
+    assert "1 ok, 0 skipped, 4 failed" in printed
+
+
+def test_ray_faults_fail_only_their_own_matchups(plugin_dist, tmp_path: Path) -> None:
+    import ray
+
+    plugin_dist("arena-faults", "arena_faults_plugin", FAULTS)
+    path = attacks_scenario(tmp_path / "faults.yaml", [*FAULTY, "threshold-mia"])
+    out = tmp_path / "run"
+    try:
+        assert main(["run", str(path), "--out", str(out), "--workers", "2", "--no-report"]) == 1
+    finally:
+        ray.shutdown()
+    check_fault_rows(out)
+
+
+def test_a_claim_above_the_configured_epsilon_fails_its_matchup(plugin_dist, tmp_path: Path, capsys) -> None:
+    plugin_dist("arena-liar", "arena_liar_plugin", LIAR)
+    path = write_scenario(tmp_path / "liar.yaml", SMALL.replace("{name: nonprivate}", "{name: liar, epsilons: [1]}"))
+    out = tmp_path / "run"
+    assert main(["run", str(path), "--out", str(out), "--serial", "--no-report"]) == 1
+    (row,) = RunStore(out).results()
+    assert row["status"] == "failed"
+    assert row["error"] == "claim: the release claims ε = 1000, above its configuration's target ε = 1"
+    assert row["claim"]["epsilon"] == 1000.0
+    printed = capsys.readouterr().out
+    assert "claimed ε" in printed and "1000" in printed
+
+
+def test_claim_problem_allows_the_target_and_below() -> None:
+    from arena.defense import Claim
+    from arena.execute import claim_problem
+
+    assert claim_problem(None, None) is None
+    assert claim_problem(Claim(epsilon=0.99, delta=1e-5, accountant="rdp"), 1.0) is None
+    assert claim_problem(Claim(epsilon=1.0 + 1e-12, delta=1e-5, accountant="rdp"), 1.0) is None
+    assert "above" in claim_problem(Claim(epsilon=1.01, delta=1e-5, accountant="rdp"), 1.0)
+    assert "claims nothing" in claim_problem(None, 1.0)
+
+
+DIGITS_LOGREG = """
+name: unpenalised
+seeds: [0]
+tracks:
+  - name: digits-logreg
+    dataset: {name: digits}
+    model: {name: logreg}
+    training: {epochs: 20, batch_size: 32, lr: 0.5}
+    game: {name: membership, members: 50, test: 100}
+    defenses:
+      - {name: nonprivate}
+    attacks:
+      - {name: threshold-mia}
+"""
+
+
+def test_unpenalised_logreg_on_digits_trains_by_gradient_steps(tmp_path: Path) -> None:
+    path = write_scenario(tmp_path / "logreg.yaml", DIGITS_LOGREG)
+    out = tmp_path / "run"
+    assert main(["run", str(path), "--out", str(out), "--serial", "--no-report"]) == 0
+    (row,) = RunStore(out).results()
+    assert row["status"] == "ok", row["error"]
+    assert row["utility"] > 0.5, "well above chance (0.1)"
+
+
+def test_newton_without_a_penalty_is_a_validation_error(tmp_path: Path, capsys) -> None:
+    path = write_scenario(tmp_path / "newton.yaml", DIGITS_LOGREG.replace("lr: 0.5}", "lr: 0.5, solver: newton}"))
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: tracks[0].training.solver: 'newton' needs model.l2 > 0" in err
+    assert "Traceback" not in err
+    penalised = write_scenario(tmp_path / "penalised.yaml",
+                               DIGITS_LOGREG.replace("lr: 0.5}", "lr: 0.5, solver: newton}")
+                               .replace("{name: logreg}", "{name: logreg, l2: 0.01}"))
+    assert main(["validate", str(penalised)]) == 0
+
+
+@pytest.mark.parametrize("solver", ["auto", "gradient"])
+def test_unpenalised_logreg_fit_does_not_call_newton(solver: str, monkeypatch) -> None:
+    import torch
+
+    import arena_plugins.defenses as defenses
+    from arena.defense import FitTask
+    from arena.engine.trainer import Recipe
+    from arena.plan import architecture
+    from arena.scenario import Track
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("Newton must not run without a penalty")
+
+    monkeypatch.setattr(defenses, "fit_logreg", refuse)
+    track = Track.model_validate({
+        "name": "t", "dataset": {"name": "digits"}, "model": {"name": "logreg"},
+        "training": {"epochs": 1, "lr": 0.1}, "game": {"name": "membership", "members": 10},
+        "defenses": [{"name": "nonprivate"}], "attacks": [{"name": "threshold-mia"}]})
+    from arena.plan import load_dataset
+
+    data = load_dataset(track.dataset)
+    arch = architecture(track, data)
+    X = torch.from_numpy(data.X[:40]).unsqueeze(0)
+    X[..., 0] = 0.0  # a constant pixel: the unpenalised Newton system is singular
+    task = FitTask(arch=arch, recipe=Recipe(epochs=1, lr=0.1), X=X, y=torch.from_numpy(data.y[:40]).unsqueeze(0),
+                   init_seeds=torch.zeros(1, dtype=torch.int64), train_seeds=torch.ones(1, dtype=torch.int64),
+                   solver=solver)
+    fit = defenses.NonPrivate(defenses.NonPrivate.Params()).fit(task)
+    assert fit.claim is None
