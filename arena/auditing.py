@@ -62,6 +62,7 @@ experiment plays; under a true claim the flag fires with probability at most α 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -82,6 +83,7 @@ Direction = Literal["higher", "lower", ""]
 # ------------------------------------------------------------------------------------------------ ε of a claim
 
 
+@functools.lru_cache(maxsize=256)  # a PLD call takes about a second; an audit asks the same claim many times
 def epsilon_for(
     noise_multiplier: float,
     sample_rate: float,
@@ -206,8 +208,8 @@ def split_halves(truth: np.ndarray, seed: int) -> np.ndarray:
 
 def _cuts(scores: np.ndarray, truth: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per row, the tests "score ≥ t" at every realisable cut of the descending order: (tp, fp, valid, t), each
-    (R, n + 1); cut c flags the c highest scores (t = the c-th highest, +inf for c = 0); a cut inside a run of
-    tied scores cannot be realised by a threshold and is not valid."""
+    (R, n + 1); cut c flags the c highest scores (t halfway between the c-th and (c+1)-th highest, +inf for
+    c = 0, −inf for c = n); a cut inside a run of tied scores cannot be realised by a threshold and is not valid."""
     order = np.argsort(-scores, axis=-1, kind="stable")
     s = np.take_along_axis(scores, order, axis=-1)
     y = np.take_along_axis(truth, order, axis=-1)
@@ -217,7 +219,10 @@ def _cuts(scores: np.ndarray, truth: np.ndarray) -> tuple[np.ndarray, np.ndarray
     fp = np.arange(n + 1)[None, :] - tp
     valid = np.ones((R, n + 1), bool)
     valid[:, 1:n] = s[:, :-1] > s[:, 1:]
-    t = np.concatenate([np.full((R, 1), np.inf), s], axis=-1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        mid = s[:, :-1] / 2 + s[:, 1:] / 2  # halfway to the next score: a test that generalises to new points
+    mid = np.where(np.isnan(mid), s[:, :-1], mid)
+    t = np.concatenate([np.full((R, 1), np.inf), mid, np.full((R, 1), -np.inf)], axis=-1)
     return tp, fp, valid, t
 
 

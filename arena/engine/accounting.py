@@ -87,6 +87,7 @@ def calibrate_noise(
 # for another (|D| = |D'|), the relation a game plays when exactly one of a member/non-member pair trains. For the
 # Gaussian mechanism replace-one doubles the sensitivity; for the Poisson-subsampled Gaussian it is not a simple
 # rescaling, and only the PLD accountant of dp_accounting supports it (its RDP accountant raises for that event).
+# dp_accounting's PLD accountant doubles the Gaussian's sensitivity under REPLACE_ONE; its RDP accountant does not.
 Relation = Literal["add_remove", "replace_one"]
 
 RELATIONS: dict[str, dp_accounting.NeighboringRelation] = {
@@ -115,6 +116,14 @@ def epsilon_under(
         raise ValueError(f"unknown neighbouring relation {relation!r}; choose from {list(RELATIONS)}")
     if noise_multiplier == 0:
         return float("inf") if steps else 0.0
+    if accountant == "rdp" and relation == "replace_one":
+        # dp_accounting's RDP accountant composes a GaussianDpEvent identically under every relation (its noise
+        # multiplier read as relative to that relation's sensitivity), which would understate DP-SGD's replace-one
+        # ε; without subsampling replace-one is the Gaussian at twice the sensitivity, i.e. σ/2 under add/remove.
+        if q < 1.0:
+            raise ValueError("the rdp accountant of dp_accounting cannot account replace_one for the subsampled "
+                             "Gaussian; use 'pld'")
+        return epsilon_under(noise_multiplier / 2, 1.0, steps, delta, accountant="rdp", relation="add_remove")
     if accountant == "rdp":
         acc = rdp.RdpAccountant(neighboring_relation=RELATIONS[relation])
     elif accountant == "pld":
