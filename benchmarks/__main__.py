@@ -23,13 +23,17 @@ PAIRS = {
     "d": "benchmarks.bench_reconstruction",
     "e": "benchmarks.bench_tournament",
     "f": "benchmarks.bench_memory",
+    "g": "benchmarks.bench_engines",
+    "h": "benchmarks.bench_pool",
 }
 PACKAGES = ("torch", "numpy", "scipy", "scikit-learn", "opacus", "adversarial-robustness-toolbox", "ray")
 PROTOCOL = (
     "Contenders of a pair run side by side in one process (the tournament: one child process per command), "
     "once per repeat, in an order rotated every repeat, after one untimed warm-up call each (except where a "
     "section says otherwise). Each ratio is computed within a repeat; the figure is the median of the "
-    "per-repeat ratios. Times are wall-clock (`time.perf_counter`). In-process pairs (a–d) run torch on one "
+    "per-repeat ratios. In-process pairs (a–c, g, h) are timed in CPU time of the benchmark process "
+    "(`time.process_time`), so that other processes on a shared machine do not inflate one contender; d and the "
+    "commands of e and f are timed wall-clock (`time.perf_counter`). In-process pairs (a–d, g, h) run torch on one "
     "intra-op thread (`--threads`, default 1): most baselines are single-threaded (scikit-learn's solvers, "
     "scipy's L-BFGS inside ART, per-model Python loops), so the ratios compare work per core, and one thread "
     "keeps the figures stable on a shared machine. The commands of e and f run with their defaults, as a "
@@ -44,6 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, help="repeats per pair (default 3; 1 with --quick)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads in this process (default 1; 0: torch's own choice); child processes keep theirs")
+    p.add_argument("--carry", type=Path,
+                   help="an earlier results.md: its sections for pairs not run now are kept, marked as carried over")
     p.add_argument("--out", type=Path, help="results file (default benchmarks/results.md; "
                                             "runs/bench-quick/results.md with --quick)")
     return p
@@ -132,8 +138,30 @@ def render_section(section: Section) -> list[str]:
     return lines
 
 
-def render(sections: list[Section], info: dict[str, str], command: str, started: datetime, minutes: float) -> str:
-    """results.md: provenance, machine, a summary of every check, then each pair in full."""
+def carried_sections(text: str, skip: set[str]) -> tuple[str, dict[str, list[str]], dict[str, str]]:
+    """From an earlier results.md: its provenance line, its summary rows and its full sections by pair, for the
+    pairs not in ``skip``."""
+    provenance = next((line for line in text.splitlines() if line.startswith("Produced by")), "an earlier run")
+    provenance = provenance.split(". `make bench`")[0].removeprefix("Produced by ")
+    rows: dict[str, list[str]] = {}
+    summary = text.split("## Summary", 1)[1].split("\n## ", 1)[0] if "## Summary" in text else ""
+    for line in summary.splitlines():
+        parts = line.split("|")
+        if len(parts) > 2 and len(parts[1].strip()) == 1 and parts[1].strip() not in skip:
+            rows.setdefault(parts[1].strip(), []).append(line)
+    bodies = {}
+    for chunk in text.split("\n## ")[1:]:
+        key = chunk[:2]
+        if key[1:] == "." and key[0] not in skip and key[0] in PAIRS:
+            bodies[key[0]] = "## " + chunk.rstrip()
+    return provenance, rows, bodies
+
+
+def render(sections: list[Section], info: dict[str, str], command: str, started: datetime, minutes: float,
+           carried: str | None = None) -> str:
+    """results.md: provenance, machine, a summary of every check, then each pair in full; pairs not run now are
+    carried over from ``carried`` (an earlier results.md), marked as such."""
+    provenance, old_rows, old_bodies = carried_sections(carried, {s.key for s in sections}) if carried else ("", {}, {})
     lines = [
         "# privacy-arena benchmarks",
         "",
@@ -157,9 +185,14 @@ def render(sections: list[Section], info: dict[str, str], command: str, started:
         for c in s.checks:
             verdict = "PASS" if c.passed else "**MISS**"
             lines.append(f"| {s.key} | {c.name} | {_fmt(c.value)}{c.unit} | {c.op} {_fmt(c.target)}{c.unit} | {verdict} |")
+    for key in sorted(old_rows):
+        lines += [row.replace(f"| {key} |", f"| {key} (earlier run) |", 1) for row in old_rows[key]]
     lines.append("")
     for s in sections:
         lines += render_section(s)
+    for key in sorted(old_bodies):
+        header, _, body = old_bodies[key].partition("\n")
+        lines += [header, "", f"*Carried over unchanged from {provenance}; not re-measured in this run.*", body, ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -181,8 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         torch.set_num_threads(threads)
     command = " ".join(["python -m benchmarks", *(sys.argv[1:] if argv is None else argv)])
+    carried = args.carry.read_text(encoding="utf-8") if args.carry else None
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(sections, info, command, started, minutes), encoding="utf-8")
+    out.write_text(render(sections, info, command, started, minutes, carried), encoding="utf-8")
     print(f"[bench] wrote {out}", file=sys.stderr)
     return 0
 

@@ -11,19 +11,10 @@ from arena.data import Dataset, NoParams, derive_seed
 from arena.engine.architecture import Architecture
 from arena.engine.dense import Layers, to_layers
 from arena.engine.ensemble import init_state
-from arena.plugins import registries
 from arena_plugins.datasets import BreastCancer, Digits
+from arena_plugins.models import CNN, MLP, LogReg
 
-
-def architecture(name: str, in_dim: int, n_classes: int, **params: object) -> Architecture:
-    """The registered model plugin ``name`` with ``params``, for flat records of ``in_dim`` features."""
-    cls = registries().models.get(name)
-    return Architecture(cls(cls.Params.model_validate(params)), (in_dim,), n_classes)
-
-
-def init_layers(arch: Architecture, seeds: torch.Tensor) -> Layers:
-    """The engine's seeded initialisation of K dense models, as layers [W1 [K,in,out], b1, ...]."""
-    return to_layers(init_state(arch, seeds))
+MODELS = {"logreg": LogReg, "mlp": MLP, "cnn": CNN}
 
 
 @cache
@@ -52,3 +43,18 @@ def random_subsets(name: str, size: int, k: int, seed: int = 0) -> tuple[torch.T
     g = np.random.default_rng(derive_seed("bench-subsets", name, seed))
     rows = np.stack([g.choice(data.n, size, replace=False) for _ in range(k)])
     return torch.from_numpy(data.X[rows]), torch.from_numpy(data.y[rows])
+
+
+def architecture(name: str, *shape: int, **params: object) -> Architecture:
+    """A built-in model plugin (mlp, cnn, ...) with ``params``, for records of ``shape[:-1]`` and ``shape[-1]``
+    classes: ``architecture("mlp", 64, 10, hidden=[16])``, ``architecture("cnn", 1, 8, 8, 10)``.
+
+    Built from the plugin class itself, not through the plugin registry, so the benchmarks do not depend on
+    which other plugins this environment has installed."""
+    cls = MODELS[name]
+    return Architecture(cls(cls.Params(**params)), tuple(shape[:-1]), shape[-1])
+
+
+def init_layers(arch: Architecture, seeds: torch.Tensor) -> Layers:
+    """The engine's initialisation of K dense models, as dense layers [W1 [K,in,out], b1, ...]."""
+    return to_layers(init_state(arch, seeds))

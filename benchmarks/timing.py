@@ -27,13 +27,19 @@ class Timings:
 
 
 def compare(
-    contenders: dict[str, Callable[[int], Any]], repeats: int, warmup: bool = True, scale: dict[str, float] | None = None
+    contenders: dict[str, Callable[[int], Any]],
+    repeats: int,
+    warmup: bool = True,
+    scale: dict[str, float] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> Timings:
     """Time each contender ``fn(repeat)`` once per repeat, rotating the order; seconds are multiplied by ``scale``.
 
     ``warmup`` first calls each contender once untimed (with repeat -1), so one-off costs such as lazy
     imports, allocator growth and kernel selection are not charged to whichever runs first.
-    ``scale`` turns a call's time into the unit compared (e.g. 1/epochs for per-epoch times).
+    ``scale`` turns a call's time into the unit compared (e.g. 1/epochs for per-epoch times). ``clock``:
+    wall-clock by default; ``time.process_time`` (this process's CPU time) for in-process pairs on a shared
+    machine, where other processes' load would otherwise land in whichever contender it hits.
     """
     if repeats < 1 or not contenders:
         raise ValueError("need at least one repeat and one contender")
@@ -46,9 +52,9 @@ def compare(
     for r in range(repeats):
         shift = r % len(labels)
         for label in labels[shift:] + labels[:shift]:
-            start = time.perf_counter()
+            start = clock()
             out = contenders[label](r)
-            seconds[label].append((time.perf_counter() - start) * (scale or {}).get(label, 1.0))
+            seconds[label].append((clock() - start) * (scale or {}).get(label, 1.0))
             results[label].append(out)
     return Timings(seconds, results)
 
@@ -107,3 +113,9 @@ class Section:
     tables: list[Table] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
     figures: dict[str, str] = field(default_factory=dict)
+
+
+CPU = time.process_time
+"""The clock of the in-process pairs: this process's CPU time, which other processes on a shared machine do not
+inflate the way they inflate wall-clock time (torch runs one intra-op thread there, so CPU time ≈ wall time on an
+idle machine)."""

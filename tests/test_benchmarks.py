@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import re
 import statistics
+from datetime import datetime, timezone
 
 import pytest
 
-from benchmarks.__main__ import main
-from benchmarks.timing import Check, Timings, compare, ratio
+from benchmarks.__main__ import main, render
+from benchmarks.timing import Check, Section, Table, Timings, compare, ratio
 
 
 def test_compare_rotates_the_order_and_warms_up_untimed():
@@ -54,7 +55,7 @@ def test_quick_run_of_the_pure_python_pairs_writes_a_well_formed_results_file(tm
 
     summary = text.split("## Summary")[1].split("\n## ")[0]
     rows = [line for line in summary.splitlines() if re.match(r"\| [ab] \|", line)]
-    assert len(rows) == 7  # a: 2 MLP + 3 logistic-regression ratios; b: one per model count
+    assert len(rows) == 10  # a: 2 MLP, 1 CNN and 3 logistic-regression ratios; b: CNN and MLP at two model counts
     checks = re.findall(r"^\| (.+?) \| ([^|]+) \| \*\*([^|*]+)×\*\* \| (>=|<=) ([^|]+)× \| (PASS|\*\*MISS\*\*) \|$",
                         text, flags=re.M)
     assert len(checks) == len(rows)
@@ -71,3 +72,19 @@ def test_quick_run_of_the_pure_python_pairs_writes_a_well_formed_results_file(tm
         for line in filter(None, table.splitlines()[2:]):
             *repeats, median = _floats(line.split("|", 2)[2])
             assert len(repeats) == 2 and median == pytest.approx(statistics.median(repeats), rel=0.02)
+
+
+def test_sections_not_run_are_carried_over_from_an_earlier_results_file_and_marked():
+    t = Timings({"slow": [2.0], "fast": [1.0]}, {})
+    new = Section("a", "New", "what", [Table("cap", t)], [ratio("new ratio", t, "slow", "fast", target=1.0)])
+    old = Section("d", "Old", "old what", [], [Check("old ratio", 3.0, 5.0, ">=", why_missed="because")])
+    info = {"CPU": "x"}
+    earlier = render([Section("a", "Stale", "stale", [], [Check("stale ratio", 9.0, 1.0, ">=")]), old], info,
+                     "python -m benchmarks", datetime(2020, 1, 2, tzinfo=timezone.utc), 1.0)
+    text = render([new], info, "python -m benchmarks --only a", datetime(2021, 1, 2, tzinfo=timezone.utc), 1.0,
+                  carried=earlier)
+    assert "| a | new ratio |" in text and "stale" not in text  # a pair run now replaces its earlier section
+    assert "| d (earlier run) | old ratio | 3× | >= 5× | **MISS** |" in text
+    d_section = text.split("## d. Old")[1]
+    assert "Carried over unchanged from `python -m benchmarks` on 2020-01-02" in d_section
+    assert "**Missed: old ratio.** because" in d_section
