@@ -105,6 +105,14 @@ class ReconstructionGameSpec(Strict):
     shadow_targets: PositiveInt = 500
     test: PositiveInt = 200
     init: Literal["known", "hidden"] = "known"
+    prior: Literal["continuous", "discrete"] = Field(
+        default="continuous",
+        description="continuous: targets are fresh records, success = closer than the nearest-neighbour oracle, κ "
+                    "estimated; discrete: each target drawn uniformly from `candidates` known records, success = "
+                    "the exact candidate, κ = 1/candidates",
+    )
+    candidates: PositiveInt | None = Field(default=None, le=1_000_000,
+                                           description="discrete prior: how many candidates (at least 2)")
 
     def required_points(self) -> int:
         return self.fixed + self.targets + self.shadow_targets + self.test

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
 from arena.attack import Attack, ReconstructionGuess
 from arena.data import derive_seed
 from arena.engine.newton import gradient
+from arena.engine.output_perturbation import clip_rows
 from arena.hookspecs import hookimpl
 from arena.engine.dense import Layers
 from arena.release import Models
@@ -15,35 +18,103 @@ from arena.scenario import Track
 
 
 def glm_closed_form(
-    params: Layers, fixed_X: torch.Tensor, fixed_y: torch.Tensor, l2: float
+    params: Layers,
+    fixed_X: torch.Tensor,
+    fixed_y: torch.Tensor,
+    l2: float,
+    *,
+    intercept_penalised: bool = False,
+    feature_norm: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Records [K, d] and labels [K] of the one unknown training point of each of K logistic regressions.
 
     Model k = [W_k, b_k] minimises (1/n) Σ CE + (l2/2)||W||² over D⁻ ∪ {z_k}, n = |D⁻| + 1 (the objective of
-    ``arena.engine.newton``). At the optimum the gradient vanishes, so z's terms equal minus D⁻'s:
-    intercept: r = softmax(W x + b) - onehot(y) = -Σ_{D⁻} r_i;   weights: x rᵀ = -Σ_{D⁻} x_i r_iᵀ - n l2 W.
+    ``arena.engine.newton``), or with ``intercept_penalised`` (l2/2)||[W; b]||² (output perturbation's objective,
+    ``arena.engine.output_perturbation.fit_penalised``). At the optimum the gradient vanishes, so z's terms equal
+    minus D⁻'s:
+    intercept: r = softmax(W x + b) - onehot(y) = -Σ_{D⁻} r_i  [- n l2 b when the intercept is penalised];
+    weights:   x rᵀ = -Σ_{D⁻} x_i r_iᵀ - n l2 W.
     Hence x = (x rᵀ)[:, c] / r[c] for the class c with the largest |r[c]|, and y is the one class whose r < 0.
-    All K models at once, in float64.
+    With ``feature_norm`` R the procedure trained on every x scaled to norm <= R: D⁻ is clipped the same way
+    before its terms are summed, and the record recovered is the clipped target (equal to the target when it lies
+    inside the ball, its projection onto the sphere of radius R otherwise). All K models at once, in float64.
     """
     W, b = (p.to(torch.float64) for p in params)
     K, d, _ = W.shape
     m = len(fixed_y)
-    X = fixed_X.to(torch.float64).expand(K, -1, -1)
-    mean_W, mean_b = gradient(X, fixed_y.expand(K, -1), [W, b], 0.0)  # (1/m) Σ_{D⁻}, no penalty
-    residual = -m * mean_b
-    outer = -(m * mean_W + (m + 1) * l2 * W)
+    n = m + 1
+    X = fixed_X.to(torch.float64)
+    if feature_norm is not None:
+        X = clip_rows(X, feature_norm)
+    mean_W, mean_b = gradient(X.expand(K, -1, -1), fixed_y.expand(K, -1), [W, b], 0.0)  # (1/m) Σ_{D⁻}, no penalty
+    residual = -m * mean_b - (n * l2 * b if intercept_penalised else 0.0)
+    outer = -(m * mean_W + n * l2 * W)
     c = residual.abs().argmax(dim=-1)
     column = outer.gather(2, c.view(K, 1, 1).expand(K, d, 1)).squeeze(-1)
     records = column / residual.gather(1, c.view(K, 1))
     return records, residual.argmin(dim=-1)
 
 
+def training_objective(procedure, n_features: int) -> tuple[bool, float | None]:  # noqa: ANN001
+    """(intercept penalised?, feature-norm bound R or None) of the objective ``procedure``'s defense optimises.
+
+    Read from the training procedure the informed adversary knows: output perturbation (Chaudhuri et al.) fits
+    mean CE + (λ/2)||[W; b]||² on features clipped to norm R (default √d); every other defense is taken to fit the
+    track's objective, mean CE + (λ/2)||W||² with a free intercept, on the raw features.
+    """
+    defense = procedure.defense
+    if defense.name == "output-perturbation":
+        bound = getattr(defense.params, "feature_norm", None)
+        return True, float(bound) if bound is not None else math.sqrt(n_features)
+    return False, None
+
+
+def candidate_residuals(
+    params: Layers,
+    fixed_X: torch.Tensor,
+    fixed_y: torch.Tensor,
+    candidates_X: torch.Tensor,
+    candidates_y: torch.Tensor,
+    l2: float,
+    *,
+    intercept_penalised: bool = False,
+    feature_norm: float | None = None,
+) -> torch.Tensor:
+    """[K, N]: n·||∇F(θ_k)|| with F the objective on D⁻ ∪ {candidate j}: how far model k is from being that fit's optimum.
+
+    Zero for the candidate model k was trained with when it sits at its exact optimum. With G_k = Σ_{D⁻} ∇ℓ_i +
+    n λ θ_k (the known part) and x̃_j r_jᵀ candidate j's term, ||G + x̃ rᵀ||² = ||G||² + 2 x̃ᵀ G r + ||x̃||² ||r||²,
+    so no [K, N, d, C] tensor is formed.
+    """
+    W, b = (p.to(torch.float64) for p in params)
+    K, d, C = W.shape
+    m = len(fixed_y)
+    n = m + 1
+    X, Xc = fixed_X.to(torch.float64), candidates_X.to(torch.float64)
+    if feature_norm is not None:
+        X, Xc = clip_rows(X, feature_norm), clip_rows(Xc, feature_norm)
+    mean_W, mean_b = gradient(X.expand(K, -1, -1), fixed_y.expand(K, -1), [W, b], 0.0)
+    G = torch.cat([m * mean_W + n * l2 * W, (m * mean_b + (n * l2 * b if intercept_penalised else 0.0))[:, None]], 1)
+    Xt = torch.cat([Xc, torch.ones_like(Xc[:, :1])], 1)  # [N, d+1]
+    logits = torch.einsum("jd,kdc->kjc", Xt, torch.cat([W, b[:, None]], 1))
+    r = torch.softmax(logits, -1) - torch.nn.functional.one_hot(candidates_y, C).to(torch.float64)  # [K, N, C]
+    cross = torch.einsum("jd,kdc,kjc->kj", Xt, G, r)
+    sq = (G**2).sum((1, 2))[:, None] + 2 * cross + (Xt**2).sum(1)[None] * (r**2).sum(-1)
+    return sq.clamp(min=0.0).sqrt()
+
+
 class GLMReconstruction(Attack):
-    """Exact reconstruction against logistic regression trained to its optimum, from D⁻ and the parameters alone."""
+    """Exact reconstruction against logistic regression trained to its optimum, from D⁻ and the parameters alone.
+
+    It solves the optimality conditions of the objective the defense actually optimised (``training_objective``):
+    against output perturbation that is the penalised intercept and clipped features, so on the noise-free optimum
+    it recovers the clipped target exactly. Under a discrete prior it answers with the candidate whose
+    optimality-condition residual (``candidate_residuals``) is smallest.
+    """
 
     name = "glm-reconstruction"
     game = "reconstruction"
-    threat_model = frozenset({"parameters", "fixed-set"})
+    threat_model = frozenset({"parameters", "fixed-set", "training", "prior"})
 
     def skip_reason(self, track: Track) -> str | None:
         if track.model.name != "logreg":
@@ -54,7 +125,15 @@ class GLMReconstruction(Attack):
         return None
 
     def run(self, view) -> ReconstructionGuess:  # noqa: ANN001
-        records, labels = glm_closed_form(view.parameters.layers(), view.fixed_X, view.fixed_y, view.l2)
+        penalised, bound = training_objective(view.train, view.n_features)
+        layers = view.parameters.layers()
+        if view.candidates_X is not None:
+            scores = candidate_residuals(layers, view.fixed_X, view.fixed_y, view.candidates_X, view.candidates_y,
+                                         view.l2, intercept_penalised=penalised, feature_norm=bound)
+            pick = scores.argmin(dim=1)
+            return ReconstructionGuess(records=view.candidates_X[pick].numpy(), labels=view.candidates_y[pick].numpy())
+        records, labels = glm_closed_form(layers, view.fixed_X, view.fixed_y, view.l2,
+                                          intercept_penalised=penalised, feature_norm=bound)
         return ReconstructionGuess(records=records.numpy(), labels=labels.numpy())
 
 
@@ -118,7 +197,8 @@ class ReconNN(Attack):
 
     Trains N shadow models on D⁻ ∪ {shadow target} with the released models' own training procedure (DP noise
     and the known initialisation included), standardises their flattened parameters, fits an MLP from parameters
-    to shadow targets and applies it to the released models.
+    to shadow targets and applies it to the released models. Under a discrete prior the shadow targets are the
+    candidates in turn (N / n shadow models each) and the answer is the candidate nearest the reconstruction.
     """
 
     name = "reconn"
@@ -129,9 +209,14 @@ class ReconNN(Attack):
 
     def run(self, view) -> ReconstructionGuess:  # noqa: ANN001
         n = self.params.shadows or len(view.shadow_y)
-        if n > len(view.shadow_y):
+        candidates = view.candidates_X
+        if candidates is not None:  # discrete prior: the shadow targets are the candidates, in turn
+            turn = torch.arange(n) % len(view.candidates_y)
+            X, y = candidates[turn], view.candidates_y[turn]
+        elif n > len(view.shadow_y):
             raise ValueError(f"shadows={n}, but the game grants {len(view.shadow_y)} shadow targets")
-        X, y = view.shadow_X[:n], view.shadow_y[:n]
+        else:
+            X, y = view.shadow_X[:n], view.shadow_y[:n]
         shadow = shadow_models(view, X, y).flat().to(torch.float32)
         released = view.parameters.flat().to(torch.float32)
         mean, std = shadow.mean(0), shadow.std(0)
@@ -139,6 +224,9 @@ class ReconNN(Attack):
         net = fit_reconstructor((shadow - mean) / std, X.to(torch.float32), self.params, view.seed)
         with torch.no_grad():
             records = net((released - mean) / std)
+        if candidates is not None:  # answer with the candidate closest to the reconstruction
+            pick = torch.cdist(records.to(torch.float64), candidates.to(torch.float64)).argmin(dim=1)
+            return ReconstructionGuess(records=candidates[pick].numpy(), labels=view.candidates_y[pick].numpy())
         return ReconstructionGuess(records=records.numpy())
 
 

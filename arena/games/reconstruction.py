@@ -7,7 +7,20 @@ seed when it is known) and the shadow targets, never a target. Scoring is per ta
 reconstruction and z, against the nearest-neighbour oracle, the closest point the adversary already holds
 (D⁻ ∪ shadow targets); a target is reconstructed when its MSE is strictly below its oracle's. Metrics: mse_mean,
 mse_median, oracle_mse_mean, success_rate, label_accuracy (null when the attack returns no labels), n_targets,
-and kappa, the success a guess that ignores the model reaches (for the DP audit's bound e^ε κ + δ).
+and kappa, the success a guess that ignores the model reaches (for the DP audit's bounds, e^ε κ + δ and
+Hayes et al.'s), with kappa_exact saying whether it is exact or estimated.
+
+Two priors (the spec's ``prior``):
+
+* continuous (Balle et al.): targets are fresh records from the data distribution; success is a reconstruction
+  strictly closer than the target's oracle. κ = sup over guesses g of P_z[MSE(g, z) < oracle(z)] has no closed
+  form; ``kappa_estimate`` searches guesses (targets, the adversary's pool, midpoints of neighbouring targets,
+  and mean-shift steps from those towards denser regions) with the targets as the prior sample. It is a lower
+  estimate of the supremum (a better guess may exist), and it cannot go below 1/n_targets.
+* discrete (Hayes, Mahloujifar & Balle 2023): n candidates, distinct records disjoint from D⁻, are drawn per
+  seed and shown to the attack (capability ``prior``); each released model's target is drawn uniformly from
+  them, and the drawn index is the secret. Success means the candidate nearest (MSE) to the reconstruction is
+  the target, so every guess that ignores the model succeeds with probability exactly κ = 1/n.
 """
 
 from __future__ import annotations
@@ -54,6 +67,57 @@ def prior_mass(targets: np.ndarray, oracle_mse: np.ndarray, candidates: np.ndarr
     return float((pairwise_mse(candidates, targets) < oracle_mse[None, :]).mean(axis=1).max())
 
 
+def kappa_estimate(
+    targets: np.ndarray, oracle_mse: np.ndarray, pool: np.ndarray, neighbours: int = 20, shift_steps: int = 10
+) -> tuple[float, int]:
+    """(κ, guesses searched): a lower estimate of the supremum over guesses of the prior mass within the success
+    radius, with the targets as the prior sample and success meaning MSE < the target's oracle MSE.
+
+    Guesses: every target, every pool row, the midpoint of each target and each of its ``neighbours`` nearest
+    targets, and ``shift_steps`` mean-shift steps from each of those towards denser regions (a guess moves to the
+    mean of the targets weighted by exp(-MSE / (4 × that target's oracle MSE)), a Gaussian kernel twice as wide as
+    the success radius, so a guess stuck between two targets sees a third). Every iterate is scored; the best share
+    is returned.
+    """
+    K = len(targets)
+    guesses = [targets, pool]
+    k = min(neighbours, K - 1)
+    if k > 0:
+        d = pairwise_mse(targets, targets)
+        np.fill_diagonal(d, np.inf)
+        near = np.argsort(d, axis=1)[:, :k]
+        pairs = np.unique(np.sort(np.stack([np.repeat(np.arange(K), k), near.reshape(-1)], 1), axis=1), axis=0)
+        guesses.append((targets[pairs[:, 0]].astype(np.float64) + targets[pairs[:, 1]]) / 2)
+    centres = np.concatenate([g.astype(np.float64) for g in guesses])
+    best, searched = 0, 0
+    for start in range(0, len(centres), 2048):
+        current = centres[start : start + 2048]
+        for step in range(shift_steps + 1):
+            covered = pairwise_mse(current, targets) < oracle_mse[None, :]
+            counts = covered.sum(axis=1)
+            best, searched = max(best, int(counts.max())), searched + len(current)
+            if step == shift_steps:
+                break
+            weights = np.exp(-pairwise_mse(current, targets) / np.maximum(4.0 * oracle_mse, 1e-300)[None, :])
+            total = weights.sum(axis=1, keepdims=True)
+            current = np.where(total > 0, weights @ targets.astype(np.float64) / np.maximum(total, 1e-300), current)
+    return best / K, searched
+
+
+def distinct_rows(X: np.ndarray, order: np.ndarray, n: int) -> tuple[np.ndarray, int]:
+    """The first ``n`` indices of ``order`` whose rows of X are pairwise distinct, and how much of ``order`` that took."""
+    seen: set[bytes] = set()
+    chosen: list[int] = []
+    for position, i in enumerate(order):
+        key = np.ascontiguousarray(X[i]).tobytes()
+        if key not in seen:
+            seen.add(key)
+            chosen.append(int(i))
+            if len(chosen) == n:
+                return np.array(chosen), position + 1
+    raise ValueError(f"the dataset has fewer than {n} distinct records outside D⁻ for the candidates")
+
+
 def reconstruction_metrics(
     targets: np.ndarray,
     records: np.ndarray,
@@ -87,9 +151,19 @@ class ReconstructionGame(Game):
         order = permutation(dataset.n, "reconstruction-split", seed)
         f, t, s = spec.fixed, spec.targets, spec.shadow_targets
         self.fixed = order[:f]
-        self.targets = order[f : f + t]
-        self.shadow = order[f + t : f + t + s]
-        self.test = order[f + t + s : f + t + s + spec.test]
+        if spec.prior == "discrete":
+            candidates, used = distinct_rows(dataset.X, order[f:], spec.candidates)
+            drawn = np.random.default_rng(derive_seed(seed, "reconstruction-draw")).integers(0, len(candidates), t)
+            self.candidates: np.ndarray | None = candidates
+            self.target_index: np.ndarray | None = drawn  # the secret: which candidate model k trained on
+            self.targets = candidates[drawn]
+            rest = order[f + used :]
+        else:
+            self.candidates, self.target_index = None, None
+            self.targets = order[f : f + t]
+            rest = order[f + t :]
+        self.shadow = rest[:s]
+        self.test = rest[s : s + spec.test]
         k = np.arange(t)
         self.train_seeds = [derive_seed(seed, "reconstruction-train", i) for i in k]
         if spec.init == "known":
@@ -98,6 +172,19 @@ class ReconstructionGame(Game):
         else:
             self.init_seed = None
             self.init_seeds = [derive_seed(seed, "reconstruction-init", i) for i in k]
+
+    @classmethod
+    def problems(cls, spec: ReconstructionGameSpec, dataset: Dataset) -> list[tuple[str, str]]:
+        """The discrete prior needs ``candidates`` >= 2 (and only it takes them); the splits must fit the dataset."""
+        if spec.prior == "discrete" and (spec.candidates is None or spec.candidates < 2):
+            return [("candidates", "prior 'discrete' needs candidates: n >= 2 (κ = 1/n)")]
+        if spec.prior == "continuous" and spec.candidates is not None:
+            return [("candidates", "applies to prior 'discrete' only; this game's prior is 'continuous'")]
+        drawn = spec.candidates if spec.prior == "discrete" else spec.targets
+        need = spec.fixed + drawn + spec.shadow_targets + spec.test
+        if need > dataset.n:
+            return [("", f"needs {need} points but dataset {dataset.name!r} has {dataset.n}")]
+        return []
 
     @classmethod
     def train_size(cls, spec: ReconstructionGameSpec) -> int:
@@ -115,9 +202,11 @@ class ReconstructionGame(Game):
         return Release(models=models, utility=float(models.accuracy(Xt, yt).mean()), claim=claim)
 
     def view(self, attack: Attack, release: Release, procedure: TrainingProcedure) -> View:
-        """What ``attack`` may see: parameters, D⁻, the procedure and init seed, shadow targets; never a target."""
+        """What ``attack`` may see: parameters, D⁻, the procedure and init seed, shadow targets and (discrete prior)
+        the candidates; never a target, nor which candidate a model was trained on."""
         fX, fy = self.records(self.fixed)
         sX, sy = self.records(self.shadow)
+        cX, cy = (None, None) if self.candidates is None else self.records(self.candidates)
         return View(
             attack.name,
             attack.threat_model,
@@ -129,12 +218,14 @@ class ReconstructionGame(Game):
                 "kind": self.dataset.kind,
                 "shape": self.dataset.shape,
                 "seed": derive_seed(self.seed, "attack", attack.name),
+                "prior_kind": self.spec.prior,
+                "n_candidates": self.spec.candidates if self.candidates is not None else None,
             },
             by_capability={
                 "parameters": {"parameters": release.models},
                 "fixed-set": {"fixed_X": fX, "fixed_y": fy},
                 "training": {"train": procedure, "init_seed": self.init_seed},
-                "prior": {"shadow_X": sX, "shadow_y": sy},
+                "prior": {"shadow_X": sX, "shadow_y": sy, "candidates_X": cX, "candidates_y": cy},
             },
         )
 
@@ -154,7 +245,21 @@ class ReconstructionGame(Game):
         pool = self.dataset.X[np.concatenate([self.fixed, self.shadow])]
         nearest, oracle_mse = nearest_neighbours(targets, pool)
         metrics, notes = reconstruction_metrics(targets, records, oracle_mse, self.dataset.y[self.targets], labels)
-        metrics["kappa"] = prior_mass(targets, oracle_mse, np.concatenate([targets, pool]))
+        if self.candidates is None:
+            metrics["kappa"], searched = kappa_estimate(targets, oracle_mse, pool)
+            metrics["kappa_exact"] = False
+            notes.append(f"kappa is a lower estimate of the supremum over guesses: the best of {searched} guesses "
+                         f"searched, on the {len(targets)} targets as the prior sample (resolution "
+                         f"1/{len(targets)})")
+        else:
+            candidates = self.dataset.X[self.candidates]
+            chosen = pairwise_mse(records, candidates).argmin(axis=1)
+            metrics["success_rate"] = float((chosen == self.target_index).mean())
+            metrics["kappa"] = 1.0 / len(candidates)
+            metrics["kappa_exact"] = True
+            metrics["n_candidates"] = len(candidates)
+            notes.append(f"discrete prior: success means the candidate nearest the reconstruction is the target; "
+                         f"kappa = 1/{len(candidates)} exactly; oracle_mse from D⁻ and the shadow targets only")
         arrays = {
             "targets": targets,
             "reconstructions": records,

@@ -13,6 +13,7 @@ from arena.data import Dataset
 from arena.engine.trainer import Recipe
 from arena.games.reconstruction import (
     ReconstructionGame,
+    kappa_estimate,
     nearest_neighbours,
     prior_mass,
     reconstruction_metrics,
@@ -161,3 +162,81 @@ def test_malformed_guesses_fail_loudly(dataset, procedure, records, message) -> 
     game = ReconstructionGame(spec(), dataset, seed=1)
     with pytest.raises(ValueError, match=message):
         game.play(Bad(Bad.Params()), game.release(procedure), procedure)
+
+
+def test_kappa_estimate_finds_midpoints_and_mean_shift_centres() -> None:
+    """Three targets on a triangle, each radius 0.06 (MSE 0.0036) with pairwise distances 0.1: no target covers
+    another, a midpoint covers two (distance 0.05), the centroid all three (distance 0.0577)."""
+    targets = np.array([[0.0, 0.0], [0.1, 0.0], [0.05, 0.1 * np.sqrt(3) / 2]]) * np.sqrt(2)  # MSE = dist²/2
+    oracle = np.full(3, 0.0036)
+    far_pool = np.array([[5.0, 5.0]])
+    assert prior_mass(targets, oracle, np.concatenate([targets, far_pool])) == pytest.approx(1 / 3)
+    assert kappa_estimate(targets, oracle, far_pool, shift_steps=0)[0] == pytest.approx(2 / 3)
+    kappa, searched = kappa_estimate(targets, oracle, far_pool, shift_steps=2)
+    assert kappa == pytest.approx(1.0) and searched == 3 * (3 + 1 + 3)
+
+
+def discrete_spec(candidates: int = 5, targets: int = 8) -> ReconstructionGameSpec:
+    return ReconstructionGameSpec(name="reconstruction", fixed=30, targets=targets, shadow_targets=40, test=20,
+                                  prior="discrete", candidates=candidates)
+
+
+def test_discrete_prior_draws_each_target_from_distinct_candidates(dataset: Dataset) -> None:
+    game = ReconstructionGame(discrete_spec(), dataset, seed=1)
+    assert len(game.candidates) == 5 and len(np.unique(dataset.X[game.candidates], axis=0)) == 5
+    parts = [game.fixed, game.candidates, game.shadow, game.test]
+    assert len(np.unique(np.concatenate(parts))) == sum(len(p) for p in parts)
+    assert np.array_equal(game.targets, game.candidates[game.target_index])
+    # uniform draws: over many seeds each candidate is the target about 1/5 of the time
+    draws = np.concatenate([ReconstructionGame(discrete_spec(targets=50), dataset, seed=s).target_index
+                            for s in range(40)])
+    shares = np.bincount(draws, minlength=5) / len(draws)
+    assert np.abs(shares - 0.2).max() < 0.04  # 2000 draws: standard error 0.009
+
+
+def test_discrete_prior_view_shows_candidates_never_the_index(dataset, procedure) -> None:
+    game = ReconstructionGame(discrete_spec(), dataset, seed=1)
+    game.play(Spy(Spy.Params()), game.release(procedure), procedure)
+    seen = Spy.seen
+    np.testing.assert_array_equal(seen["candidates_X"].numpy(), dataset.X[game.candidates])
+    assert seen["prior_kind"] == "discrete" and seen["n_candidates"] == 5
+    index = game.target_index
+    assert not any(isinstance(v, np.ndarray | torch.Tensor) and np.array_equal(np.asarray(v), index)
+                   for v in seen.values())
+    continuous = ReconstructionGame(spec(), dataset, seed=1)
+    continuous.play(Spy(Spy.Params()), continuous.release(procedure), procedure)
+    assert Spy.seen["candidates_X"] is None and Spy.seen["prior_kind"] == "continuous"
+
+
+def test_discrete_prior_success_is_the_nearest_candidate_and_kappa_is_exact(dataset, procedure) -> None:
+    class Fixed(Spy):
+        """Ignores the model: always a point nearest to candidate 2 (not the candidate itself)."""
+
+        def run(self, view) -> ReconstructionGuess:
+            return ReconstructionGuess(np.repeat(view.candidates_X[2:3].numpy() + 1e-3, view.n_targets, 0))
+
+    game = ReconstructionGame(discrete_spec(targets=8), dataset, seed=1)
+    outcome = game.play(Fixed(Fixed.Params()), game.release(procedure), procedure)
+    assert outcome.metrics["success_rate"] == float((game.target_index == 2).mean())
+    assert outcome.metrics["kappa"] == 0.2 and outcome.metrics["kappa_exact"] is True
+    assert outcome.metrics["n_candidates"] == 5
+
+
+def test_continuous_kappa_is_labelled_an_estimate(dataset, procedure) -> None:
+    game = ReconstructionGame(spec(), dataset, seed=1)
+    outcome = game.play(Spy(Spy.Params()), game.release(procedure), procedure)
+    assert outcome.metrics["kappa_exact"] is False and 1 / 8 <= outcome.metrics["kappa"] <= 1.0
+    assert any("lower estimate of the supremum" in note for note in outcome.notes)
+
+
+@pytest.mark.parametrize("changes, field, message", [
+    ({"prior": "discrete"}, "candidates", "needs candidates"),
+    ({"prior": "discrete", "candidates": 1}, "candidates", "needs candidates"),
+    ({"candidates": 5}, "candidates", "prior 'discrete' only"),
+    ({"prior": "discrete", "candidates": 60}, "", "needs 150 points"),
+])
+def test_prior_options_are_checked_before_any_work(dataset, changes, field, message) -> None:
+    bad = ReconstructionGameSpec(name="reconstruction", fixed=30, targets=8, shadow_targets=40, test=20, **changes)
+    ((got_field, got_message),) = ReconstructionGame.problems(bad, dataset)
+    assert got_field == field and message in got_message
+    assert ReconstructionGame.problems(discrete_spec(), dataset) == []

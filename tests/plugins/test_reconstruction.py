@@ -3,20 +3,35 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from arena import tournament
-from arena.engine.newton import fit_logreg
+from arena.data import Dataset
+from arena.engine.newton import design, fit_logreg
+from arena.engine.output_perturbation import clip_rows, fit_penalised
+from arena.engine.trainer import Recipe
 from arena.execute import play_matchup
+from arena.games.reconstruction import ReconstructionGame
 from arena.plan import plan
+from arena.procedure import TrainingProcedure
 from arena.report.grids import GRID_FILE
 from arena.scenario import PluginRef, ReconstructionGameSpec, Track, TrainingSpec
 from arena.store import RunStore
-from arena_plugins.reconstruction import GLMReconstruction, glm_closed_form
-from tests.conftest import write_scenario
+from arena_plugins import defenses
+from arena_plugins.defenses import NonPrivate, OutputPerturbation
+from arena_plugins.reconstruction import (
+    GLMReconstruction,
+    ReconNN,
+    candidate_residuals,
+    glm_closed_form,
+    training_objective,
+)
+from tests.conftest import architecture, write_scenario
 
 
 @pytest.mark.parametrize("n_classes, l2", [(2, 0.0), (2, 1e-2), (4, 0.0), (4, 1e-2)])
@@ -43,6 +58,125 @@ def test_closed_form_uses_the_papers_scaling_by_n() -> None:
     right, _ = glm_closed_form(params, fixed_X, fixed_y, 0.1)
     wrong, _ = glm_closed_form(params, fixed_X, fixed_y, 0.1 * 40 / 41)
     assert (right - z).abs().max() < 1e-8 < (wrong - z).abs().max()
+
+
+def _penalised_problem(bound: float, targets: torch.Tensor, labels: torch.Tensor, n_classes: int = 3):
+    """D⁻ (40 records in [0, 1]^3) and output perturbation's noise-free optimum on D⁻ ∪ {target k}, for each k."""
+    g = torch.Generator().manual_seed(7)
+    fixed_X = torch.rand(40, 3, generator=g, dtype=torch.float64)
+    fixed_y = torch.randint(0, n_classes, (40,), generator=g)
+    K = len(targets)
+    X = torch.cat([fixed_X.expand(K, -1, -1), targets[:, None]], 1)
+    y = torch.cat([fixed_y.expand(K, -1), labels[:, None]], 1)
+    theta = fit_penalised(design(clip_rows(X, bound)), y, n_classes, 1e-2)
+    return [theta[:, :-1], theta[:, -1]], fixed_X, fixed_y
+
+
+def test_closed_form_recovers_targets_from_the_noise_free_output_perturbation_optimum() -> None:
+    """Output perturbation penalises the intercept and clips features to norm R: solving those optimality
+    conditions recovers every target inside the ball to MSE < 1e-6 (in fact ~1e-20); the unpenalised-intercept
+    conditions miss them by far."""
+    targets = torch.tensor([[0.25, 0.5, 0.75], [1.0, 0.0, 0.5], [0.1, 0.9, 0.3]], dtype=torch.float64)
+    labels = torch.tensor([1, 0, 2])
+    bound = math.sqrt(3)  # the default R: every record in [0, 1]^3 lies inside
+    layers, fixed_X, fixed_y = _penalised_problem(bound, targets, labels)
+    records, found = glm_closed_form(layers, fixed_X, fixed_y, 1e-2, intercept_penalised=True, feature_norm=bound)
+    assert ((records - targets) ** 2).mean(1).max() < 1e-12
+    assert found.tolist() == labels.tolist()
+    naive, _ = glm_closed_form(layers, fixed_X, fixed_y, 1e-2)
+    assert ((naive - targets) ** 2).mean(1).min() > 1e-4
+
+
+def test_closed_form_recovers_the_clipped_record_outside_the_ball() -> None:
+    """With R = 1 a target of norm 1.5 trained as its projection onto the unit sphere; that is what comes back."""
+    targets = torch.tensor([[0.3, 0.4, 0.2], [1.2, 0.9, 0.0]], dtype=torch.float64)  # norms 0.54 and 1.5
+    layers, fixed_X, fixed_y = _penalised_problem(1.0, targets, torch.tensor([0, 2]))
+    records, _ = glm_closed_form(layers, fixed_X, fixed_y, 1e-2, intercept_penalised=True, feature_norm=1.0)
+    torch.testing.assert_close(records, clip_rows(targets, 1.0), rtol=0, atol=1e-7)
+    assert ((records[1] - targets[1]) ** 2).mean() > 0.01  # the unclipped target itself is not recovered
+
+
+def test_objective_is_read_from_the_training_procedure() -> None:
+    arch = architecture("logreg", 5, 3, l2=0.1)
+    recipe = Recipe(epochs=1, lr=0.1)
+    assert training_objective(TrainingProcedure(NonPrivate(NonPrivate.Params()), arch, recipe), 5) == (False, None)
+    op = OutputPerturbation(OutputPerturbation.Params(epsilons=[1.0]))
+    assert training_objective(TrainingProcedure(op, arch, recipe), 5) == (True, math.sqrt(5))
+    clipped = OutputPerturbation(OutputPerturbation.Params(epsilons=[1.0], feature_norm=0.5))
+    assert training_objective(TrainingProcedure(clipped, arch, recipe), 5) == (True, 0.5)
+
+
+@pytest.fixture
+def toy() -> Dataset:
+    rng = np.random.default_rng(0)
+    X = rng.random((200, 5)).astype(np.float32)
+    return Dataset("toy", X, rng.integers(0, 3, 200), 3, "tabular", (5,))
+
+
+def _noise_off(monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr(defenses, "laplace", lambda seeds, stream, shape, scale: torch.zeros(len(seeds), *shape,
+                                                                                             dtype=torch.float64))
+
+
+def test_attack_against_noise_free_output_perturbation_in_the_game(toy: Dataset, monkeypatch) -> None:
+    """End to end: the game's view, the attack reading the defense from it, the defense's own fit (noise off)."""
+    _noise_off(monkeypatch)
+    spec = ReconstructionGameSpec(name="reconstruction", fixed=40, targets=10, shadow_targets=20, test=20)
+    game = ReconstructionGame(spec, toy, seed=3)
+    procedure = TrainingProcedure(OutputPerturbation(OutputPerturbation.Params(epsilons=[1.0])),
+                                  architecture("logreg", 5, 3, l2=1e-3), Recipe(epochs=1, lr=0.1))
+    outcome = game.play(GLMReconstruction(GLMReconstruction.Params()), game.release(procedure), procedure)
+    assert outcome.metrics["mse_mean"] < 1e-6 and outcome.metrics["success_rate"] == 1.0
+    assert outcome.metrics["label_accuracy"] == 1.0
+
+
+def test_candidate_residuals_vanish_for_the_training_candidate() -> None:
+    candidates = torch.tensor([[0.25, 0.5, 0.75], [1.0, 0.0, 0.5], [0.1, 0.9, 0.3], [0.5, 0.5, 0.5]],
+                              dtype=torch.float64)
+    cy = torch.tensor([1, 0, 2, 1])
+    drawn = torch.tensor([2, 0, 3])
+    layers, fixed_X, fixed_y = _penalised_problem(math.sqrt(3), candidates[drawn], cy[drawn])
+    scores = candidate_residuals(layers, fixed_X, fixed_y, candidates, cy, 1e-2, intercept_penalised=True,
+                                 feature_norm=math.sqrt(3))
+    assert scores.shape == (3, 4)
+    assert scores.argmin(1).tolist() == drawn.tolist()
+    assert scores[torch.arange(3), drawn].max() < 1e-8 < scores.min(1).values.max() + 1.0
+    # the same numbers as the gradient formed explicitly for model 0 and candidate 1
+    from arena.engine.newton import _gradient
+
+    X = torch.cat([fixed_X, candidates[1:2]])
+    Y = torch.nn.functional.one_hot(torch.cat([fixed_y, cy[1:2]]), 3).to(torch.float64)
+    theta = torch.cat([layers[0][:1], layers[1][:1, None]], 1)
+    g = _gradient(design(clip_rows(X, math.sqrt(3)))[None], Y[None], theta, 1e-2, intercept=True)
+    assert scores[0, 1].item() == pytest.approx(41 * g.norm().item(), rel=1e-9)
+
+
+def _discrete(prior_candidates: int = 6) -> ReconstructionGameSpec:
+    return ReconstructionGameSpec(name="reconstruction", fixed=40, targets=12, shadow_targets=30, test=20,
+                                  prior="discrete", candidates=prior_candidates)
+
+
+def test_glm_names_the_exact_candidate_under_a_discrete_prior(toy: Dataset) -> None:
+    game = ReconstructionGame(_discrete(), toy, seed=5)
+    procedure = TrainingProcedure(NonPrivate(NonPrivate.Params()), architecture("logreg", 5, 3, l2=1e-2),
+                                  Recipe(epochs=1, lr=0.1))
+    outcome = game.play(GLMReconstruction(GLMReconstruction.Params()), game.release(procedure), procedure)
+    assert outcome.metrics["success_rate"] == 1.0 and outcome.metrics["mse_mean"] == 0.0
+    assert outcome.metrics["kappa"] == pytest.approx(1 / 6) and outcome.metrics["kappa_exact"] is True
+
+
+def test_reconn_answers_with_a_candidate_under_a_discrete_prior(toy: Dataset) -> None:
+    game = ReconstructionGame(_discrete(4), toy, seed=5)
+    procedure = TrainingProcedure(NonPrivate(NonPrivate.Params()),
+                                  architecture("mlp", 5, 3, hidden=[4], activation="tanh"),
+                                  Recipe(epochs=20, lr=0.5, momentum=0.9))
+    attack = ReconNN(ReconNN.Params(shadows=80, hidden=[32], epochs=60, batch_size=16, lr=3e-3))
+    release = game.release(procedure)
+    guess = attack.run(game.view(attack, release, procedure))
+    candidates = toy.X[game.candidates]
+    assert all((candidates == row).all(1).any() for row in guess.records)  # every answer is a candidate
+    outcome = game.play(attack, release, procedure)
+    assert outcome.metrics["success_rate"] > 0.5  # κ = 0.25; known initialisation, no noise
 
 
 def _track(model) -> Track:  # noqa: ANN001
