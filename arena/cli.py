@@ -25,7 +25,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("scenarios", nargs="+", type=Path, help="scenario YAML files")
     run.add_argument("--out", type=Path, required=True, help="run directory (created; re-running resumes)")
     mode = run.add_mutually_exclusive_group()
-    mode.add_argument("--serial", action="store_true", help="run in-process, one matchup at a time (debugging)")
+    mode.add_argument("--serial", action="store_true", help="one matchup at a time, each in a child process (debugging)")
     mode.add_argument("--address", help="join an existing Ray cluster at this address instead of starting one")
     run.add_argument("--workers", type=int, help="cap on matchups running at once (default: all cores)")
     run.add_argument("--no-report", action="store_true", help="do not write RUN_DIR/report/index.html at the end")
