@@ -9,7 +9,7 @@ import torch
 from arena.engine.architecture import Architecture
 from arena.engine.augment import Augment
 from arena.engine.ensemble import init_state
-from arena.engine.trainer import DPNoise, Recipe, train
+from arena.engine.trainer import DPNoise, Recipe, models_per_chunk, train
 from arena.release import Models
 from tests.conftest import architecture
 
@@ -52,7 +52,7 @@ def _assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: f
 @pytest.mark.parametrize("model", list(MODELS))
 def test_a_model_trains_the_same_alone_or_inside_a_batch(model, mode):
     arch, (recipe, dp) = _arch(model), MODES[mode]
-    X, y = _data(3, 20)
+    X, y = _data(3, 16)
     init, seeds = torch.tensor([5, 6, 7]), torch.tensor([50, 60, 70])
     batched = train(arch, X, y, recipe, init, seeds, dp, engine="functional")
     start = init_state(arch, init, X.dtype)
@@ -68,7 +68,7 @@ def test_a_model_trains_the_same_alone_or_inside_a_batch(model, mode):
 def test_augmentation_and_noise_change_the_models():
     """The equivalences above would hold vacuously if augmentation or the DP step were no-ops."""
     arch = _arch("cnn")
-    X, y = _data(1, 20)
+    X, y = _data(1, 16)
     seeds = torch.tensor([3])
     plain, augmented = (train(arch, X, y, r, seeds, seeds, engine="functional") for r in (SGD, AUGMENTED))
     private = train(arch, X, y, SGD, seeds, seeds, DP, engine="functional")
@@ -81,7 +81,7 @@ def test_the_hand_path_and_torch_func_train_the_same_mlp(mode):
     """Same seeds, same init, same batches, same noise draw (the hand path reads it in module order)."""
     recipe, dp = MODES[mode] if mode in MODES else (Recipe(epochs=3, lr=0.3), DP)
     arch = _arch("mlp")
-    X, y = _data(3, 20, seed=1)
+    X, y = _data(3, 16, seed=1)
     init, seeds = torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6])
     hand = train(arch, X, y, recipe, init, seeds, dp, engine="dense")
     functional = train(arch, X, y, recipe, init, seeds, dp, engine="functional")
@@ -92,12 +92,16 @@ def test_the_hand_path_and_torch_func_train_the_same_mlp(mode):
 @pytest.mark.parametrize("dp", [None, DP], ids=["sgd", "dpsgd"])
 @pytest.mark.parametrize("model", ["cnn", "mlp"])
 def test_chunking_to_a_tiny_memory_budget_changes_nothing(model, dp):
-    """budget=1 byte: one model per chunk and one example per vmap call; the default budget: one chunk."""
+    """A budget of 24 bytes per parameter: one model per chunk and 3 examples per vmap call (8 bytes per
+    parameter and example); the default budget: all models in one chunk, the whole batch in one call."""
     arch = _arch(model)
-    X, y = _data(3, 20, seed=2)
+    X, y = _data(3, 16, seed=2)
+    tiny_budget = 24 * arch.template().n_params
+    assert models_per_chunk(arch, AUGMENTED, 16, dp, tiny_budget) == 1
+    assert models_per_chunk(arch, AUGMENTED, 16, dp, 2**30) >= 3
     init, seeds = torch.tensor([7, 8, 9]), torch.tensor([1, 2, 3])
-    whole = train(arch, X, y, AUGMENTED, init, seeds, dp, engine="functional")
-    tiny = train(arch, X, y, AUGMENTED, init, seeds, dp, engine="functional", budget=1)
+    whole = train(arch, X, y, AUGMENTED, init, seeds, dp, engine="functional", budget=2**30)
+    tiny = train(arch, X, y, AUGMENTED, init, seeds, dp, engine="functional", budget=tiny_budget)
     _assert_same(whole, tiny)
 
 

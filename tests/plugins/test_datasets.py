@@ -16,7 +16,7 @@ from arena_plugins.datasets import CIFAR10, MNIST, BreastCancer, Digits, LocalPa
 def test_shipped_datasets_are_scaled_to_unit_range() -> None:
     digits = Digits().load(Digits.Params())
     cancer = BreastCancer().load(BreastCancer.Params())
-    assert digits.X.shape == (1797, 64) and digits.n_classes == 10 and digits.shape == (8, 8)
+    assert digits.X.shape == (1797, 64) and digits.n_classes == 10 and digits.shape == (1, 8, 8)
     assert cancer.X.shape == (569, 30) and cancer.n_classes == 2
     for d in (digits, cancer):
         assert d.X.dtype == np.float32 and d.X.min() == 0.0 and d.X.max() == 1.0
@@ -45,7 +45,7 @@ def test_mnist_idx_files(tmp_path: Path, compress: bool) -> None:
     write_idx(tmp_path / f"train-images-idx3-ubyte{suffix}", images, compress)
     write_idx(tmp_path / f"train-labels-idx1-ubyte{suffix}", labels, compress)
     d = MNIST().load(LocalParams(path=tmp_path, limit=4))
-    assert d.X.shape == (4, 784) and d.shape == (28, 28)
+    assert d.X.shape == (4, 784) and d.shape == (1, 28, 28)
     assert np.array_equal(d.y, labels[:4])
     assert d.X[0, 255] == pytest.approx(255 / 255) and d.X[0, 1] == pytest.approx(1 / 255)
 
