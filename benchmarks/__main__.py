@@ -209,20 +209,24 @@ def main(argv: list[str] | None = None) -> int:
     threads = torch.get_num_threads()
     if args.threads:
         torch.set_num_threads(args.threads)
-    try:
-        sections, info, started, minutes = _run_pairs(keys, args.quick, repeats)
-    finally:
-        torch.set_num_threads(threads)
     command = " ".join(["python -m benchmarks", *(sys.argv[1:] if argv is None else argv)])
     carried = args.carry.read_text(encoding="utf-8") if args.carry else None
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(sections, info, command, started, minutes, carried), encoding="utf-8")
+
+    def write(sections: list[Section], info: dict[str, str], started: datetime, minutes: float) -> None:
+        out.write_text(render(sections, info, command, started, minutes, carried), encoding="utf-8")
+
+    try:
+        _run_pairs(keys, args.quick, repeats, write)
+    finally:
+        torch.set_num_threads(threads)
     print(f"[bench] wrote {out}", file=sys.stderr)
     return 0
 
 
-def _run_pairs(keys: list[str], quick: bool, repeats: int) -> tuple[list[Section], dict[str, str], datetime, float]:
-    """Run the chosen pairs in order, printing each verdict as it comes; also the machine and the minutes taken."""
+def _run_pairs(keys: list[str], quick: bool, repeats: int, write) -> None:  # noqa: ANN001
+    """Run the chosen pairs in order, printing each verdict as it comes and writing the results file after each
+    pair (so that a long run interrupted late keeps what it measured)."""
     started, clock = datetime.now(timezone.utc), time.perf_counter()
     info = machine()
     sections = []
@@ -234,8 +238,8 @@ def _run_pairs(keys: list[str], quick: bool, repeats: int) -> tuple[list[Section
             print(f"[bench]   {check.name}: {_fmt(check.value)}{check.unit} (target {check.op} "
                   f"{_fmt(check.target)}{check.unit}) {'PASS' if check.passed else 'MISS'}", file=sys.stderr)
         print(f"[bench] {key} done in {time.perf_counter() - begin:.0f} s", file=sys.stderr, flush=True)
-    info["load average at end (1, 5, 15 min)"] = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return sections, info, started, (time.perf_counter() - clock) / 60
+        info["load average at end (1, 5, 15 min)"] = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        write(sections, info, started, (time.perf_counter() - clock) / 60)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ class Sizes:
     models: tuple[int, ...]
 
 
-FULL = Sizes(n=1000, epochs=2, models=(1, 64))
+FULL = Sizes(n=1000, epochs=1, models=(1, 64))
 QUICK = Sizes(n=128, epochs=1, models=(1, 4))
 
 
