@@ -82,8 +82,9 @@ def test_steps_and_rate():
     assert steps_and_rate(100, Recipe(epochs=2, lr=0.1, batch_size=500)) == (2, 1.0)
 
 
-def test_dp_training_takes_the_accounted_number_of_steps():
-    """With a negligible clip the result is the sum of exactly `steps` noise draws."""
+@pytest.mark.parametrize("engine", ["dense", "functional"])
+def test_dp_training_takes_the_accounted_number_of_steps(engine):
+    """With a negligible clip the result is the sum of exactly `steps` noise draws (module order: weight, bias)."""
     arch = architecture("logreg", 2, 2)
     recipe = Recipe(epochs=2, lr=1.0, batch_size=3)
     steps, _ = steps_and_rate(10, recipe)
@@ -92,22 +93,24 @@ def test_dp_training_takes_the_accounted_number_of_steps():
             "layers.0.bias": torch.zeros(1, 2, dtype=torch.float64)}
     seed = torch.tensor([0])
     clip = 1e-12  # clipped data term is negligible; noise std is 1e-12 * 1e12 = 1
-    out = train(arch, X, y, recipe, seed, seed, DPNoise(clip, 1e12), zero)
+    out = train(arch, X, y, recipe, seed, seed, DPNoise(clip, 1e12), zero, engine=engine)
     z = sum(
         rng.normal(seed, rng.stream(rng.Purpose.NOISE, t), arch.dense.n_params, torch.float64)
         for t in range(steps)
     )
+    torch.testing.assert_close(out["layers.0.weight"][0], -z[0, :4].reshape(2, 2) / 3, rtol=1e-9, atol=1e-9)
     torch.testing.assert_close(out["layers.0.bias"][0], -z[0, 4:] / 3, rtol=1e-9, atol=1e-9)
 
 
-def test_follows_input_dtype_and_leaves_given_params_untouched():
+@pytest.mark.parametrize("engine", ["dense", "functional"])
+def test_follows_input_dtype_and_leaves_given_params_untouched(engine):
     X, y = _data(2, 10)
     seeds = torch.tensor([0, 1])
-    out32 = train(MLP, X.float(), y, Recipe(epochs=1, lr=0.1), seeds, seeds)
+    out32 = train(MLP, X.float(), y, Recipe(epochs=1, lr=0.1), seeds, seeds, engine=engine)
     assert all(p.dtype == torch.float32 for p in out32.values())
     start = init_state(MLP, seeds, torch.float64)
     copy = {k: p.clone() for k, p in start.items()}
-    out = train(MLP, X, y, Recipe(epochs=1, lr=0.1), seeds, seeds, state=start)
+    out = train(MLP, X, y, Recipe(epochs=1, lr=0.1), seeds, seeds, state=start, engine=engine)
     assert all(torch.equal(start[k], copy[k]) for k in start)
     assert not torch.equal(out["layers.0.weight"], start["layers.0.weight"])
 
@@ -116,3 +119,12 @@ def test_rejects_mismatched_shapes():
     X, y = _data(2, 10)
     with pytest.raises(ValueError):
         train(MLP, X, y[:1], Recipe(epochs=1, lr=0.1), torch.tensor([0, 1]), torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="5 features"):
+        train(MLP, X[..., :5], y, Recipe(epochs=1, lr=0.1), torch.tensor([0, 1]), torch.tensor([0, 1]))
+
+
+def test_the_hand_path_is_refused_for_a_model_without_one():
+    cnn = architecture("cnn", (1, 4, 4), 3, channels=[2], hidden=0)
+    X, y = torch.rand(1, 4, 16), torch.zeros(1, 4, dtype=torch.int64)
+    with pytest.raises(ValueError, match="no hand-written path"):
+        train(cnn, X, y, Recipe(epochs=1, lr=0.1), torch.tensor([0]), torch.tensor([0]), engine="dense")
