@@ -12,7 +12,8 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TextIO
 
 from arena.execute import base_row, play_matchup, train_release
@@ -76,7 +77,8 @@ def play_in_child(matchup: Matchup, run_dir: str, limit: float) -> tuple[dict[st
     t0 = time.monotonic()
     reader, writer = _context().Pipe(duplex=False)
     child = _context().Process(target=_child, args=(matchup, run_dir, writer))
-    child.start()
+    with _sigint_held():
+        child.start()
     writer.close()
     try:
         answered = reader.poll(limit)
@@ -101,6 +103,21 @@ def play_in_child(matchup: Matchup, run_dir: str, limit: float) -> tuple[dict[st
     return (payload if kind == "row" else failed_row(matchup, payload, seconds)), False
 
 
+@contextmanager
+def _sigint_held() -> Iterator[None]:
+    """Hold a Ctrl-C back while forking: one landing during the fork would be raised inside an at-fork hook, which
+    Python ignores. It is delivered, as KeyboardInterrupt, once the child exists."""
+    mask = getattr(signal, "pthread_sigmask", None)
+    if mask is None:
+        yield
+        return
+    mask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        mask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _kill(child: multiprocessing.process.BaseProcess) -> None:
     """Stop a child for good and reap it."""
     if child.is_alive():
@@ -110,7 +127,9 @@ def _kill(child: multiprocessing.process.BaseProcess) -> None:
 
 def _child(matchup: Matchup, run_dir: str, writer: Any) -> None:
     """The child's side: play, send ('row', row) or ('error', message) for an exit or interrupt a plugin raised."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent answers the user's Ctrl-C
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # held back by the parent while forking
     try:
         message: tuple[str, Any] = ("row", play_matchup(matchup, run_dir))
     except BaseException as exc:  # noqa: BLE001 - sys.exit or KeyboardInterrupt raised by plugin code
