@@ -82,7 +82,7 @@ def test_bad_lines_anywhere_are_reported_and_set_aside(finished, capsys) -> None
 
     assert main(["run", str(path), "--out", str(out), "--serial", "--no-report"]) == 0
     err = capsys.readouterr().err
-    assert f"line 2: not JSON" in err and f"moved to {REJECTED}" in err
+    assert "line 2: not JSON" in err and f"moved to {REJECTED}" in err
     assert store.results_path.read_text().splitlines() == good, "good rows kept, bad ones gone, nothing replayed"
     rejected = [json.loads(x) for x in (out / REJECTED).read_text().splitlines()]
     assert [r["line"] for r in rejected] == [2, 3, 4, 5]
