@@ -19,25 +19,27 @@ TARGETS = {"cnn": 2.0, "mlp": 1.5}
 MISSED = {
     "cnn": (
         "The torch.func path computes every example's gradient (`vmap(grad)` over examples inside `vmap` over "
-        "models) and holds them, [K, B, P] floats, to take their norms and the clipped sum: a convolution's "
-        "per-example weight gradient is a grouped convolution per example instead of one batched reduction, and "
-        "the norms and the weighted sum are two more passes over B·P floats per model (the profile: per-example "
-        "gradients ~1.8× the non-private gradient, norms and sums another ~0.2×, Poisson padding to the largest "
-        "sampled batch ~1.2× the rows). The counter-RNG noise is a few per cent here (the CNN has few parameters "
-        "for its compute). What would close it: ghost clipping (per-layer gradient norms from activations and "
-        "output gradients, Li et al. 2022 / Bu et al. 2023, as Opacus's `ghost` mode does) so that no per-example "
-        "gradient is materialised, followed by one ordinary backward pass of the clip-weighted loss."
+        "models) and holds them, [K, B, P] floats, to take their norms and the clipped sum. Non-private training "
+        "batches well (K=64 costs a third of K=1 per model: one grouped convolution for all models), but the "
+        "per-example weight gradient of each convolution becomes a convolution per example (K·B groups), which "
+        "runs at one-example speed, so a DP step costs about as much per model at K=64 as at K=1. A profile at "
+        "K=16: convolution backward 27%, per-example linear gradients (bmm) 21%, the squared norms 14% "
+        "(`t.pow(2).sum()` in arena/engine/functional.py materialises a copy; `torch.linalg.vector_norm` takes a "
+        "third of the time), copies 9%, max-pool 7%; Poisson padding adds ~1.3× rows; the counter RNG is ~1% "
+        "(figure above). What would close it: ghost clipping (per-layer norms from activations and output "
+        "gradients, Li et al. 2022 / Bu et al. 2023, as Opacus's `ghost` mode does) so that no per-example "
+        "gradient is materialised, then one ordinary batched backward of the clip-weighted loss."
     ),
     "mlp": (
         "Per step, DP-SGD on the hand path does the non-private work on a padded Poisson batch (each chunk is "
         "padded to its largest sampled batch: at q = 64/1000 the largest of 64 binomial counts is ~1.3× the mean), "
         "plus ghost norms (two small reductions per layer) and one Gaussian per parameter. The Gaussian is the "
-        "counter RNG: one SplitMix64 hash per two normals and Box–Muller, ~12 eager passes over K·P/2 words and "
-        "the log/sqrt/sin/cos passes, about as costly as torch.randn (figure above), i.e. ~0.25–0.35 of a "
-        "non-private step for this 19k-parameter MLP on one core. What would close it: a fused kernel for the "
-        "hash + Box–Muller (one pass instead of ~20: torch.compile or a small C++/Triton op), and sampling the "
-        "Poisson batches of a chunk so that their sizes are equal (padding) — not possible without changing the "
-        "privacy analysis; sorting models into chunks by batch size would help only on long runs."
+        "counter RNG (figure above): one SplitMix64 hash per two normals, then Box–Muller, ~20 eager in-place "
+        "passes; at K=64 it costs ~2× torch.randn's Mersenne Twister for the same normals and about half of the "
+        "DP epoch's extra time, at K=1 its ~30 small operations per draw cost more than the arithmetic. The "
+        "previous lowbias32 generator cost ~1.5× this one. What would close it: a fused kernel for hash + "
+        "Box–Muller (one pass instead of ~20: torch.compile or a small C++/Triton op; eager torch cannot fuse), "
+        "and less padding (e.g. splitting a chunk's models by sampled batch size at each step)."
     ),
 }
 
