@@ -29,6 +29,7 @@ def _parser() -> argparse.ArgumentParser:
     mode.add_argument("--address", help="join an existing Ray cluster at this address instead of starting one")
     run.add_argument("--workers", type=int, help="cap on matchups running at once (default: all cores)")
     run.add_argument("--no-report", action="store_true", help="do not write RUN_DIR/report/index.html at the end")
+    run.add_argument("--verbose", action="store_true", help="let Ray's own start-up messages and worker logs through")
 
     val = sub.add_parser("validate", help="check scenario files without running anything")
     val.add_argument("scenarios", nargs="+", type=Path)
@@ -96,7 +97,8 @@ def _play(args: argparse.Namespace, p, store) -> int:  # noqa: ANN001 - a Plan a
     for path, scenario in p.scenarios:
         store.write_text(f"scenarios/{scenario.name}.yaml", Path(path).read_text(encoding="utf-8"))
     try:
-        written = tournament.run(p, store, serial=args.serial, workers=args.workers, address=args.address)
+        written = tournament.run(p, store, serial=args.serial, workers=args.workers, address=args.address,
+                                 verbose=args.verbose)
     except KeyboardInterrupt:
         print("interrupted: finished matchups are kept; re-run the same command to resume", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -5,6 +5,7 @@ Rows are appended to results.jsonl as matchups finish, so a killed run resumes w
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import multiprocessing.context
 import multiprocessing.process
@@ -155,19 +156,27 @@ def run_ray(
     address: str | None,
     timeout: Callable[[Matchup], float],
     retries: int,
+    verbose: bool = False,
 ) -> None:
-    """One Ray task per release, then one per matchup depending on it; rows reach ``on_row`` as they finish."""
+    """One Ray task per release, then one per matchup depending on it; rows reach ``on_row`` as they finish.
+
+    Without ``address`` a new local Ray instance is started (never one found running on this machine); Ray's own
+    start-up warnings reach the terminal only when ``verbose``."""
     import ray
 
     started_here = not ray.is_initialized()
     if started_here:
+        level = logging.INFO if verbose else logging.ERROR
+        logging.getLogger("ray").setLevel(level)
         if address:
-            ray.init(address=address, log_to_driver=False)
+            ray.init(address=address, log_to_driver=verbose, logging_level=level)
         else:
             ray.init(
+                address="local",
                 num_cpus=workers or os.cpu_count(),
                 include_dashboard=False,
-                log_to_driver=False,
+                log_to_driver=verbose,
+                logging_level=level,
                 object_store_memory=128 * 1024 * 1024,
             )
     try:
@@ -226,6 +235,7 @@ def run(
     workers: int | None = None,
     address: str | None = None,
     progress: TextIO | None = None,
+    verbose: bool = False,
 ) -> list[dict[str, Any]]:
     """Play every pending matchup of ``plan`` into ``store``; return the rows written by this call."""
     todo = pending(plan, store)
@@ -251,5 +261,5 @@ def run(
         run_serial(todo, store, on_row, meter.started, timeout, retries)
     else:
         run_ray(todo, store, on_row, on_start=meter.started, workers=workers, address=address, timeout=timeout,
-                retries=retries)
+                retries=retries, verbose=verbose)
     return written
