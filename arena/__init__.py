@@ -34,6 +34,9 @@ _EXPORTS = {
     "DPNoise": "arena.engine.trainer",
     "train": "arena.engine.trainer",
     "steps_and_rate": "arena.engine.trainer",
+    "run": "arena.api",
+    "load": "arena.api",
+    "Results": "arena.api",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -36,7 +36,10 @@ def _parser() -> argparse.ArgumentParser:
 
     lb = sub.add_parser("leaderboard", help="print the leaderboard of a run directory")
     lb.add_argument("run_dir", type=Path)
-    lb.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    lb.add_argument("--format", choices=["table", "csv", "json"], default="table",
+                    help="table (default); csv and json carry every metric with its interval")
+    lb.add_argument("--metric", help="rank by this metric (e.g. tpr@1%%fpr, auc); default: the scenario's rank_by")
+    lb.add_argument("--track", help="only this track")
 
     rep = sub.add_parser("report", help="write RUN_DIR/report/index.html (tables, plots, DP audit, timings)")
     rep.add_argument("run_dir", type=Path)
@@ -55,87 +58,70 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from arena.plan import plan
     from arena.scenario import ScenarioError
 
+    from arena.api import rank_by_problems
+
     try:
         p = plan(args.scenarios)
     except ScenarioError as exc:
         return _problems(exc.problems)
+    problems = rank_by_problems(p.scenarios)
+    if problems:
+        return _problems(problems)
     print(f"ok: {len(args.scenarios)} file(s), {len(p.matchups)} matchups")
     return EXIT_OK
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from arena.plan import plan
+    """``arena run``: ``arena.api.run`` plus what a terminal shows (warnings, the leaderboard, a summary)."""
+    from arena import api, leaderboard
     from arena.scenario import ScenarioError
-    from arena.store import RunDirError, RunStore
+    from arena.store import RunDirError
 
     if args.workers is not None and args.workers < 1:
         return _problems(["--workers: must be at least 1"])
+    page = args.out / "report" / "index.html"
     try:
-        p = plan(args.scenarios, local=args.address is None)
+        results = api.run(args.scenarios, out=args.out, serial=args.serial, workers=args.workers,
+                          address=args.address, verbose=args.verbose, report=not args.no_report)
     except ScenarioError as exc:
         return _problems(exc.problems)
-    store = RunStore(args.out)
-    try:
-        store.check_ours()
-        store.root.mkdir(parents=True, exist_ok=True)
-        with store.lock():
-            store.mark()
-            for line in store.set_aside():
-                print(f"warning: {line}", file=sys.stderr)
-            return _play(args, p, store)
     except RunDirError as exc:
         return _problems([str(exc)])
-    except OSError as exc:  # a read-only, full or vanished run directory
-        return _problems([f"{exc.filename or args.out}: cannot write the run directory: {exc.strerror or exc}"])
-
-
-def _play(args: argparse.Namespace, p, store) -> int:  # noqa: ANN001 - a Plan and a RunStore
-    """Play the plan into the locked run directory, then print the leaderboard and write the report."""
-    from arena import leaderboard, tournament
-    from arena.audit import audit_store, violation_findings
-
-    for path, scenario in p.scenarios:
-        store.write_text(f"scenarios/{scenario.name}.yaml", Path(path).read_text(encoding="utf-8"))
-    try:
-        written = tournament.run(p, store, serial=args.serial, workers=args.workers, address=args.address,
-                                 verbose=args.verbose)
     except KeyboardInterrupt:
         print("interrupted: finished matchups are kept; re-run the same command to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
-    rows = leaderboard.latest_rows(store.results())
-    keys = {m.key for m in p.matchups}
-    rows = [r for r in rows if r["key"] in keys]
-    audit = audit_store(store, rows)
-    print(leaderboard.render_table(leaderboard.build(rows, violation_findings(audit))))
-    failed = [r for r in rows if r["status"] == "failed"]
-    counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "skipped", "failed")}
-    print(f"{len(rows)} matchups: {counts['ok']} ok, {counts['skipped']} skipped, {counts['failed']} failed; "
-          f"results in {store.results_path}")
+    except OSError as exc:  # a read-only, full or vanished run directory
+        return _problems([f"{exc.filename or args.out}: cannot write the run directory: {exc.strerror or exc}"])
+    for line in results.warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    audit = results.audit
+    print(leaderboard.render_table(results.boards()))
+    counts = results.counts
+    print(f"{len(results.rows)} matchups: {counts['ok']} ok, {counts['skipped']} skipped, {counts['failed']} failed; "
+          f"results in {results.store.results_path}")
     print(f"DP audit: {len(audit.membership)} membership matchups against a claimed (ε, δ), "
           f"{len(audit.violations)} violation(s)"
           + (f"; {len(audit.missing_arrays)} not auditable (no saved scores)" if audit.missing_arrays else ""))
-    report = store.root / "report" / "index.html"
-    if not args.no_report and not written and report.exists():
-        print(f"report: {report} (no new results since it was written)")
-    elif not args.no_report:
-        from arena.report.html import write_report
-
-        print(f"report: {write_report(store.root)}")
-    if failed:
-        return EXIT_FAILED
-    return EXIT_VIOLATION if audit.violations else EXIT_OK
+    if not args.no_report:
+        suffix = " (no new results since it was written)" if not results.written else ""
+        print(f"report: {page}{suffix}")
+    return results.exit_status
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    from arena import leaderboard
-    from arena.audit import audit_store, violation_findings
-    from arena.store import RunStore
+    from arena import api, leaderboard
 
-    store = RunStore(args.run_dir)
-    if not store.results_path.exists():
+    try:
+        results = api.load(args.run_dir)
+        boards = results.boards(metric=args.metric, track=args.track)
+    except FileNotFoundError:
         return _problems([f"{args.run_dir}: no results.jsonl here"])
-    rows = leaderboard.latest_rows(store.results())
-    boards = leaderboard.build(rows, violation_findings(audit_store(store, rows)))
+    except api.UnknownNameError as exc:
+        return _problems([f"--{exc.kind}: unknown {exc.kind} {exc.name!r}; known: {', '.join(exc.known)}"])
+    if args.format != "table":  # the table carries its warnings; keep CSV and JSON parseable
+        for b in boards:
+            for line in b.warnings:
+                print(line, file=sys.stderr)
     render = {"table": leaderboard.render_table, "csv": leaderboard.render_csv, "json": leaderboard.render_json}
     print(render[args.format](boards))
     return EXIT_OK

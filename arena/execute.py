@@ -5,6 +5,7 @@ The same functions run in-process (``--serial``) and inside Ray workers, so both
 
 from __future__ import annotations
 
+import math
 import platform
 import time
 import traceback
@@ -77,6 +78,21 @@ def base_row(matchup: Matchup) -> dict[str, Any]:
     }
 
 
+def _finite(v: float) -> float | None:
+    return float(v) if math.isfinite(v) else None
+
+
+def metric_info(game: str) -> dict[str, dict[str, Any]]:
+    """Each registered metric of ``game``: its direction and range (None for an infinite end), written into every
+    row so that a leaderboard of the run never needs the plugins to know how to read its numbers."""
+    return {
+        e.name: {"higher_is_better": bool(e.obj.higher_is_better),
+                 "bounds": [_finite(e.obj.bounds[0]), _finite(e.obj.bounds[1])]}
+        for e in registries().metrics
+        if e.obj.game == game
+    }
+
+
 def train_release(matchup: Matchup, run_dir: str) -> dict[str, Any]:
     """Train (or find in the cache) the released model shared by every attack on this defense and seed."""
     torch.set_num_threads(1)
@@ -109,6 +125,7 @@ def play_matchup(matchup: Matchup, run_dir: str) -> dict[str, Any]:
     torch.set_num_threads(1)
     start = time.perf_counter()
     row = base_row(matchup)
+    row["metric_info"] = metric_info(matchup.track.game.name)
     row.update(status="ok", utility=None, metrics={}, notes=[], claim=None, error=None, traceback=None)
     try:
         store = RunStore(run_dir)

@@ -141,6 +141,10 @@ class Scenario(Strict):
                                    description="seconds one matchup may take (at most 7 days)")
     retries: NonNegativeInt = Field(default=2, le=MAX_RETRIES,
                                     description="re-runs of a matchup whose worker process died (at most 100)")
+    rank_by: str | None = Field(default=None, min_length=1, max_length=100,
+                                description="the metric tracks are ranked by (default: tpr@1%fpr for membership, "
+                                            "the game's primary metric otherwise); a track whose game has no such "
+                                            "metric keeps its default")
 
     @field_validator("seeds")
     @classmethod

@@ -91,4 +91,12 @@ class MembershipGame(Game):
                 f"attack {attack.name!r} returned {len(scores)} scores for {len(self.challenge)} challenge points"
             )
         metrics, notes = membership_metrics(scores, self._is_member, decisions)
-        return Outcome(metrics, notes, {"scores": scores, "is_member": self._is_member.astype(np.int8)})
+        # ``record``: each challenge point's row in the dataset, so that a record's score and rank can be followed
+        # across seeds (per-record risk); ``label``: its class, for per-class rates without reloading the data.
+        arrays = {
+            "scores": scores,
+            "is_member": self._is_member.astype(np.int8),
+            "record": self.challenge.astype(np.int64),
+            "label": np.asarray(self.dataset.y[self.challenge]).astype(np.int64),
+        }
+        return Outcome(metrics, notes, arrays)
