@@ -50,6 +50,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="torch threads in this process (default 1; 0: torch's own choice); child processes keep theirs")
     p.add_argument("--carry", type=Path,
                    help="an earlier results.md: its sections for pairs not run now are kept, marked as carried over")
+    p.add_argument("--note", default="", help="a sentence for results.md about the conditions of this run")
     p.add_argument("--out", type=Path, help="results file (default benchmarks/results.md; "
                                             "runs/bench-quick/results.md with --quick)")
     return p
@@ -158,7 +159,7 @@ def carried_sections(text: str, skip: set[str]) -> tuple[str, dict[str, list[str
 
 
 def render(sections: list[Section], info: dict[str, str], command: str, started: datetime, minutes: float,
-           carried: str | None = None) -> str:
+           carried: str | None = None, note: str = "") -> str:
     """results.md: provenance, machine, a summary of every check, then each pair in full; pairs not run now are
     carried over from ``carried`` (an earlier results.md), marked as such."""
     provenance, old_rows, old_bodies = carried_sections(carried, {s.key for s in sections}) if carried else ("", {}, {})
@@ -170,6 +171,7 @@ def render(sections: list[Section], info: dict[str, str], command: str, started:
         "",
         PROTOCOL,
         "",
+        *([f"**Note on this run:** {note}", ""] if note else []),
         "## Machine",
         "",
         "| | |",
@@ -214,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
 
     def write(sections: list[Section], info: dict[str, str], started: datetime, minutes: float) -> None:
-        out.write_text(render(sections, info, command, started, minutes, carried), encoding="utf-8")
+        out.write_text(render(sections, info, command, started, minutes, carried, args.note), encoding="utf-8")
 
     try:
         _run_pairs(keys, args.quick, repeats, write)
