@@ -15,6 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 GRID_FILE = "grid.png"
+VECTOR_FORMATS = ("svg", "pdf")  # written beside the PNG
 ROWS = ("target", "reconstruction", "nearest neighbour")
 
 
@@ -51,7 +52,8 @@ def save_grid(
     oracle_mse: np.ndarray | None = None,
     columns: int = 6,
 ) -> Path:
-    """Write the grid of the first ``columns`` targets to ``path`` (parents created) and return the path."""
+    """Write the grid of the first ``columns`` targets to ``path`` (parents created), and beside it the same grid
+    as SVG and PDF; return the PNG's path."""
     n = min(columns, len(targets))
     if n == 0:
         raise ValueError("a reconstruction grid needs at least one target")
@@ -75,4 +77,6 @@ def save_grid(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png", dpi=110)
+    for fmt in VECTOR_FORMATS:  # the report copies these into report/figures/ for papers
+        fig.savefig(path.with_suffix(f".{fmt}"), format=fmt)
     return path

@@ -1,245 +1,186 @@
-"""``RUN_DIR/report/index.html``: one self-contained page (figures embedded as base64 PNG, no scripts).
+"""``RUN_DIR/report/index.html``: one self-contained page (figures embedded as PNG, no scripts), rendered from the
+Jinja2 templates in ``arena/report/templates/`` with autoescape on; every figure is also written as SVG and PDF
+under ``RUN_DIR/report/figures/``.
 
-Sections: DP violations (if any), per track the leaderboard tables, heatmap, privacy-utility curves and ROC
-curves, the DP audit, reconstruction grids, notes, the scenarios as run and per-matchup timings. Every string
-that comes from a plugin, a scenario or a result row is HTML-escaped.
+Sections: DP violations (if any); per track the leaderboard tables (ranking metric, the metrics beside it, their
+intervals), heatmaps and privacy-utility curves, then the track's game section (``SECTIONS``: membership's ROC
+curves, most exposed records and per-class TPR; reconstruction's grids); the DP audit; notes; the scenarios as
+run; per-matchup timings. The core page template names no game.
 """
 
 from __future__ import annotations
 
-import base64
-import html
-import math
-from collections.abc import Iterable
+import shutil
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
+from markupsafe import Markup
 
 import arena
 from arena import leaderboard
-from arena.audit import Audit, audit_store, describe_violation, saved_arrays, violation_findings
+from arena.audit import (
+    Audit,
+    MembershipAudit,
+    audit_store,
+    describe_reconstruction,
+    describe_violation,
+    saved_arrays,
+    violation_findings,
+)
 from arena.leaderboard import TrackBoard
-from arena.report import plots
-from arena.report.grids import GRID_FILE
+from arena.report import membership, plots, reconstruction
+from arena.report.context import TrackContext, fmt, render
 from arena.store import RunStore
 
-STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1500px; padding: 0 1em; color: #222; }
-table { border-collapse: collapse; margin: 0.6em 0 1.2em; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
-th { background: #f2f2f2; }
-td.violation, tr.violation td { background: #ffd9d9; font-weight: bold; }
-.banner { border: 2px solid #c00; background: #fff0f0; padding: 0.6em 1em; margin: 1em 0; }
-.ok { border: 2px solid #2a2; background: #f0fff0; padding: 0.6em 1em; margin: 1em 0; }
-img { max-width: 100%; display: block; margin: 0.5em 0 1.5em; }
-pre { background: #f7f7f7; padding: 0.8em; overflow-x: auto; }
-figure { display: inline-block; margin: 0.5em 1em 0.5em 0; }
-figcaption { font-size: 0.85em; max-width: 420px; }
-.muted { color: #666; font-size: 0.9em; }
-"""
+SECTIONS: dict[str, Callable[[TrackContext], Markup]] = {
+    "membership": membership.section,
+    "reconstruction": reconstruction.section,
+}
+"""Game name → the function that renders that game's part of a track (its own template)."""
+
+FIGURES = "report/figures"
 
 
-def esc(value: object) -> str:
-    """Any value as HTML text, escaped (quotes included)."""
-    return html.escape(str(value), quote=True)
+def _frame_rows(df, index_name: str) -> tuple[list[str], list[list[str]]]:  # noqa: ANN001 - a DataFrame
+    """A DataFrame as headers and formatted cells."""
+    headers = [index_name, *map(str, df.columns)]
+    body = [[str(idx), *(fmt(v) for v in df.loc[idx].tolist())] for idx in df.index]
+    return headers, body
 
 
-def fmt(value: object, digits: int = 3) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, (bool, np.bool_)):
-        return "yes" if value else "no"
-    if isinstance(value, (float, np.floating)):
-        return "—" if math.isnan(value) else f"{value:.{digits}f}"
-    return str(value)
-
-
-def table(headers: Iterable[object], rows: Iterable[Iterable[object]], row_classes: Iterable[str] = ()) -> str:
-    """An HTML table; every header and cell is escaped. A cell mentioning VIOLATION is highlighted."""
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
-    body = []
-    classes = list(row_classes)
-    for i, row in enumerate(rows):
-        cells = "".join(
-            f'<td class="violation">{esc(c)}</td>' if "VIOLATION" in str(c) else f"<td>{esc(c)}</td>" for c in row
-        )
-        cls = f' class="{esc(classes[i])}"' if i < len(classes) and classes[i] else ""
-        body.append(f"<tr{cls}>{cells}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
-def frame(df: pd.DataFrame, index_name: str) -> str:
-    """A DataFrame as an escaped table, each column formatted by its own type."""
-    columns = [df[c].tolist() for c in df.columns]
-    body = ([idx, *(fmt(col[i]) for col in columns)] for i, idx in enumerate(df.index))
-    return table([index_name, *df.columns], body)
-
-
-def image(data: bytes, alt: str) -> str:
-    return f'<img alt="{esc(alt)}" src="data:image/png;base64,{base64.b64encode(data).decode("ascii")}">'
-
-
-def board_section(board: TrackBoard, rows: list[dict[str, Any]], store: RunStore, audit: Audit) -> str:
-    """One track: tables, heatmap, privacy-utility curves and (membership) ROC curves."""
-    direction = "higher" if board.higher_is_better else "lower"
-    parts = [f"<h2>Track {esc(board.track)}</h2>",
-             (f"<p>Game: {esc(board.game)}; primary metric: {esc(board.metric)} ({direction} = stronger attack). "
-              "Cells: mean ± standard deviation over seeds (n seeds).</p>")]
+def board_section(board: TrackBoard, ctx: TrackContext, flagged: set[tuple[str, str]]) -> Markup:
+    """One track's leaderboard: tables, heatmaps (or the number, for a single cell) and privacy-utility curves."""
     cells = board.cells.copy()
     cells.insert(0, "utility", [fmt(u) for u in board.utility])
-    parts.append(table(["defense", *cells.columns], ([d, *rec] for d, rec in zip(cells.index, cells.values))))
-    intervals = leaderboard.interval_table(board)
-    parts.append("<h3>95% t-intervals of the means over seeds</h3>")
-    parts.append(table(["defense", *intervals.columns],
-                       ([d, *rec] for d, rec in zip(intervals.index, intervals.values))))
-    parts.append("<h3>Attacks by mean rank across defenses (1 = strongest; equal means share a place)</h3>")
-    parts.append(frame(board.attack_ranking, "attack"))
-    parts.append("<h3>Defenses: utility against the worst-case attack score (pareto = on the front)</h3>")
-    parts.append(frame(board.defense_ranking, "defense"))
-    if board.failures:
-        parts.append("<h3>Failed matchups</h3><ul>" + "".join(f"<li>{esc(f)}</li>" for f in board.failures) + "</ul>")
-    if board.violations:
-        parts.append('<div class="banner"><b>DP violations</b><ul>'
-                     + "".join(f"<li>{esc(v)}</li>" for v in board.violations) + "</ul></div>")
-    flagged = {(a.defense_label, a.attack) for a in audit.violations if a.track == board.track}
-    parts.append(f"<h3>Heatmap: {esc(board.metric)}</h3>")
-    parts.append(image(plots.heatmap(board, flagged), f"heatmap of {board.metric} for track {board.track}"))
-    parts.append("<h3>Privacy-utility trade-off</h3>")
-    parts.append(image(plots.privacy_utility(board, rows), f"privacy-utility curves for track {board.track}"))
-    if board.game == "membership":
-        roc = plots.roc_curves(board, rows, saved_arrays(store))
-        parts.append("<h3>ROC curves (log-log; mean over seeds)</h3>")
-        parts.append(image(roc, f"ROC curves for track {board.track}") if roc else
-                     "<p class='muted'>No saved attack scores for this track.</p>")
-    return "\n".join(parts)
-
-
-def audit_section(audit: Audit) -> str:
-    """Every matchup against a defense that claims (ε, δ): bounds the claim implies beside what was measured."""
-    parts = ["<h2>DP audit</h2>",
-             ("<p>For each membership matchup against a defense claiming (ε, δ): the advantage bound "
-              "(e<sup>ε</sup>−1)/(e<sup>ε</sup>+1)+δ, the TPR bound e<sup>ε</sup>·FPR+δ at each reported FPR, "
-              "and an empirical lower bound on ε from the attack's ROC with 95% Clopper–Pearson intervals on TPR "
-              "and FPR (max over thresholds of log((TPR<sub>low</sub>−δ)/FPR<sub>high</sub>) and "
-              "log((TNR<sub>low</sub>−δ)/FNR<sub>high</sub>), where TNR<sub>low</sub> = 1−FPR<sub>high</sub> and "
-              "FNR<sub>high</sub> = 1−TPR<sub>low</sub>). A lower bound above the claimed ε is a violation. "
-              "The intervals hold per threshold, and members and non-members stand for the two neighbouring "
-              "datasets.</p>")]
-    if audit.membership:
-        headers = ["track", "defense", "attack", "seed", "claimed ε", "δ", "members + non-members", "empirical ε ≥",
-                   "flagged there (members, non-members)", "advantage", "advantage bound",
-                   "TPR@FPR (measured ≤ bound)", "verdict"]
-        body, classes = [], []
-        for a in audit.membership:
-            lb = a.lower_bound
-            tprs = "; ".join(f"{level:.1%}: {fmt(m)} ≤ {b:.3f}" for level, m, b in a.tpr_at_fpr)
-            flagged = f"{lb.true_positives}, {lb.false_positives}" if lb.direction else "— (no evidence)"
-            body.append([a.track, a.defense_label, a.attack, a.seed, fmt(a.claimed_epsilon), f"{a.delta:g}",
-                         f"{lb.n_members} + {lb.n_nonmembers}", fmt(lb.epsilon), flagged, fmt(a.advantage),
-                         fmt(a.advantage_bound), tprs, "VIOLATION" if a.violation else "consistent"])
-            classes.append("violation" if a.violation else "")
-        parts.append(table(headers, body, classes))
-    else:
-        parts.append("<p class='muted'>No membership matchup against a defense that claims (ε, δ).</p>")
-    if audit.missing_arrays:
-        parts.append("<p>Not audited (saved scores missing): " + esc(", ".join(audit.missing_arrays)) + "</p>")
-    if audit.reconstruction:
-        parts.append("<h3>Reconstruction: success the guarantee allows, e<sup>ε</sup>·κ+δ</h3>")
-        body = [[r.track, r.defense_label, r.attack, r.seed, fmt(r.claimed_epsilon), f"{r.delta:g}", fmt(r.kappa),
-                 fmt(r.allowed), fmt(r.success_rate), r.n_targets, fmt(r.success_low),
-                 "above the bound" if r.exceeds else "within"] for r in audit.reconstruction]
-        parts.append(table(["track", "defense", "attack", "seed", "claimed ε", "δ", "κ", "allowed success",
-                            "measured success", "targets", "95% low end", "verdict"], body))
-    return "\n".join(parts)
-
-
-def grids_section(rows: list[dict[str, Any]], store: RunStore) -> str:
-    """The reconstruction grids saved beside each reconstruction matchup's artifacts, where present."""
-    figures = []
-    for r in rows:
-        path = store.artifact_dir(r["key"]) / GRID_FILE
-        if r.get("game") != "reconstruction" or not path.is_file():
+    main = (["defense", *map(str, cells.columns)], [[d, *map(str, rec)] for d, rec in zip(cells.index, cells.values)])
+    beside = []
+    for m in board.beside:
+        grid = board.grids[m]
+        beside.append((m, (["defense", *map(str, grid.cells.columns)],
+                           [[d, *map(str, rec)] for d, rec in zip(grid.cells.index, grid.cells.values)])))
+    intervals = []
+    for m in board.shown:
+        if m in board.grids:
+            table = leaderboard.interval_table(board, m)
+            intervals.append((m, (["defense", *map(str, table.columns)],
+                                  [[d, *map(str, rec)] for d, rec in zip(table.index, table.values)])))
+    heatmaps, single = [], []
+    for m in board.shown:
+        grid = board.grids.get(m)
+        if grid is None:
             continue
-        rate = (r.get("metrics") or {}).get("success_rate")
-        caption = f"{r['track']}: {r['defense_label']} vs {r['attack']}, seed {r['seed']}; success rate {fmt(rate)}"
-        figures.append(f"<figure>{image(path.read_bytes(), caption)}<figcaption>{esc(caption)}</figcaption></figure>")
-    if not figures:
-        return ""
-    return "<h2>Reconstruction grids</h2>\n" + "\n".join(figures)
+        if grid.means.size <= 1:  # one defense, one attack: the number says it all
+            d, a = grid.means.index[0], grid.means.columns[0]
+            single.append((m, grid.cells.loc[d, a], grid.intervals.get((d, a))))
+            continue
+        png = ctx.figures.save(plots.heatmap(board, m, flagged), f"{board.track}-heatmap-{m}")
+        heatmaps.append((m, png))
+    pu = ctx.figures.save(plots.privacy_utility(board, ctx.rows), f"{board.track}-privacy-utility")
+    return render(
+        "board.html.j2", board=board, main=main, beside=beside, intervals=intervals, heatmaps=heatmaps,
+        single=single, privacy_utility=pu,
+        attack_ranking=_frame_rows(board.attack_ranking, "attack"),
+        defense_ranking=_frame_rows(board.defense_ranking, "defense"),
+    )
 
 
-def notes_section(rows: list[dict[str, Any]]) -> str:
-    """Each distinct note of the attacks and games once per track (sample-size caveats and the like)."""
-    seen: dict[tuple[str, str], int] = {}
-    for r in rows:
-        for note in r.get("notes") or []:
-            seen[r["track"], note] = seen.get((r["track"], note), 0) + 1
-    if not seen:
-        return ""
-    return "<h2>Notes</h2>" + table(["track", "note", "matchups"], ([t, n, c] for (t, n), c in seen.items()))
+def _audit_verdict(a: MembershipAudit) -> str:
+    if a.violation:
+        return "VIOLATION"
+    if a.lower_bound.max_certifiable <= a.relation_epsilon:
+        return "cannot refute: the claim is above what this sample could certify"
+    return "consistent"
 
 
-def scenarios_section(store: RunStore) -> str:
-    files = sorted((store.root / "scenarios").glob("*.yaml"))
-    parts = ["<h2>Scenario as run</h2>"]
-    for path in files:
-        parts.append(f"<h3>{esc(path.name)}</h3><pre>{esc(path.read_text(encoding='utf-8'))}</pre>")
-    if not files:
-        parts.append("<p class='muted'>No scenario files in this run directory.</p>")
-    return "\n".join(parts)
+def audit_section(audit: Audit) -> Markup:
+    """Every membership matchup against a claim, violations first: the replace-one ε tested, the held-out bound,
+    the largest bound the held-out counts could certify; every reconstruction matchup against its bounds."""
+    membership_rows, membership_classes = [], []
+    for a in sorted(audit.membership, key=lambda a: not a.violation):
+        lb = a.lower_bound
+        one_run = (f"{a.one_run.epsilon:.3f} ({a.one_run.correct}/{a.one_run.guesses} pairs)"
+                   if a.one_run is not None else "—")
+        membership_classes.append("violation" if a.violation else "")
+        membership_rows.append([a.track, a.defense_label, a.attack, a.seed, fmt(a.claimed_epsilon), f"{a.delta:g}",
+                      f"{fmt(a.relation_epsilon)} ({a.relation_how})" if a.relation_how else fmt(a.relation_epsilon),
+                      fmt(lb.epsilon), fmt(lb.max_certifiable),
+                      f"{lb.n_members} + {lb.n_nonmembers} of {lb.n_members_total} + {lb.n_nonmembers_total}",
+                      f"{lb.true_positives}, {lb.false_positives}" if lb.direction else "— (no evidence)",
+                      one_run, _audit_verdict(a)])
+    recon_rows = [[r.track, r.defense_label, r.attack, r.seed, fmt(r.claimed_epsilon), f"{r.delta:g}",
+                   f"{fmt(r.kappa)} ({'exact' if r.kappa_exact else 'estimate'})", fmt(r.allowed), fmt(r.bound),
+                   r.bound_how, fmt(r.success_rate), r.n_targets, fmt(r.success_low),
+                   "ABOVE THE BOUND" if r.exceeds else "within"] for r in audit.reconstruction]
+    return render("audit.html.j2", membership_rows=membership_rows, membership_classes=membership_classes, recon_rows=recon_rows,
+                  missing=list(audit.missing_arrays), recon_lines=[describe_reconstruction(r) for r in
+                                                                   audit.reconstruction if r.exceeds])
 
 
-def timings_section(rows: list[dict[str, Any]]) -> str:
-    total = sum(r.get("seconds") or 0.0 for r in rows)
-    body = [[r["track"], r["defense_label"], r["attack_label"], r["seed"], r["status"], fmt(r.get("seconds"), 2),
-             r.get("trained_models", "—")] for r in rows]
-    return (f"<h2>Timings</h2><p>{len(rows)} matchups, {total:.1f} s of matchup time in all "
-            "(wall time is lower when matchups run in parallel).</p>"
-            + table(["track", "defense", "attack", "seed", "status", "seconds", "models trained"], body))
-
-
-def render(store: RunStore) -> str:
-    """The whole page for the run directory of ``store``."""
+def render_page(store: RunStore) -> str:
+    """The whole page for the run directory of ``store`` (figures written under ``report/figures/``)."""
     rows = leaderboard.latest_rows(store.results())
     audit = audit_store(store, rows)
-    boards = leaderboard.build(rows, violation_findings(audit))
-    counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "skipped", "failed")}
-    generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    parts = [f"<h1>privacy-arena report: {esc(store.root.resolve().name)}</h1>",
-             (f"<p class='muted'>privacy-arena {esc(arena.__version__)}; generated {generated}; {len(rows)} "
-              f"matchups: {counts['ok']} ok, {counts['skipped']} skipped, {counts['failed']} failed.</p>")]
-    if audit.violations:
-        parts.append('<div class="banner"><b>DP violations: a defense leaks more than it claims</b><ul>'
-                     + "".join(f"<li>{esc(f'{a.track} {a.defense_label} vs {a.attack} seed {a.seed}: ')}"
-                               f"{esc(describe_violation(a))}</li>" for a in audit.violations)
-                     + "</ul></div>")
-    elif audit.membership:
-        parts.append(f'<div class="ok">DP audit: {len(audit.membership)} membership matchups against claimed '
-                     "(ε, δ); no empirical lower bound exceeds its claim.</div>")
+    arrays = saved_arrays(store)
+    memo: dict[str, Any] = {}
+
+    def cached(key: str) -> Any:
+        if key not in memo:
+            memo[key] = arrays(key)
+        return memo[key]
+
+    boards = leaderboard.build(rows, violation_findings(audit), rank_by=leaderboard.rank_by_of(store.root),
+                               arrays=cached)
+    figures_dir = store.root / FIGURES
+    if figures_dir.exists():
+        shutil.rmtree(figures_dir)  # figures of tracks no longer in the run must not linger
+    figures = plots.Figures(figures_dir)
+    tracks = []
     for board in boards:
         track_rows = [r for r in rows if r["track"] == board.track]
-        parts.append(board_section(board, track_rows, store, audit))
-    parts.append(audit_section(audit))
-    parts.append(grids_section(rows, store))
-    parts.append(notes_section(rows))
-    parts.append(scenarios_section(store))
-    parts.append(timings_section(rows))
-    body = "\n".join(p for p in parts if p)
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f"<title>privacy-arena report: {esc(store.root.resolve().name)}</title>"
-            f"<style>{STYLE}</style></head><body>\n{body}\n</body></html>\n")
+        ctx = TrackContext(board, track_rows, store, cached, figures, audit)
+        flagged = {(a.defense_label, a.attack) for a in audit.violations if a.track == board.track}
+        section = SECTIONS.get(board.game)
+        tracks.append({"board": board_section(board, ctx, flagged),
+                       "section": section(ctx) if section is not None else Markup("")})
+    notes: dict[tuple[str, str], int] = {}
+    for r in rows:
+        for note in r.get("notes") or []:
+            notes[r["track"], note] = notes.get((r["track"], note), 0) + 1
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "skipped", "failed")}
+    scenarios = [(p.name, p.read_text(encoding="utf-8")) for p in sorted((store.root / "scenarios").glob("*.yaml"))]
+    timings = [[r["track"], r["defense_label"], r["attack_label"], r["seed"], r["status"], fmt(r.get("seconds"), 2),
+                r.get("trained_models", "—")] for r in rows]
+    return render(
+        "page.html.j2",
+        name=store.root.resolve().name,
+        version=arena.__version__,
+        generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        n_rows=len(rows),
+        counts=counts,
+        violations=[f"{a.track} {a.defense_label} vs {a.attack} seed {a.seed}: {describe_violation(a)}"
+                    for a in audit.violations],
+        n_audited=len(audit.membership),
+        tracks=tracks,
+        audit=audit_section(audit),
+        notes=[(t, n, c) for (t, n), c in notes.items()],
+        scenarios=scenarios,
+        timings=timings,
+        total_seconds=sum(r.get("seconds") or 0.0 for r in rows),
+        figure_files=[p.name for p in figures.written],
+        figures_dir=FIGURES,
+    )
 
 
 def write_report(run_dir: Path | str) -> Path:
-    """Write ``run_dir/report/index.html`` and return its path."""
+    """Write ``run_dir/report/index.html`` (and ``report/figures/``) and return the page's path."""
     store = RunStore(run_dir)
     if not store.results_path.exists():
         raise FileNotFoundError(f"{run_dir}: no results.jsonl here")
-    page = render(store)
+    page = render_page(store)
     store.write_text("report/index.html", page)
     path = store.root / "report" / "index.html"
     path.chmod(0o644)  # a page to be read (and served) by others, unlike the private temporary file it came from
     return path
+

@@ -1,0 +1,152 @@
+"""The membership game's part of the report: ROC curves, the most exposed records, per-class TPR at low FPR.
+
+Per-record risk: every saved matchup holds each challenge point's dataset row (``record``), its score, its label
+and whether it was a member. A point's *rank* is the percentile of its score among that matchup's challenge
+points (1.0 = the highest score, the most confidently called a member). Across seeds a record is a member in some
+games and not in others; its exposure under a (defense, attack) is its mean rank over the seeds where it was a
+member. Per class, the TPR at 1 % FPR is measured among that class's points (10 % when the class's non-members
+cannot resolve 1 %; n/r when they cannot resolve 10 % either), averaged over seeds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from markupsafe import Markup
+from scipy.stats import rankdata
+
+from arena.leaderboard import NOT_RESOLVABLE, score_metrics
+from arena.metrics import tpr_key
+from arena.report import plots
+from arena.report.context import TrackContext, render
+
+TOP_RECORDS = 3
+CLASS_LEVELS = (0.01, 0.1)
+
+
+@dataclass(frozen=True)
+class RecordRisk:
+    """One record's exposure under one (defense, attack): mean percentile rank over the seeds it was a member."""
+
+    record: int
+    label: int | None
+    mean_rank: float
+    times_member: int
+    times_seen: int  # seeds in which it was a challenge point at all
+
+
+def _pairs(rows: list[dict[str, Any]], arrays) -> dict[tuple[str, str], list[dict[str, np.ndarray]]]:  # noqa: ANN001
+    out: dict[tuple[str, str], list[dict[str, np.ndarray]]] = {}
+    for r in rows:
+        saved = arrays(r["key"]) if r.get("status") == "ok" else None
+        if saved is None or "scores" not in saved or "is_member" not in saved:
+            continue
+        out.setdefault((r["defense_label"], r["attack_label"]), []).append(
+            {k: np.asarray(v).reshape(-1) for k, v in saved.items()})
+    return out
+
+
+def record_risk(seeds: list[dict[str, np.ndarray]], top: int = TOP_RECORDS) -> list[RecordRisk]:
+    """The ``top`` records with the highest mean rank among the seeds where they were members (ties: more member
+    seeds first, then the lower row index). Needs the ``record`` array (runs before it saved none: empty)."""
+    ranks: dict[int, list[float]] = {}
+    seen: dict[int, int] = {}
+    labels: dict[int, int] = {}
+    for saved in seeds:
+        if "record" not in saved:
+            return []
+        scores = saved["scores"].astype(np.float64)
+        pct = rankdata(scores, method="average") / len(scores)
+        member = saved["is_member"].astype(bool)
+        for i, rec in enumerate(saved["record"].astype(np.int64).tolist()):
+            seen[rec] = seen.get(rec, 0) + 1
+            if "label" in saved:
+                labels[rec] = int(saved["label"][i])
+            if member[i]:
+                ranks.setdefault(rec, []).append(float(pct[i]))
+    risks = [RecordRisk(rec, labels.get(rec), float(np.mean(rs)), len(rs), seen[rec]) for rec, rs in ranks.items()]
+    risks.sort(key=lambda x: (-x.mean_rank, -x.times_member, x.record))
+    return risks[:top]
+
+
+def class_level(n_nonmembers: int) -> float | None:
+    """The lowest FPR of ``CLASS_LEVELS`` that ``n_nonmembers`` can resolve (1/n ≤ FPR), or None."""
+    return next((lvl for lvl in CLASS_LEVELS if n_nonmembers > 0 and 1.0 / n_nonmembers <= lvl * (1 + 1e-9)), None)
+
+
+def per_class_tpr(seeds: list[dict[str, np.ndarray]]) -> dict[int, tuple[float | None, float | None, int]]:
+    """Class → (mean TPR over seeds at the level, the level, fewest non-members of the class in a seed). The level
+    is the lowest of 1 % and 10 % that every seed's non-members of the class resolve; None when neither is."""
+    classes = sorted({int(c) for s in seeds if "label" in s for c in s["label"]})
+    out: dict[int, tuple[float | None, float | None, int]] = {}
+    for c in classes:
+        parts = []
+        for s in seeds:
+            if "label" not in s:
+                continue
+            mask = s["label"] == c
+            member = s["is_member"].astype(bool)[mask]
+            parts.append((s["scores"].astype(np.float64)[mask], member))
+        fewest = min(int((~m).sum()) for _, m in parts)
+        level = class_level(fewest)
+        if level is None or any(int(m.sum()) == 0 for _, m in parts):
+            out[c] = (None, level, fewest)
+            continue
+        values = [float(score_metrics(sc, m, (level,))[tpr_key(level)][0]) for sc, m in parts]
+        out[c] = (float(np.mean(values)), level, fewest)
+    return out
+
+
+def _dataset(ctx: TrackContext):  # noqa: ANN202 - the track's Dataset, or None
+    """The track's dataset, loaded from the scenario kept in the run directory (None if that fails)."""
+    from arena.plan import load_dataset
+    from arena.scenario import ScenarioError, parse_scenario
+
+    for path in sorted((ctx.store.root / "scenarios").glob("*.yaml")):
+        try:
+            scenario = parse_scenario(path)
+        except (ScenarioError, OSError):
+            continue
+        for track in scenario.tracks:
+            if track.name == ctx.board.track:
+                try:
+                    return load_dataset(track.dataset)
+                except Exception:  # noqa: BLE001 - a dataset gone missing costs the images, not the report
+                    return None
+    return None
+
+
+def section(ctx: TrackContext) -> Markup:
+    """ROC curves, the most exposed records (with images for an image dataset) and per-class TPR at low FPR."""
+    board = ctx.board
+    roc = plots.roc_curves(board, ctx.rows, ctx.arrays)
+    roc_png = ctx.figures.save(roc, f"{board.track}-roc") if roc is not None else None
+    pairs = _pairs(ctx.rows, ctx.arrays)
+    order = [(d, a) for d in board.means.index for a in board.means.columns if (d, a) in pairs]
+    exposed = [(d, a, record_risk(pairs[d, a])) for d, a in order]
+    exposed = [(d, a, risks) for d, a, risks in exposed if risks]
+    records_png = None
+    if exposed:
+        dataset = _dataset(ctx)
+        if dataset is not None and dataset.kind == "image":
+            panels = [(f"{d}\nvs {a}", [(dataset.X[r.record], f"#{r.record} y={r.label} rank {r.mean_rank:.3f}")
+                                        for r in risks]) for d, a, risks in exposed]
+            records_png = ctx.figures.save(plots.exposed_records(panels, dataset.shape),
+                                           f"{board.track}-exposed-records")
+    classes = {(d, a): per_class_tpr(pairs[d, a]) for d, a in order}
+    labels = sorted({c for per in classes.values() for c in per})
+    class_rows = []
+    for (d, a), per in classes.items():
+        cells = []
+        for c in labels:
+            value, level, _ = per.get(c, (None, None, 0))
+            cells.append(NOT_RESOLVABLE if value is None else f"{value:.3f} @{level:.0%}")
+        class_rows.append([d, a, *cells])
+    exposed_rows = [[d, a, place, f"#{r.record}", "—" if r.label is None else r.label, f"{r.mean_rank:.3f}",
+                     f"{r.times_member} of {r.times_seen}"]
+                    for d, a, risks in exposed for place, r in enumerate(risks, start=1)]
+    return render("membership.html.j2", track=board.track, roc_png=roc_png, exposed=bool(exposed),
+                  exposed_rows=exposed_rows, records_png=records_png, class_labels=[f"class {c}" for c in labels],
+                  class_rows=class_rows, top=TOP_RECORDS)
