@@ -65,7 +65,8 @@ def test_formats() -> None:
     text = leaderboard.render_table(boards)
     assert "higher = stronger attack" in text and "failed matchups:" in text
     csv = leaderboard.render_csv(boards).splitlines()
-    assert csv[0].startswith("track,metric,defense,attack,mean") and len(csv) == 1 + 6
+    assert csv[0].startswith("track,game,defense,attack,rank_by,seeds,interval") and len(csv) == 1 + 6
+    assert "auc,auc_low,auc_high" in csv[0]  # every metric: mean and both ends of its interval
     data = json.loads(leaderboard.render_json(boards))
     assert data[0]["cells"]["nonprivate"]["a"] == pytest.approx(0.75)
     assert data[0]["higher_is_better"] is True
