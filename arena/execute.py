@@ -28,7 +28,8 @@ def recipe(training: dict[str, Any]) -> Recipe:
     """The engine's recipe from a defense configuration's effective ``training`` section (JSON form)."""
     aug = training.get("augment") or {}
     return Recipe(epochs=training["epochs"], lr=training["lr"], momentum=training["momentum"],
-                  batch_size=training["batch_size"], augment=Augment(aug.get("crop", 0), aug.get("flip", False)))
+                  batch_size=training["batch_size"], augment=Augment(aug.get("crop", 0), aug.get("flip", False)),
+                  ema=training.get("ema", 0.0))
 
 
 def procedure_for(matchup: Matchup, store: RunStore) -> TrainingProcedure:

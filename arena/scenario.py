@@ -67,6 +67,7 @@ class TrainingSpec(Strict):
     momentum: float = Field(default=0.0, ge=0.0, lt=1.0)
     solver: Literal["auto", "gradient", "newton"] = "auto"
     augment: AugmentSpec = Field(default_factory=AugmentSpec)
+    ema: float = Field(default=0.0, ge=0.0, lt=1.0, description="decay of the released moving average of iterates")
 
 
 class TrainingOverride(Strict):
@@ -78,6 +79,7 @@ class TrainingOverride(Strict):
     batch_size: PositiveInt | None = None
     momentum: float | None = Field(default=None, ge=0.0, lt=1.0)
     augment: AugmentSpec | None = None
+    ema: float | None = Field(default=None, ge=0.0, lt=1.0)
 
     def apply(self, base: TrainingSpec) -> TrainingSpec:
         return TrainingSpec.model_validate({**base.model_dump(), **self.model_dump(exclude_unset=True)})

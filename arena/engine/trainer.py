@@ -39,10 +39,15 @@ class Recipe:
     momentum: float = 0.0
     batch_size: int | None = None
     augment: Augment = field(default_factory=Augment)
+    ema: float = 0.0
+    """Decay of an exponential moving average of the iterates, released instead of the last one (0: off). Free
+    under DP (post-processing) and a large utility gain for DP-SGD (De et al. 2022)."""
 
     def __post_init__(self) -> None:
         if self.epochs < 0 or not 0 < self.lr < math.inf or not 0 <= self.momentum < 1:
             raise ValueError("need epochs >= 0, 0 < lr < inf and 0 <= momentum < 1")
+        if not 0 <= self.ema < 1:
+            raise ValueError("need 0 <= ema < 1")
         if self.batch_size is not None and self.batch_size < 1:
             raise ValueError("batch_size must be positive or None")
 
@@ -193,16 +198,28 @@ def _noise(
     return rng.normal(seeds, rng.stream(rng.Purpose.NOISE, step), n_params, dtype, workspace)
 
 
-def _descend(
-    params: list[torch.Tensor], grads: list[torch.Tensor], velocity: list[torch.Tensor],
-    penalised: list[bool], recipe: Recipe, l2: float,
-) -> None:
-    """One heavy-ball step in place: v ← μv + g (+ l2·w on weights); w ← w − lr·v."""
-    for p, g, v, pen in zip(params, grads, velocity, penalised):
-        if pen and l2:
-            g = g + l2 * p
-        v.mul_(recipe.momentum).add_(g)
-        p.sub_(recipe.lr * v)
+class HeavyBall:
+    """Momentum SGD on K stacked models in place: v ← μv + g (+ l2·w on weights); w ← w − lr·v; optionally an
+    exponential moving average of the iterates (``recipe.ema``), which ``result`` then returns."""
+
+    def __init__(self, params: list[torch.Tensor], penalised: list[bool], recipe: Recipe, l2: float) -> None:
+        self.params, self.penalised, self.recipe, self.l2 = params, penalised, recipe, l2
+        self.velocity = [torch.zeros_like(p) for p in params]
+        self.average = [p.clone() for p in params] if recipe.ema else None
+
+    def step(self, grads: list[torch.Tensor]) -> None:
+        for p, g, v, pen in zip(self.params, grads, self.velocity, self.penalised):
+            if pen and self.l2:
+                g = g + self.l2 * p
+            v.mul_(self.recipe.momentum).add_(g)
+            p.sub_(self.recipe.lr * v)
+        if self.average is not None:
+            for a, p in zip(self.average, self.params):
+                a.mul_(self.recipe.ema).add_(p, alpha=1.0 - self.recipe.ema)
+
+    def result(self) -> list[torch.Tensor]:
+        """The released parameters: the moving average when the recipe keeps one, else the last iterate."""
+        return self.params if self.average is None else self.average
 
 
 def _train_dense(
@@ -213,8 +230,7 @@ def _train_dense(
     spec = arch.dense
     names = list(state)
     layers = [p.clone() for p in hand.to_layers(state)]
-    velocity = [torch.zeros_like(p) for p in layers]
-    penalised = [i % 2 == 0 for i in range(len(layers))]
+    optimizer = HeavyBall(layers, [i % 2 == 0 for i in range(len(layers))], recipe, arch.l2)
     seeds = rng.Keys(train_seeds.to(X.device))
     n = X.shape[1]
     workspace = rng.Workspace()
@@ -231,8 +247,8 @@ def _train_dense(
             z = hand.unflatten_module_order(spec, _noise(seeds, t, spec.n_params, X.dtype, workspace))
             q = steps_and_rate(n, recipe)[1]
             grads = clipped_noisy_gradient(inputs, deltas, dp.clip, dp.noise_multiplier, z, q * n)
-        _descend(layers, grads, velocity, penalised, recipe, arch.l2)
-    return hand.to_state(names, layers)
+        optimizer.step(grads)
+    return hand.to_state(names, optimizer.result())
 
 
 def _train_functional(
@@ -244,8 +260,7 @@ def _train_functional(
     params = {k: state[k].clone() for k in template.trainable}
     buffers = {k: state[k] for k in template.buffers}
     names = list(params)
-    velocity = [torch.zeros_like(params[k]) for k in names]
-    penalised = [k in template.penalised for k in names]
+    optimizer = HeavyBall([params[k] for k in names], [k in template.penalised for k in names], recipe, arch.l2)
     sizes = [params[k][0].numel() for k in names]
     seeds = rng.Keys(train_seeds.to(X.device))
     K, n = X.shape[:2]
@@ -264,5 +279,6 @@ def _train_functional(
                 total[k].add_(zk.reshape(total[k].shape), alpha=dp.noise_multiplier * dp.clip).div_(q * n)
                 for k, zk in zip(names, z)
             ]
-        _descend([params[k] for k in names], grads, velocity, penalised, recipe, arch.l2)
-    return {k: params[k] if k in params else buffers[k] for k in state}
+        optimizer.step(grads)
+    released = dict(zip(names, optimizer.result()))
+    return {k: released[k] if k in released else buffers[k] for k in state}
