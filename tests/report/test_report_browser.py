@@ -1,4 +1,4 @@
-"""The report opens in headless Chromium without console errors, and the screenshot is painted with the heatmap.
+"""The report opens in headless Chromium without console errors, and the screenshot is painted with the heatmaps.
 
 Skipped without a Chromium; ``make report-check`` installs one and runs this on the quickstart run
 (ARENA_REPORT_RUN_DIR), keeping the screenshot (ARENA_REPORT_SCREENSHOT) for a person to look at.
@@ -44,8 +44,10 @@ def test_report_renders_in_headless_chromium(fake_run, tmp_path: Path) -> None:
 
     pixels = imread(shot)[..., :3]
     assert pixels.shape[:2] == (HEIGHT, WIDTH)
-    dark_red = (pixels[..., 0] > 0.35) & (pixels[..., 1] < 0.15) & (pixels[..., 2] < 0.15)
-    assert dark_red.sum() > 2000, "the heatmap's strongest cells should be painted in the first screen"
+    # The heatmaps' fixed scales (AUC on [0.5, 1], TPR on [0, 1]) paint any cell above the bottom of the scale in
+    # matplotlib's Reds: red well above blue.
+    reds = (pixels[..., 0] > 0.5) & (pixels[..., 0] - pixels[..., 2] > 0.25)
+    assert reds.sum() > 2000, "the heatmap cells should be painted in the first screen"
 
     dom = chromium(tmp_path / "profile-dom", "--dump-dom", page.as_uri())
     assert dom.returncode == 0
