@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.func import replace_all_batch_norm_modules_
 
+from arena.engine import ghost
 from arena.engine.dense import Dense
 
 if TYPE_CHECKING:
@@ -90,6 +91,9 @@ class Template:
     trainable: tuple[str, ...]
     buffers: tuple[str, ...]
     penalised: frozenset[str]
+    ghost: ghost.Plan | None = None
+    """How DP-SGD clips this module without per-example backward passes (a stack of linear, convolution and
+    GroupNorm layers, see ``arena.engine.ghost``), or None: per-example gradients through ``vmap(grad)``."""
 
     @property
     def n_params(self) -> int:
@@ -102,7 +106,7 @@ def _template(arch: Architecture) -> Template:
     names = tuple(n for n, _ in module.named_parameters())
     buffers = tuple(n for n, _ in module.named_buffers())
     penalised = frozenset(n for n, p in module.named_parameters() if p.ndim >= 2)
-    return Template(module, names, buffers, penalised)
+    return Template(module, names, buffers, penalised, ghost.plan(module, arch.input_shape))
 
 
 def has_batch_norm(arch: Architecture) -> bool:

@@ -3,11 +3,16 @@ DP-SGD's clipped, noised sum of per-example gradients (``vmap(grad)``), both bat
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
+from arena.engine import ghost
 from arena.engine.architecture import Architecture, State
+
+Method = Literal["auto", "ghost", "vmap"]
 
 
 def _loss_fn(arch: Architecture):  # noqa: ANN202 - a function of (params, buffers, x, y)
@@ -33,6 +38,16 @@ def _per_example_fn(arch: Architecture):  # noqa: ANN202
     return vmap(vmap(one, in_dims=(None, None, 0, 0)), in_dims=(0, 0, 0, 0))
 
 
+def examples_per_call(arch: Architecture, models: int, budget: int, dtype: torch.dtype = torch.float32) -> int:
+    """How many examples of ``models`` models one ``clipped_sum`` pass may take within ``budget`` bytes: per
+    example, the ghost path keeps activations and per-layer norms' operands, ``vmap(grad)`` a full gradient."""
+    template = arch.template()
+    if template.ghost is not None:
+        size = torch.empty((), dtype=dtype).element_size()
+        return template.ghost.examples_per_call(models, size, budget)
+    return max(1, budget // max(1, 8 * models * template.n_params))
+
+
 def clipped_sum(
     arch: Architecture,
     params: State,
@@ -42,16 +57,26 @@ def clipped_sum(
     valid: torch.Tensor | None,
     clip: float,
     examples_per_call: int,
+    method: Method = "auto",
 ) -> State:
     """Per model, the sum over its batch of per-example gradients each clipped to L2 norm ``clip`` over all
     parameters together (flat clipping); rows where ``valid`` [K, B] is False contribute nothing. Examples go
-    through ``vmap(grad)`` ``examples_per_call`` at a time, so memory stays within budget for any batch."""
+    ``examples_per_call`` at a time, so memory stays within budget for any batch.
+
+    ``method``: "ghost" (``arena.engine.ghost``: per-example norms from each layer's inputs and output gradients,
+    no per-example backward pass; stacks of linear, convolution and GroupNorm layers only), "vmap" (per-example
+    gradients by ``vmap(grad)``, any module), "auto": ghost wherever the architecture allows it."""
+    plan = arch.template().ghost
+    if method == "ghost" and plan is None:
+        raise ValueError(f"model {arch.model.name!r} is not a stack of layers that ghost clipping supports")
+    if plan is not None and method != "vmap":
+        return ghost.clipped_sum(plan, params, X, y, valid, clip, examples_per_call)
     per_example = _per_example_fn(arch)
     total = {k: torch.zeros_like(v) for k, v in params.items()}
     for start in range(0, X.shape[1], examples_per_call):
         sl = slice(start, start + examples_per_call)
         g = per_example(params, buffers, X[:, sl], y[:, sl])
-        sq = sum(t.reshape(*t.shape[:2], -1).pow(2).sum(-1) for t in g.values())
+        sq = sum(torch.linalg.vector_norm(t.reshape(*t.shape[:2], -1), dim=-1).square() for t in g.values())
         factor = (clip / sq.sqrt()).clamp(max=1.0)
         if valid is not None:
             factor = factor * valid[:, sl].to(factor.dtype)

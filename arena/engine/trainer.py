@@ -22,7 +22,7 @@ from arena.engine.architecture import Architecture, State
 from arena.engine.augment import Augment, augment
 from arena.engine.dpsgd import clipped_noisy_gradient
 from arena.engine.ensemble import init_state
-from arena.engine.functional import clipped_sum, mean_gradient
+from arena.engine.functional import clipped_sum, examples_per_call, mean_gradient
 
 Engine = Literal["auto", "functional", "dense"]
 
@@ -212,7 +212,7 @@ class HeavyBall:
             if pen and self.l2:
                 g = g + self.l2 * p
             v.mul_(self.recipe.momentum).add_(g)
-            p.sub_(self.recipe.lr * v)
+            p.add_(v, alpha=-self.recipe.lr)
         if self.average is not None:
             for a, p in zip(self.average, self.params):
                 a.mul_(self.recipe.ema).add_(p, alpha=1.0 - self.recipe.ema)
@@ -264,7 +264,7 @@ def _train_functional(
     sizes = [params[k][0].numel() for k in names]
     seeds = rng.Keys(train_seeds.to(X.device))
     K, n = X.shape[:2]
-    per_call = max(1, budget // max(1, 8 * K * template.n_params))
+    per_call = examples_per_call(arch, K, budget, X.dtype)
     workspace = rng.Workspace()
     for t, (Xb, yb, valid) in enumerate(_stream(arch, X, y, recipe, seeds, dp)):
         images = Xb.reshape(K, Xb.shape[1], *arch.input_shape)
