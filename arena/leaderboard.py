@@ -395,13 +395,15 @@ def track_board(track: str, rows: list[dict[str, Any]], violations: Mapping[str,
     utility = pd.Series({d: utility_intervals[d].mean if d in utility_intervals else np.nan for d in defenses},
                         dtype=np.float64)
     attack_ranking, defense_ranking = _rankings(means, utility, metric, higher, defenses)
-    if method == "bootstrap" and not bootstrappable(metric):
-        how = (f"95% t-intervals of the means over seeds ({n_seeds} seed(s); {metric} cannot be recomputed from "
-               "saved scores, so no bootstrap over challenge points)")
-    elif method == "bootstrap":
+    booted = any(iv.method == "bootstrap" for iv in main.intervals.values())
+    if booted:
         how = (f"95% intervals: percentile bootstrap over challenge points ({resamples} stratified resamples of each "
                f"seed's members and non-members, seeded; mean over seeds), since {n_seeds} seed(s) < {MIN_T_SEEDS}; "
                "t-intervals over seeds for metrics that saved scores do not determine")
+    elif method == "bootstrap":
+        why = "no saved scores to resample" if bootstrappable(metric) else \
+            f"{metric} cannot be recomputed from saved scores"
+        how = f"95% t-intervals of the means over seeds ({n_seeds} seed(s) < {MIN_T_SEEDS}, but {why})"
     else:
         how = f"95% t-intervals of the means over seeds ({n_seeds} seeds)"
     return TrackBoard(track, game, metric, higher, cells, means, utility, attack_ranking, defense_ranking, failures,
