@@ -1,23 +1,28 @@
 """DP-SGD's clipped sum for K models of a plain layer stack, without ``vmap(grad)``'s per-example backward passes.
 
 A module qualifies when it is an ``nn.Sequential`` (nested ones allowed) whose leaves with parameters are exactly
-``nn.Linear``, ``nn.Conv2d`` (groups 1, zero padding, any stride and dilation) or ``nn.GroupNorm``, and whose
-other leaves hold no tensors and act on each example alone (activations, pooling, dropout, Flatten, Identity).
-``plan`` decides that once per architecture; anything else keeps the general ``vmap(grad)`` path.
+``nn.Linear``, ``nn.Conv2d`` (groups 1, zero padding, any stride and dilation) or ``nn.GroupNorm`` (affine), and
+whose other leaves are torch.nn layers that hold no tensors and act on each example alone (activations, pooling,
+padding, dropout in eval mode, Flatten, Identity). ``plan`` decides that once per architecture (``Template.ghost``);
+anything else keeps the general ``vmap(grad)`` path.
 
-One step, all K models and B examples at once (layout [B, K, ...]: a convolution of K models is one grouped
-convolution on [B, K·C, H, W], a GroupNorm one group norm with K·G groups):
+One step, all K models and B examples at once. Images travel as [B, K·C, H, W] in channels-last memory (a
+convolution of K models is one grouped convolution, a GroupNorm one group norm of K·G groups, activations and
+2-d pooling act on the K·C channels directly); other tensors as [B, K, ...].
 
-1. a forward pass that keeps each parametrised layer's input (or GroupNorm's normalised input);
-2. one backward pass of the summed loss to every parametrised layer's output, giving each example's output
-   gradient G (examples never mix, so this is each example's own gradient), without any weight gradient;
-3. per-example squared gradient norms, layer by layer: for a layer computing z = W·a over L positions (a
-   convolution's unfolded input A [P, L] with P = C·kh·kw, or a linear layer's input, L = 1 or its extra
-   dimensions) the gradient is G·Aᵀ and ||G·Aᵀ||² = ⟨AᵀA, GᵀG⟩ ("ghost" norm, Li et al. 2021; L² per example)
-   or, when smaller, the per-example gradient is formed and kept (O·P per example: Bu et al. 2022's mixed
-   rule); GroupNorm's per-example gradients (per channel sums over positions) are formed directly;
-4. clip factors c = min(1, C/||g||) (0 on padding rows) and the clipped sum Σ_b c_b·G_b·A_bᵀ as one batched
-   matmul per layer (or Σ_b c_b·g_b over the kept per-example gradients).
+1. A forward pass keeps each parametrised layer's input (GroupNorm: its normalised input).
+2. One backward pass of the summed loss to each parametrised layer's output gives every example's output gradient
+   G (examples never mix, so it is that example's own), and no weight gradient.
+3. Per-example squared norms, layer by layer. A layer z = W·a over L positions has the per-example gradient
+   G·Aᵀ (A [P, L]: a convolution's unfolded input, P = C·kh·kw; a linear layer's input, L = 1 or its extra
+   dimensions). Either it is formed (``materialise``, O·P numbers per example) or its norm is the "ghost" norm
+   ||G·Aᵀ||² = ⟨AᵀA, GᵀG⟩ (L² per example; Li et al. 2021), whichever needs less memory (Bu et al. 2022's mixed
+   rule: materialise when O·P ≤ 2L²). For a convolution AᵀA comes from the Gram matrix of the padded input map
+   (C·(H_p·W_p)² work) summed over the kernel's offsets, so the input is never unfolded. GroupNorm's per-example
+   gradients (per-channel sums over positions) are formed directly. Linear layers with L = 1: ||a||²·||δ||².
+4. Clip factors c = min(1, C/||g||) (0 on padding rows), then the clipped sum of each layer's weight gradient as
+   one ordinary batched weight gradient of c-scaled output gradients (a grouped convolution's weight backward, a
+   batched matmul): the cost of a non-private backward.
 """
 
 from __future__ import annotations
@@ -29,29 +34,41 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-Kind = Literal["linear", "conv", "group_norm", "free"]
+Kind = Literal["linear", "conv", "group_norm", "channelwise", "free"]
 
-_FREE_MODULES = ("activation", "pooling", "dropout", "flatten", "padding", "pixelshuffle", "channelshuffle")
-"""``torch.nn.modules`` submodules whose tensor-free layers act on each example alone."""
-_BATCH_DIM_ARGS = ("dim", "start_dim")
-"""Attributes that would make a tensor-free layer reach across examples when 0 (Softmax(dim=0), Flatten(0))."""
+_ELEMENTWISE = (
+    nn.Threshold, nn.ReLU, nn.RReLU, nn.Hardtanh, nn.ReLU6, nn.Sigmoid, nn.Hardsigmoid, nn.Tanh, nn.SiLU, nn.Mish,
+    nn.Hardswish, nn.ELU, nn.CELU, nn.SELU, nn.GELU, nn.Hardshrink, nn.LeakyReLU, nn.LogSigmoid, nn.Softplus,
+    nn.Softshrink, nn.Softsign, nn.Tanhshrink,
+)
+_SPATIAL_2D = (
+    nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d, nn.LPPool2d, nn.ZeroPad2d,
+    nn.ConstantPad2d, nn.ReflectionPad2d, nn.ReplicationPad2d, nn.CircularPad2d,
+)
+"""Layers that act on each channel of an image alone, so also on the K·C channels of K models' images."""
+_PER_EXAMPLE_MODULES = ("activation", "pooling", "dropout", "flatten", "padding", "pixelshuffle", "channelshuffle")
+"""``torch.nn.modules`` submodules whose tensor-free layers act on each example alone (unless they reduce over
+dimension 0, or draw random numbers)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Layer:
-    """One leaf of the stack: its kind, its parameters' name prefix, the module (for hyper-parameters and
-    tensor-free layers), and for linear and convolution layers whether per-example gradients are formed
-    (``materialise``) instead of ghost norms."""
+    """One leaf of the stack: its kind, its parameters' name prefix, the module, one example's input shape, and for
+    linear and convolution layers whether per-example gradients are formed (``materialise``); for a ghost-normed
+    convolution the rows and columns of the padded input map that each kernel offset reads."""
 
     kind: Kind
     prefix: str
     module: nn.Module
+    in_shape: tuple[int, ...]
     materialise: bool = False
+    offsets: tuple[tuple[slice, ...], ...] = ()
+    out_shape: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Plan:
-    """The stack's leaves in execution order and the elements one example of one model needs in a step."""
+    """The stack's leaves in execution order and the elements one example of one model needs in a pass."""
 
     layers: tuple[Layer, ...]
     elements_per_example: int
@@ -77,32 +94,59 @@ def _leaves(module: nn.Module, prefix: str = "") -> list[tuple[str, nn.Module]] 
     return out
 
 
-def _free(module: nn.Module) -> bool:
-    """A tensor-free layer from torch.nn that acts on each example alone."""
-    if next(module.parameters(recurse=False), None) is not None or next(module.buffers(recurse=False), None):
-        return False
-    if type(module) is nn.Identity:
-        return True
-    if not type(module).__module__.startswith("torch.nn.modules."):
-        return False
-    if type(module).__module__.rsplit(".", 1)[1] not in _FREE_MODULES:
-        return False
-    if any(getattr(module, a, None) == 0 for a in _BATCH_DIM_ARGS):
-        return False
-    if getattr(module, "dim", 1) is None:
-        return False  # Softmax(dim=None) picks a dimension from the input's rank, which the model axis changes
-    return not module.training or not isinstance(module, nn.modules.dropout._DropoutNd)
+def _tensor_free(module: nn.Module) -> bool:
+    return next(module.parameters(recurse=False), None) is None and next(module.buffers(recurse=False), None) is None
 
 
-def _kind(module: nn.Module) -> Kind | None:
-    if type(module) is nn.Linear:
+def _kind(module: nn.Module) -> Kind | Literal["skip"] | None:
+    """What the ghost path does with a leaf: a parametrised kind, "channelwise" / "free" (tensor-free, per
+    example), "skip" (identity: Identity, dropout in eval mode), or None (unsupported)."""
+    kind = type(module)
+    if kind is nn.Linear:
         return "linear"
-    if type(module) is nn.Conv2d:
+    if kind is nn.Conv2d:
         ok = module.groups == 1 and module.padding_mode == "zeros" and not isinstance(module.padding, str)
         return "conv" if ok else None
-    if type(module) is nn.GroupNorm:
+    if kind is nn.GroupNorm:
         return "group_norm" if module.affine else None
-    return "free" if _free(module) else None
+    if not _tensor_free(module):
+        return None
+    if kind is nn.Identity or (isinstance(module, nn.modules.dropout._DropoutNd) and not module.training):
+        return "skip"
+    if kind.__module__.rsplit(".", 1)[0] != "torch.nn.modules" or kind.__module__.rsplit(".", 1)[1] not in (
+        _PER_EXAMPLE_MODULES
+    ):
+        return None
+    if isinstance(module, nn.modules.dropout._DropoutNd | nn.FractionalMaxPool2d | nn.FractionalMaxPool3d):
+        return None  # random: under vmap too
+    if (kind is nn.RReLU and module.training) or getattr(module, "return_indices", False):
+        return None
+    if any(getattr(module, a, None) == 0 for a in ("dim", "start_dim")) or getattr(module, "dim", 1) is None:
+        return None  # would reach across examples (Softmax(dim=0), Flatten(0)) or pick a dim from the rank
+    return "channelwise" if isinstance(module, _ELEMENTWISE + _SPATIAL_2D) else "free"
+
+
+def _offsets(m: nn.Conv2d, in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> tuple[tuple[slice, ...], ...]:
+    """For each kernel offset (i, j): the output rows and columns whose input pixel under that offset lies inside
+    the (unpadded) input, and those input rows and columns, as slices (out_rows, out_cols, in_rows, in_cols).
+    Output h reads input row h·s + i·d − p."""
+
+    def axis(k: int, n_in: int, n_out: int, s: int, d: int, p: int) -> tuple[slice, slice] | None:
+        first = max(0, -(-(p - k * d) // s))
+        last = min(n_out - 1, (n_in - 1 + p - k * d) // s)
+        if first > last:
+            return None
+        start = first * s + k * d - p
+        return slice(first, last + 1), slice(start, start + (last - first) * s + 1, s)
+
+    out = []
+    for i in range(m.kernel_size[0]):
+        for j in range(m.kernel_size[1]):
+            rows = axis(i, in_shape[1], out_shape[1], m.stride[0], m.dilation[0], m.padding[0])
+            cols = axis(j, in_shape[2], out_shape[2], m.stride[1], m.dilation[1], m.padding[1])
+            if rows and cols:
+                out.append((rows[0], cols[0], rows[1], cols[1]))
+    return tuple(out)
 
 
 def plan(module: nn.Module, input_shape: tuple[int, ...]) -> Plan | None:
@@ -111,142 +155,204 @@ def plan(module: nn.Module, input_shape: tuple[int, ...]) -> Plan | None:
     if leaves is None:
         return None
     kinds = [_kind(m) for _, m in leaves]
-    if None in kinds or all(k == "free" for k in kinds):
+    if None in kinds or not {"linear", "conv", "group_norm"} & set(kinds):
         return None
-    names = {n for n, _ in module.named_parameters()}
+    names = [n for n, _ in module.named_parameters()]
+    if sorted(names) != sorted(p + n for p, m in leaves for n, _ in m.named_parameters()):
+        return None  # parameters shared between layers
     layers: list[Layer] = []
     elements = 0
-    h = torch.zeros(1, *input_shape)
+    h = torch.zeros(1, *input_shape, dtype=next(module.parameters()).dtype)
     with torch.no_grad():
         for (prefix, m), kind in zip(leaves, kinds):
-            if {prefix + n for n, _ in m.named_parameters()} - names:
-                return None  # shared or re-registered parameters
+            if kind == "skip":
+                continue
             try:
                 out = m(h)
-            except RuntimeError:
+            except (RuntimeError, ValueError, TypeError):
                 return None
-            materialise = False
+            if not isinstance(out, torch.Tensor) or out.shape[0] != 1:
+                return None
+            in_shape, out_shape = tuple(h.shape[1:]), tuple(out.shape[1:])
+            if kind == "channelwise" and len(in_shape) != 3:
+                kind = "free"
+            materialise, offsets = False, ()
             if kind in ("linear", "conv"):
-                weight = m.weight
-                O, P = weight.shape[0], weight[0].numel()
+                O, P = m.weight.shape[0], m.weight[0].numel()
                 L = out[0, 0].numel() if kind == "conv" else out[0, ..., 0].numel()
-                materialise = O * P <= 2 * L * L  # Bu et al. 2022: form g = G·Aᵀ unless 2L² is smaller
-                elements += P * L + (O * P if materialise else 2 * L * L)
-            elements += h[0].numel() + 2 * out[0].numel()
-            layers.append(Layer(kind, prefix, m, materialise))  # type: ignore[arg-type]
+                materialise = O * P <= 2 * L * L  # Bu et al. 2022: form G·Aᵀ unless the L×L Gram is smaller
+                if kind == "conv":
+                    offsets = _offsets(m, in_shape, out_shape)
+                if kind == "conv" and not materialise:
+                    L_in = in_shape[1] * in_shape[2]
+                    elements += in_shape[0] * L_in + 2 * L_in * L_in + 3 * L * L
+                elif kind == "conv":
+                    elements += P * L + O * P
+                else:
+                    elements += 2 * L * L if L > 1 else 0
+            elements += h[0].numel() + 3 * out[0].numel()
+            layers.append(Layer(kind, prefix, m, in_shape, materialise, offsets, out_shape))
             h = out
     if h.ndim != 2:
         return None  # the loss wants [examples, classes] logits
     return Plan(tuple(layers), max(1, elements))
 
 
-def _unfold(layer: Layer, a: torch.Tensor) -> torch.Tensor:
-    """A layer's per-example inputs as [B·K, P, L] (a convolution's unfolded patches, a linear layer's input)."""
-    B, K = a.shape[:2]
-    m = layer.module
-    if layer.kind == "conv":
-        A = F.unfold(a.reshape(B, K * a.shape[2], *a.shape[3:]), m.kernel_size, m.dilation, m.padding, m.stride)
-        return A.view(B * K, A.shape[1] // K, A.shape[2])
-    return a.reshape(B * K, -1, a.shape[-1]).transpose(1, 2)
+class _Activation:
+    """A tensor of K models' examples in one of two layouts: ``image`` [B, K·C, H, W] (channels-last) or [B, K, ...]."""
+
+    def __init__(self, t: torch.Tensor, K: int, image: bool) -> None:
+        self.t, self.K, self.image = t, K, image
+
+    def as_image(self) -> torch.Tensor:
+        if self.image:
+            return self.t
+        B, K, C = self.t.shape[:3]
+        return self.t.reshape(B, K * C, *self.t.shape[3:]).contiguous(memory_format=torch.channels_last)
+
+    def as_models(self) -> torch.Tensor:
+        if not self.image:
+            return self.t
+        B, KC = self.t.shape[:2]
+        return self.t.reshape(B, self.K, KC // self.K, *self.t.shape[2:])
 
 
 def _forward(
     layers: tuple[Layer, ...], params: dict[str, torch.Tensor], x: torch.Tensor
 ) -> tuple[torch.Tensor, list[tuple[Layer, torch.Tensor, torch.Tensor]]]:
-    """Logits [B, K, classes] of x [B, K, *input] and, per parametrised layer, (layer, saved input, output)."""
+    """Logits [B, K, classes] of x [B, K, *input] and, per parametrised layer, (layer, saved input, output): a
+    convolution's and GroupNorm's as [B, K·C, H, W] (GroupNorm: the normalised input), a linear layer's [B, K, ...]."""
     B, K = x.shape[:2]
     saved = []
-    h = x
+    h = _Activation(x, K, False)
     for layer in layers:
         m = layer.module
+        if layer.kind == "channelwise":
+            h = _Activation(m(h.as_image()), K, True)
+            continue
         if layer.kind == "free":
-            out = m(h.reshape(B * K, *h.shape[2:]))
-            h = out.reshape(B, K, *out.shape[1:])
+            t = h.as_models()
+            out = m(t.reshape(B * K, *t.shape[2:]))
+            h = _Activation(out.reshape(B, K, *out.shape[1:]), K, False)
             continue
         w = params[layer.prefix + "weight"]
         b = params.get(layer.prefix + "bias")
         if layer.kind == "conv":
-            O, C = w.shape[1:3]
-            z = F.conv2d(h.reshape(B, K * h.shape[2], *h.shape[3:]), w.reshape(K * O, *w.shape[2:]),
-                         None if b is None else b.reshape(K * O), m.stride, m.padding, m.dilation, K)
-            z, a = z.view(B, K, O, *z.shape[2:]), h
+            a = h.as_image()
+            z = F.conv2d(a, w.reshape(-1, *w.shape[2:]), None if b is None else b.reshape(-1), m.stride, m.padding,
+                         m.dilation, K)
         elif layer.kind == "linear":
-            z = torch.einsum("bk...f,kof->bk...o", h, w)
+            a = h.as_models()
+            z = torch.einsum("bk...f,kof->bk...o", a, w)
             if b is not None:
-                z = z + b.view(1, K, *[1] * (h.ndim - 3), -1)
-            a = h
-        else:  # group norm: normalise K·C channels in K·G groups, then each model's affine map
-            C = h.shape[2]
-            flat = h.reshape(B, K * C, *h.shape[3:])
-            a = F.group_norm(flat, K * m.num_groups, eps=m.eps).view(h.shape)
-            shape = (1, K, C, *[1] * (h.ndim - 3))
-            z = a * w.view(shape) + b.view(shape)
+                z = z + b.view(1, K, *[1] * (a.ndim - 3), -1)
+        else:  # group norm: normalise the K·C channels in K·G groups, then each model's affine map
+            if len(layer.in_shape) == 3:
+                a = F.group_norm(h.as_image(), K * m.num_groups, eps=m.eps)
+            else:
+                t = h.as_models()
+                a = F.group_norm(t.reshape(B, -1, *t.shape[3:]), K * m.num_groups, eps=m.eps)
+            shape = (1, -1, *[1] * (a.ndim - 2))
+            z = a * w.reshape(shape) + b.reshape(shape)
         if not z.requires_grad:
             z.requires_grad_()
         saved.append((layer, a.detach(), z))
-        h = z
-    return h, saved
+        if layer.kind == "linear" or z.ndim == 4:
+            h = _Activation(z, K, layer.kind != "linear")
+        else:  # a GroupNorm on [B, K·C, ...] other than images
+            h = _Activation(z.view(B, K, *layer.in_shape), K, False)
+    return h.as_models(), saved
+
+
+def _sq(t: torch.Tensor, B: int, K: int) -> torch.Tensor:
+    """Squared L2 norm of each (example, model) slice of t [B, K·...] or [B·K, ...] → [B, K]."""
+    return torch.linalg.vector_norm(t.reshape(B, K, -1), dim=-1).square()
+
+
+def _conv_ghost_norm(layer: Layer, a: torch.Tensor, Gm: torch.Tensor, B: int, K: int) -> torch.Tensor:
+    """||G·Aᵀ||² = ⟨AᵀA, GᵀG⟩ per example [B, K] for a convolution, A never formed: AᵀA[l, l'] is the sum over
+    kernel offsets of the input Gram matrix XᵀX at the pixels that offset reads for output positions l and l'
+    (zero padding contributes nothing, so each offset adds a sub-block). Examples go last so that the sub-block
+    sums run over contiguous memory."""
+    C, H, W = layer.in_shape
+    Ho, Wo = layer.out_shape[1:]
+    n = B * K
+    x = a.permute(0, 2, 3, 1).reshape(B, H * W, K, C).transpose(1, 2).reshape(n, H * W, C)
+    gram = torch.bmm(x, x.mT).view(n, H, W, H, W).permute(1, 2, 3, 4, 0).contiguous()  # [H, W, H, W, n]
+    ata = gram.new_zeros(Ho, Wo, Ho, Wo, n)
+    for out_rows, out_cols, in_rows, in_cols in layer.offsets:
+        ata[out_rows, out_cols, out_rows, out_cols] += gram[in_rows, in_cols, in_rows, in_cols]
+    gtg = torch.bmm(Gm.mT, Gm).view(n, -1)  # [n, Lo·Lo]
+    return (ata.view(-1, n) * gtg.T).sum(0).view(B, K)
 
 
 @torch.no_grad()
-def _norms_and_parts(
-    saved: list[tuple[Layer, torch.Tensor, torch.Tensor]], grads: tuple[torch.Tensor, ...]
-) -> tuple[torch.Tensor, list[tuple[Layer, tuple[torch.Tensor, ...]]]]:
-    """Per-example squared gradient norms [B, K] over all layers, and what each layer's clipped sum needs."""
-    B, K = grads[0].shape[:2]
-    sq = grads[0].new_zeros(B, K)
-    parts = []
+def _norms(saved: list[tuple[Layer, torch.Tensor, torch.Tensor]], grads: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """Per-example squared gradient norms [B, K] over all parameters of all layers."""
+    B, K = grads[-1].shape[:2]
+    sq = grads[-1].new_zeros(B, K)
     for (layer, a, _), G in zip(saved, grads):
-        bias = layer.prefix + "bias" if layer.module.bias is not None else None
+        has_bias = layer.module.bias is not None
         if layer.kind == "group_norm":
-            dims = tuple(range(3, G.ndim))
-            gw, gb = ((a * G).sum(dims), G.sum(dims)) if dims else (a * G, G)  # [B, K, C] each
-            sq += torch.linalg.vector_norm(gw, dim=-1).square() + torch.linalg.vector_norm(gb, dim=-1).square()
-            parts.append((layer, (gw, gb)))
+            dims = tuple(range(2, G.ndim))
+            sq += _sq((a * G).sum(dims) if dims else a * G, B, K) + _sq(G.sum(dims) if dims else G, B, K)
             continue
-        A = _unfold(layer, a)  # [BK, P, L]
-        Gm = G.reshape(B * K, G.shape[2], -1) if layer.kind == "conv" else G.reshape(B * K, -1, G.shape[-1]).mT
-        # Gm: [BK, O, L]
-        if layer.materialise:
-            g = torch.bmm(Gm, A.mT)  # [BK, O, P]: each example's weight gradient
-            sq += torch.linalg.vector_norm(g.view(B, K, -1), dim=-1).square()
-            held: tuple[torch.Tensor, ...] = (g.view(B, K, *g.shape[1:]),)
-        elif A.shape[2] == 1:
-            sq += (torch.linalg.vector_norm(A, dim=(1, 2)) * torch.linalg.vector_norm(Gm, dim=(1, 2))).square().view(
-                B, K)
-            held = (A, Gm)
+        if layer.kind == "conv":
+            O = layer.module.out_channels
+            Gm = G.reshape(B * K, O, -1)  # [BK, O, L]
         else:
-            gram = torch.bmm(A.mT, A).mul_(torch.bmm(Gm.mT, Gm))  # [BK, L, L]
-            sq += gram.sum((1, 2)).view(B, K)
-            held = (A, Gm)
-        if bias is not None:
-            gb = Gm.sum(-1).view(B, K, -1)
-            sq += torch.linalg.vector_norm(gb, dim=-1).square()
-            held = (*held, gb)
-        parts.append((layer, held))
-    return sq, parts
+            Gm = G.reshape(B * K, -1, G.shape[-1]).mT  # [BK, O, L]
+        if has_bias:
+            sq += _sq(Gm.sum(-1), B, K)
+        if layer.kind == "linear" and Gm.shape[-1] == 1:
+            sq += _sq(a, B, K) * _sq(Gm, B, K)
+        elif layer.kind == "linear":
+            A = a.reshape(B * K, -1, a.shape[-1])  # [BK, L, P]
+            if layer.materialise:
+                sq += _sq(torch.bmm(Gm, A), B, K)
+            else:
+                sq += (torch.bmm(A, A.mT) * torch.bmm(Gm.mT, Gm)).sum((1, 2)).view(B, K)
+        elif layer.materialise:
+            m = layer.module
+            A = F.unfold(a, m.kernel_size, m.dilation, m.padding, m.stride)  # [B, K·P, L]
+            sq += _sq(torch.bmm(Gm, A.view(B * K, -1, A.shape[-1]).mT), B, K)
+        else:
+            sq += _conv_ghost_norm(layer, a, Gm, B, K)
+    return sq
 
 
 @torch.no_grad()
 def _accumulate(
-    total: dict[str, torch.Tensor], parts: list[tuple[Layer, tuple[torch.Tensor, ...]]], c: torch.Tensor
+    total: dict[str, torch.Tensor], params: dict[str, torch.Tensor],
+    saved: list[tuple[Layer, torch.Tensor, torch.Tensor]], grads: tuple[torch.Tensor, ...], c: torch.Tensor,
 ) -> None:
     """total[name] += Σ_b c[b, k] · (example b's gradient of model k), for every parameter."""
     B, K = c.shape
-    for layer, held in parts:
+    for (layer, a, _), G in zip(saved, grads):
+        m = layer.module
         weight, bias = total[layer.prefix + "weight"], total.get(layer.prefix + "bias")
+        if layer.kind == "linear":  # [B, K, ..., O]
+            Gc = G * c.view(B, K, *[1] * (G.ndim - 2))
+        else:  # [B, K·C, ...], channels-last kept
+            Gc = G * c.repeat_interleave(G.shape[1] // K, dim=1).view(B, -1, *[1] * (G.ndim - 2))
         if layer.kind == "group_norm":
-            weight += torch.einsum("bk,bkc->kc", c, held[0])
-            bias += torch.einsum("bk,bkc->kc", c, held[1])
+            dims = tuple(range(2, G.ndim))
+            weight += ((a * Gc).sum(dims) if dims else a * Gc).sum(0).view(weight.shape)
+            bias += (Gc.sum(dims) if dims else Gc).sum(0).view(bias.shape)
             continue
-        if layer.materialise:
-            weight += torch.einsum("bk,bkop->kop", c, held[0]).view(weight.shape)
-        else:
-            A, Gm = held[0], held[1]  # [BK, P, L], [BK, O, L]
-            Gc = (Gm.view(B, K, *Gm.shape[1:]) * c.view(B, K, 1, 1))
-            weight += torch.einsum("bkol,bkpl->kop", Gc, A.view(B, K, *A.shape[1:])).view(weight.shape)
+        if layer.kind == "conv":
+            w = params[layer.prefix + "weight"]
+            _, gw, _ = torch.ops.aten.convolution_backward(
+                Gc, a, w.reshape(-1, *w.shape[2:]), None, list(m.stride), list(m.padding), list(m.dilation), False,
+                [0, 0], K, [False, True, False],
+            )
+            weight += gw.view(weight.shape)
+            if bias is not None:
+                bias += Gc.sum((0, 2, 3)).view(bias.shape)
+            continue
+        weight += torch.einsum("bk...o,bk...f->kof", Gc, a)
         if bias is not None:
-            bias += torch.einsum("bk,bko->ko", c, held[-1])
+            bias += Gc.reshape(B, K, -1, Gc.shape[-1]).sum((0, 2))
 
 
 def clipped_sum(
@@ -269,9 +375,8 @@ def clipped_sum(
             logits, saved = _forward(plan.layers, weights, x)
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), t.reshape(-1), reduction="sum")
             grads = torch.autograd.grad(loss, [z for _, _, z in saved])
-        sq, parts = _norms_and_parts(saved, grads)
-        c = (clip / sq.sqrt()).clamp_(max=1.0)
+        c = (clip / _norms(saved, grads).sqrt()).clamp_(max=1.0)
         if valid is not None:
             c = c * valid[:, sl].transpose(0, 1).to(c.dtype)
-        _accumulate(total, parts, c)
+        _accumulate(total, weights, saved, grads, c)
     return total
