@@ -286,73 +286,85 @@ def _conv_ghost_norm(layer: Layer, a: torch.Tensor, Gm: torch.Tensor, B: int, K:
     return (ata.view(-1, n) * gtg.T).sum(0).view(B, K)
 
 
+Held = dict[str, torch.Tensor]
+"""Per-example gradients a layer's norm computation formed and its clipped sum reuses: "weight" [B, K, O, P] when
+materialised, "bias" [B, K, O], GroupNorm's "weight" [B, K, C]."""
+
+
 @torch.no_grad()
-def _norms(saved: list[tuple[Layer, torch.Tensor, torch.Tensor]], grads: tuple[torch.Tensor, ...]) -> torch.Tensor:
-    """Per-example squared gradient norms [B, K] over all parameters of all layers."""
+def _norms(
+    saved: list[tuple[Layer, torch.Tensor, torch.Tensor]], grads: tuple[torch.Tensor, ...]
+) -> tuple[torch.Tensor, list[Held]]:
+    """Per-example squared gradient norms [B, K] over all parameters of all layers, and each layer's ``Held``."""
     B, K = grads[-1].shape[:2]
     sq = grads[-1].new_zeros(B, K)
+    held: list[Held] = []
     for (layer, a, _), G in zip(saved, grads):
-        has_bias = layer.module.bias is not None
+        kept: Held = {}
+        held.append(kept)
         if layer.kind == "group_norm":
             dims = tuple(range(2, G.ndim))
-            sq += _sq((a * G).sum(dims) if dims else a * G, B, K) + _sq(G.sum(dims) if dims else G, B, K)
+            kept["weight"] = ((a * G).sum(dims) if dims else a * G).view(B, K, -1)
+            kept["bias"] = (G.sum(dims) if dims else G).view(B, K, -1)
+            sq += _sq(kept["weight"], B, K) + _sq(kept["bias"], B, K)
             continue
         if layer.kind == "conv":
-            O = layer.module.out_channels
-            Gm = G.reshape(B * K, O, -1)  # [BK, O, L]
+            Gm = G.reshape(B * K, layer.module.out_channels, -1)  # [BK, O, L]
         else:
             Gm = G.reshape(B * K, -1, G.shape[-1]).mT  # [BK, O, L]
-        if has_bias:
-            sq += _sq(Gm.sum(-1), B, K)
+        if layer.module.bias is not None:
+            kept["bias"] = Gm.sum(-1).view(B, K, -1)
+            sq += _sq(kept["bias"], B, K)
         if layer.kind == "linear" and Gm.shape[-1] == 1:
             sq += _sq(a, B, K) * _sq(Gm, B, K)
         elif layer.kind == "linear":
             A = a.reshape(B * K, -1, a.shape[-1])  # [BK, L, P]
             if layer.materialise:
-                sq += _sq(torch.bmm(Gm, A), B, K)
+                kept["weight"] = torch.bmm(Gm, A).view(B, K, *Gm.shape[1:2], -1)
+                sq += _sq(kept["weight"], B, K)
             else:
                 sq += (torch.bmm(A, A.mT) * torch.bmm(Gm.mT, Gm)).sum((1, 2)).view(B, K)
         elif layer.materialise:
             m = layer.module
             A = F.unfold(a, m.kernel_size, m.dilation, m.padding, m.stride)  # [B, K·P, L]
-            sq += _sq(torch.bmm(Gm, A.view(B * K, -1, A.shape[-1]).mT), B, K)
+            kept["weight"] = torch.bmm(Gm, A.view(B * K, -1, A.shape[-1]).mT).view(B, K, *Gm.shape[1:2], -1)
+            sq += _sq(kept["weight"], B, K)
         else:
             sq += _conv_ghost_norm(layer, a, Gm, B, K)
-    return sq
+    return sq, held
 
 
 @torch.no_grad()
 def _accumulate(
     total: dict[str, torch.Tensor], params: dict[str, torch.Tensor],
-    saved: list[tuple[Layer, torch.Tensor, torch.Tensor]], grads: tuple[torch.Tensor, ...], c: torch.Tensor,
+    saved: list[tuple[Layer, torch.Tensor, torch.Tensor]], grads: tuple[torch.Tensor, ...], held: list[Held],
+    c: torch.Tensor,
 ) -> None:
-    """total[name] += Σ_b c[b, k] · (example b's gradient of model k), for every parameter."""
+    """total[name] += Σ_b c[b, k] · (example b's gradient of model k), for every parameter: from the per-example
+    gradients in ``held`` where formed, else as one batched weight gradient with c folded into the smaller of the
+    layer's input and its output gradient."""
     B, K = c.shape
-    for (layer, a, _), G in zip(saved, grads):
+    for (layer, a, _), G, kept in zip(saved, grads, held):
         m = layer.module
         weight, bias = total[layer.prefix + "weight"], total.get(layer.prefix + "bias")
-        if layer.kind == "linear":  # [B, K, ..., O]
-            Gc = G * c.view(B, K, *[1] * (G.ndim - 2))
-        else:  # [B, K·C, ...], channels-last kept
-            Gc = G * c.repeat_interleave(G.shape[1] // K, dim=1).view(B, -1, *[1] * (G.ndim - 2))
-        if layer.kind == "group_norm":
-            dims = tuple(range(2, G.ndim))
-            weight += ((a * Gc).sum(dims) if dims else a * Gc).sum(0).view(weight.shape)
-            bias += (Gc.sum(dims) if dims else Gc).sum(0).view(bias.shape)
-            continue
-        if layer.kind == "conv":
+        if bias is not None:
+            bias += torch.einsum("bk,bko->ko", c, kept["bias"]).view(bias.shape)
+        if "weight" in kept:
+            weight += torch.einsum("bk,bk...->k...", c, kept["weight"]).view(weight.shape)
+        elif layer.kind == "conv":
             w = params[layer.prefix + "weight"]
+
+            def scaled(t: torch.Tensor) -> torch.Tensor:  # t [B, K·C, H, W], channels-last kept
+                return t * c.repeat_interleave(t.shape[1] // K, dim=1).view(B, -1, 1, 1)
+
+            Gc, ac = (scaled(G), a) if G.numel() <= a.numel() else (G, scaled(a))
             _, gw, _ = torch.ops.aten.convolution_backward(
-                Gc, a, w.reshape(-1, *w.shape[2:]), None, list(m.stride), list(m.padding), list(m.dilation), False,
+                Gc, ac, w.reshape(-1, *w.shape[2:]), None, list(m.stride), list(m.padding), list(m.dilation), False,
                 [0, 0], K, [False, True, False],
             )
             weight += gw.view(weight.shape)
-            if bias is not None:
-                bias += Gc.sum((0, 2, 3)).view(bias.shape)
-            continue
-        weight += torch.einsum("bk...o,bk...f->kof", Gc, a)
-        if bias is not None:
-            bias += Gc.reshape(B, K, -1, Gc.shape[-1]).sum((0, 2))
+        else:
+            weight += torch.einsum("bk...o,bk...f->kof", G * c.view(B, K, *[1] * (G.ndim - 2)), a)
 
 
 def clipped_sum(
@@ -375,8 +387,9 @@ def clipped_sum(
             logits, saved = _forward(plan.layers, weights, x)
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), t.reshape(-1), reduction="sum")
             grads = torch.autograd.grad(loss, [z for _, _, z in saved])
-        c = (clip / _norms(saved, grads).sqrt()).clamp_(max=1.0)
+        sq, held = _norms(saved, grads)
+        c = (clip / sq.sqrt()).clamp_(max=1.0)
         if valid is not None:
             c = c * valid[:, sl].transpose(0, 1).to(c.dtype)
-        _accumulate(total, weights, saved, grads, c)
+        _accumulate(total, weights, saved, grads, held, c)
     return total
