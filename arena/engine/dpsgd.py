@@ -33,13 +33,15 @@ def clipped_noisy_gradient(
     noise_multiplier: float,
     noise: Layers,
     expected_batch_size: float,
+    canary: Layers | None = None,
 ) -> Layers:
-    """(clipped sum + noise_multiplier * clip * noise) / expected batch size, as Opacus does.
+    """(clipped sum [+ canary] + noise_multiplier * clip * noise) / expected batch size, as Opacus does.
 
-    `noise`: standard normals shaped like the parameters. Padded examples must have zero deltas. Computed in
-    place in the clipped sums, so no parameter-sized temporary is allocated.
+    `noise`: standard normals shaped like the parameters. Padded examples must have zero deltas. `canary`: an
+    audit's white-box gradient canaries sampled this step, shaped like the parameters, added to the clipped sum
+    like examples' gradients. Computed in place in the clipped sums, so no parameter-sized temporary is allocated.
     """
-    return [
-        g.add_(z, alpha=noise_multiplier * clip).div_(expected_batch_size)
-        for g, z in zip(clipped_sum(inputs, deltas, clip), noise)
-    ]
+    sums = clipped_sum(inputs, deltas, clip)
+    if canary is not None:
+        sums = [g.add_(c) for g, c in zip(sums, canary)]
+    return [g.add_(z, alpha=noise_multiplier * clip).div_(expected_batch_size) for g, z in zip(sums, noise)]

@@ -32,6 +32,8 @@ class Purpose(IntEnum):
     POISSON = 3
     NOISE = 4
     AUGMENT = 5
+    CANARY = 6
+    """Which of a model's white-box gradient canaries each DP-SGD step samples (an audit's, ``trainer.GradientCanaries``)."""
 
 
 def stream(purpose: Purpose, index: int = 0) -> int:

@@ -8,6 +8,8 @@ tolerance) alone or inside any batch. Dense models (logistic regression, MLPs) t
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import os
 from collections.abc import Iterator
@@ -52,16 +54,107 @@ class Recipe:
             raise ValueError("batch_size must be positive or None")
 
 
+@dataclass(frozen=True, eq=False)
+class GradientCanaries:
+    """White-box gradient canaries of an audit (Nasr et al. 2023; Steinke, Nasr & Jagielski 2023): m per model.
+
+    Canary j of model k is the Dirac gradient ``sign[k, j]·C·e_index[k, j]`` (C the clipping norm, so clipping
+    leaves it unchanged), a coordinate of the flat parameter vector in the module's parameter order. When
+    ``included[k, j]`` (the audit's secret, drawn by the caller), it takes part in every DP-SGD step of model k
+    like an example: sampled with the step's Poisson rate q from the model's own counter stream
+    (``Purpose.CANARY``, so that a model trains alike alone or in a batch) and added to the clipped sum before the
+    noise."""
+
+    index: torch.Tensor  # [K, m] int64
+    sign: torch.Tensor  # [K, m] ±1
+    included: torch.Tensor  # [K, m] bool
+
+    def __post_init__(self) -> None:
+        if self.index.ndim != 2 or self.sign.shape != self.index.shape or self.included.shape != self.index.shape:
+            raise ValueError("need index, sign and included all [K, m]")
+        if not bool(((self.sign == 1) | (self.sign == -1)).all()):
+            raise ValueError("canary signs must be +1 or -1")
+
+    def rows(self, sl: slice) -> GradientCanaries:
+        return GradientCanaries(self.index[sl], self.sign[sl], self.included[sl])
+
+    def contribution(
+        self, seeds: rng.Keys, step: int, q: float, n_params: int, clip: float, dtype: torch.dtype,
+        device: torch.device,
+    ) -> torch.Tensor:
+        """[K, P] the canaries that step ``step`` samples, in module parameter order."""
+        if int(self.index.max()) >= n_params or int(self.index.min()) < 0:
+            raise ValueError(f"canary coordinates must lie in [0, {n_params})")
+        K, m = self.index.shape
+        taken = self.included.to(device)
+        if q < 1.0:
+            taken = taken & rng.bernoulli(seeds, rng.stream(rng.Purpose.CANARY, step), m, q)
+        out = torch.zeros(K, n_params, dtype=dtype, device=device)
+        return out.scatter_add_(1, self.index.to(device), self.sign.to(device, dtype) * clip * taken.to(dtype))
+
+
 @dataclass(frozen=True)
 class DPNoise:
-    """DP-SGD settings: per-example clipping norm C and noise std / C."""
+    """DP-SGD settings: per-example clipping norm C and noise std / C.
+
+    An audit may add ``canaries`` (white-box gradient canaries, see ``GradientCanaries``) and ``present`` [K, n]
+    (row i of model k's data exists only where True; an absent row is never sampled, so input canaries are in or
+    out under add/remove while every model keeps the tensor shape and the public expected batch size q·n)."""
 
     clip: float
     noise_multiplier: float
+    canaries: GradientCanaries | None = field(default=None, compare=False, repr=False)
+    present: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.clip <= 0 or self.noise_multiplier < 0:
             raise ValueError("need clip > 0 and noise_multiplier >= 0")
+
+    def rows(self, sl: slice) -> DPNoise:
+        """These settings for models ``sl`` of the batch."""
+        if self.canaries is None and self.present is None:
+            return self
+        return DPNoise(self.clip, self.noise_multiplier, self.canaries.rows(sl) if self.canaries is not None else None,
+                       self.present[sl] if self.present is not None else None)
+
+
+@dataclass(eq=False)
+class AuditInstruments:
+    """What an audit inserts into the next DP-SGD ``train`` call of K models made inside ``instrumented``: gradient
+    canaries and row presence (see ``DPNoise``). ``calls`` counts the calls that took them, so an audit can tell a
+    defense that never trained through the engine (and so never met its canaries) from one that did."""
+
+    canaries: GradientCanaries | None = None
+    present: torch.Tensor | None = None
+    calls: int = 0
+
+
+_INSTRUMENTS: contextvars.ContextVar[AuditInstruments | None] = contextvars.ContextVar("audit", default=None)
+
+
+@contextlib.contextmanager
+def instrumented(instruments: AuditInstruments) -> Iterator[AuditInstruments]:
+    """Within the block, every ``train`` call of DP-SGD (any defense's, unchanged) gets ``instruments``' canaries
+    and presence mask; a non-private ``train`` call raises, since canaries only make sense against a DP claim."""
+    token = _INSTRUMENTS.set(instruments)
+    try:
+        yield instruments
+    finally:
+        _INSTRUMENTS.reset(token)
+
+
+def _with_instruments(dp: DPNoise | None, K: int, n: int) -> DPNoise | None:
+    inst = _INSTRUMENTS.get()
+    if inst is None or (inst.canaries is None and inst.present is None):
+        return dp
+    if dp is None:
+        raise ValueError("audit canaries need DP-SGD training (train(..., dp=...)); this call trains without noise")
+    if inst.canaries is not None and inst.canaries.index.shape[0] != K:
+        raise ValueError(f"the audit has canaries for {inst.canaries.index.shape[0]} models, train got {K}")
+    if inst.present is not None and inst.present.shape != (K, n):
+        raise ValueError(f"the audit's presence mask is {tuple(inst.present.shape)}, train got data for ({K}, {n})")
+    inst.calls += 1
+    return DPNoise(dp.clip, dp.noise_multiplier, inst.canaries, inst.present)
 
 
 def steps_and_rate(n: int, recipe: Recipe) -> tuple[int, float]:
@@ -110,15 +203,19 @@ def batches(X: torch.Tensor, y: torch.Tensor, recipe: Recipe, seeds: rng.Keys) -
             yield *_take(X, y, perm[:, start : start + recipe.batch_size]), None
 
 
-def poisson_batches(X: torch.Tensor, y: torch.Tensor, recipe: Recipe, seeds: rng.Keys) -> Iterator[Batch]:
-    """DP-SGD's batches: each point in with probability q at every step, independently (or all of them, q = 1)."""
+def poisson_batches(
+    X: torch.Tensor, y: torch.Tensor, recipe: Recipe, seeds: rng.Keys, present: torch.Tensor | None = None
+) -> Iterator[Batch]:
+    """DP-SGD's batches: each point in with probability q at every step, independently (or all of them, q = 1);
+    rows where ``present`` [K, n] is False never (the draws of the other rows are unchanged)."""
     n = X.shape[1]
     steps, q = steps_and_rate(n, recipe)
     for t in range(steps):
         if q < 1.0:
-            yield _poisson_batch(X, y, rng.bernoulli(seeds, rng.stream(rng.Purpose.POISSON, t), n, q))
+            mask = rng.bernoulli(seeds, rng.stream(rng.Purpose.POISSON, t), n, q)
+            yield _poisson_batch(X, y, mask if present is None else mask & present)
         else:
-            yield X, y, None
+            yield X, y, present
 
 
 def augmented(
@@ -170,6 +267,7 @@ def train(
         raise ValueError(f"need y [K,n] and seeds [K] for X of shape {tuple(X.shape)}")
     if d != arch.n_features:
         raise ValueError(f"X has {d} features, the model expects {arch.n_features} (input shape {arch.input_shape})")
+    dp = _with_instruments(dp, K, n)
     if state is None:
         state = init_state(arch, init_seeds, X.dtype, X.device)
     path = choose_engine(arch, engine)
@@ -179,14 +277,19 @@ def train(
         sl = slice(s, s + size)
         part = {k: v[sl] for k, v in state.items()}
         run = _train_dense if path == "dense" else _train_functional
-        parts.append(run(arch, X[sl].contiguous(), y[sl].contiguous(), recipe, part, train_seeds[sl], dp, budget))
+        parts.append(run(arch, X[sl].contiguous(), y[sl].contiguous(), recipe, part, train_seeds[sl],
+                         dp if dp is None else dp.rows(sl), budget))
     return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
 
 
 def _stream(
     arch: Architecture, X: torch.Tensor, y: torch.Tensor, recipe: Recipe, seeds: rng.Keys, dp: DPNoise | None
 ) -> Iterator[Batch]:
-    source = poisson_batches(X, y, recipe, seeds) if dp else batches(X, y, recipe, seeds)
+    if dp is not None:
+        present = None if dp.present is None else dp.present.to(X.device)
+        source = poisson_batches(X, y, recipe, seeds, present)
+    else:
+        source = batches(X, y, recipe, seeds)
     return augmented(source, arch, recipe.augment, seeds)
 
 
@@ -246,7 +349,11 @@ def _train_dense(
             deltas = hand.backprop(spec, layers, inputs, dlogits)
             z = hand.unflatten_module_order(spec, _noise(seeds, t, spec.n_params, X.dtype, workspace))
             q = steps_and_rate(n, recipe)[1]
-            grads = clipped_noisy_gradient(inputs, deltas, dp.clip, dp.noise_multiplier, z, q * n)
+            canary = None
+            if dp.canaries is not None:
+                flat = dp.canaries.contribution(seeds, t, q, spec.n_params, dp.clip, X.dtype, X.device)
+                canary = hand.unflatten_module_order(spec, flat)
+            grads = clipped_noisy_gradient(inputs, deltas, dp.clip, dp.noise_multiplier, z, q * n, canary)
         optimizer.step(grads)
     return hand.to_state(names, optimizer.result())
 
@@ -273,8 +380,12 @@ def _train_functional(
             grads = [g[k] for k in names]
         else:
             total = clipped_sum(arch, params, buffers, images, yb, valid, dp.clip, per_call)
-            z = torch.split(_noise(seeds, t, template.n_params, X.dtype, workspace), sizes, dim=1)
             q = steps_and_rate(n, recipe)[1]
+            if dp.canaries is not None:
+                flat = dp.canaries.contribution(seeds, t, q, template.n_params, dp.clip, X.dtype, X.device)
+                for k, ck in zip(names, torch.split(flat, sizes, dim=1)):
+                    total[k].add_(ck.reshape(total[k].shape))
+            z = torch.split(_noise(seeds, t, template.n_params, X.dtype, workspace), sizes, dim=1)
             grads = [
                 total[k].add_(zk.reshape(total[k].shape), alpha=dp.noise_multiplier * dp.clip).div_(q * n)
                 for k, zk in zip(names, z)
