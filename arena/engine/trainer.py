@@ -118,6 +118,16 @@ class DPNoise:
                        self.present[sl] if self.present is not None else None)
 
 
+@dataclass(frozen=True)
+class Mechanism:
+    """What one DP-SGD ``train`` call really ran: clipping norm, noise std / clip, Poisson rate and steps."""
+
+    clip: float
+    noise_multiplier: float
+    sample_rate: float
+    steps: int
+
+
 @dataclass(eq=False)
 class AuditInstruments:
     """What an audit inserts into the next DP-SGD ``train`` call of K models made inside ``instrumented``: gradient
@@ -127,6 +137,8 @@ class AuditInstruments:
     canaries: GradientCanaries | None = None
     present: torch.Tensor | None = None
     calls: int = 0
+    runs: list[Mechanism] = field(default_factory=list)
+    """The mechanism each instrumented call really ran, so an audit can recompute the claim from it."""
 
 
 _INSTRUMENTS: contextvars.ContextVar[AuditInstruments | None] = contextvars.ContextVar("audit", default=None)
@@ -143,7 +155,7 @@ def instrumented(instruments: AuditInstruments) -> Iterator[AuditInstruments]:
         _INSTRUMENTS.reset(token)
 
 
-def _with_instruments(dp: DPNoise | None, K: int, n: int) -> DPNoise | None:
+def _with_instruments(dp: DPNoise | None, K: int, n: int, recipe: Recipe) -> DPNoise | None:
     inst = _INSTRUMENTS.get()
     if inst is None or (inst.canaries is None and inst.present is None):
         return dp
@@ -154,6 +166,7 @@ def _with_instruments(dp: DPNoise | None, K: int, n: int) -> DPNoise | None:
     if inst.present is not None and inst.present.shape != (K, n):
         raise ValueError(f"the audit's presence mask is {tuple(inst.present.shape)}, train got data for ({K}, {n})")
     inst.calls += 1
+    inst.runs.append(Mechanism(dp.clip, dp.noise_multiplier, *reversed(steps_and_rate(n, recipe))))
     return DPNoise(dp.clip, dp.noise_multiplier, inst.canaries, inst.present)
 
 
@@ -267,7 +280,7 @@ def train(
         raise ValueError(f"need y [K,n] and seeds [K] for X of shape {tuple(X.shape)}")
     if d != arch.n_features:
         raise ValueError(f"X has {d} features, the model expects {arch.n_features} (input shape {arch.input_shape})")
-    dp = _with_instruments(dp, K, n)
+    dp = _with_instruments(dp, K, n, recipe)
     if state is None:
         state = init_state(arch, init_seeds, X.dtype, X.device)
     path = choose_engine(arch, engine)
