@@ -18,17 +18,14 @@ NOISE = DPNoise(clip=1.0, noise_multiplier=1.0)
 TARGETS = {"cnn": 2.0, "mlp": 1.5}
 MISSED = {
     "cnn": (
-        "The torch.func path computes every example's gradient (`vmap(grad)` over examples inside `vmap` over "
-        "models) and holds them, [K, B, P] floats, to take their norms and the clipped sum. Non-private training "
-        "batches well (K=64 costs a third of K=1 per model: one grouped convolution for all models), but the "
-        "per-example weight gradient of each convolution becomes a convolution per example (K·B groups), which "
-        "runs at one-example speed, so a DP step costs about as much per model at K=64 as at K=1. A profile at "
-        "K=16: convolution backward 27%, per-example linear gradients (bmm) 21%, the squared norms 14% "
-        "(`t.pow(2).sum()` in arena/engine/functional.py materialises a copy; `torch.linalg.vector_norm` takes a "
-        "third of the time), copies 9%, max-pool 7%; Poisson padding adds ~1.3× rows; the counter RNG is ~1% "
-        "(figure above). What would close it: ghost clipping (per-layer norms from activations and output "
-        "gradients, Li et al. 2022 / Bu et al. 2023, as Opacus's `ghost` mode does) so that no per-example "
-        "gradient is materialised, then one ordinary batched backward of the clip-weighted loss."
+        "Non-private training takes the torch.func path (`vmap` over models of `grad`); DP-SGD on the CNN takes the "
+        "ghost-clipping path (arena/engine/ghost.py): one forward of all K models (grouped convolutions in "
+        "channels-last memory), one backward to each layer's output, per-example norms (the first convolution's "
+        "per-example gradient formed with an unfold and a batched matmul, the second's ghost norm from the input's "
+        "Gram matrix, the dense layers' from ||a||·||δ||), then one batched weight gradient of the clip-scaled output "
+        "gradients. Its remaining extra cost over a non-private step: the Poisson batch padded to the largest sampled "
+        "count (~1.25× rows at K=64), the norms (the copy of the first convolution's output gradient, [B, K·16, 8, 8], "
+        "from channels-last into per-example layout is the largest item), and the counter RNG (figure above)."
     ),
     "mlp": (
         "Per step, DP-SGD on the hand path does the non-private work on a padded Poisson batch (each chunk is "
@@ -89,10 +86,10 @@ def run(quick: bool, repeats: int) -> Section:
         "DP-SGD epoch vs non-private epoch",
         f"The engine's `train` on digits, n = {sizes.n} records per model, batch 64, lr 0.1, momentum 0.9, "
         f"{sizes.epochs} epoch(s) per call; CPU time per epoch per model. Models: the `cnn` plugin on 1×8×8 "
-        f"({CNN.template().n_params:,} parameters; torch.func path) and the MLP 64→256→10 relu "
+        f"({CNN.template().n_params:,} parameters; torch.func path, DP-SGD by ghost clipping) and the MLP 64→256→10 relu "
         f"({MLP.template().n_params:,} parameters; hand path). Non-private: a fresh shuffle per epoch cut into "
         "batches of 64. DP-SGD (dp=DPNoise(clip 1, σ 1)): Poisson sampling at q = 64/n, per-example clipping "
-        "(ghost norms on the hand path, `vmap(grad)` on the torch.func path), Gaussian noise on the clipped sum, "
+        "(ghost norms: on the hand path for the MLP, arena/engine/ghost.py for the CNN), Gaussian noise on the clipped sum, "
         "every random number from the counter RNG (so a model trains identically alone or in a batch). Same "
         "number of steps per epoch (⌈n/64⌉).",
     )
