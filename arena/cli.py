@@ -147,7 +147,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     print("plugins:")
     for info in regs.plugins:
         print(f"  {info.name:40} {info.distribution} {info.version} ({info.module})")
-    for kind, reg in (("datasets", regs.datasets), ("models", regs.models), ("defenses", regs.defenses), ("attacks", regs.attacks),
+    for kind, reg in (("games", regs.games), ("datasets", regs.datasets), ("models", regs.models), ("defenses", regs.defenses), ("attacks", regs.attacks),
                       ("metrics", regs.metrics)):
         print(f"{kind}:")
         for e in reg:

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
+
+from arena.params import PluginParams
 
 
-class NoParams(BaseModel):
+class NoParams(PluginParams):
     """Parameters of a plugin that takes none."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 @dataclass(frozen=True)

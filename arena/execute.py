@@ -17,7 +17,6 @@ import torch
 import arena
 from arena.engine.augment import Augment
 from arena.engine.trainer import Recipe
-from arena.games import GAMES
 from arena.plan import Matchup, architecture, load_dataset
 from arena.plugins import registries
 from arena.procedure import TrainingProcedure
@@ -94,13 +93,18 @@ def metric_info(game: str) -> dict[str, dict[str, Any]]:
     }
 
 
+def game_for(matchup: Matchup, dataset: Any) -> Any:
+    """The registered game of the matchup's track, set up on ``dataset`` for the matchup's seed."""
+    return registries().games.get(matchup.track.game.name)(matchup.track.game, dataset, matchup.seed)
+
+
 def train_release(matchup: Matchup, run_dir: str) -> dict[str, Any]:
     """Train (or find in the cache) the released model shared by every attack on this defense and seed."""
     torch.set_num_threads(1)
     start = time.perf_counter()
     store = RunStore(run_dir)
     procedure = procedure_for(matchup, store)
-    game = GAMES[matchup.track.game.name](matchup.track.game, load_dataset(matchup.track.dataset), matchup.seed)
+    game = game_for(matchup, load_dataset(matchup.track.dataset))
     release = game.release(procedure)
     return {"utility": release.utility, "trained": procedure.stats.trained, "seconds": time.perf_counter() - start}
 
@@ -139,7 +143,7 @@ def play_matchup(matchup: Matchup, run_dir: str) -> dict[str, Any]:
         else:
             procedure = procedure_for(matchup, store)
             dataset = load_dataset(matchup.track.dataset)
-            game = GAMES[matchup.track.game.name](matchup.track.game, dataset, matchup.seed)
+            game = game_for(matchup, dataset)
             release = game.release(procedure)
             row.update(utility=release.utility, claim=release.claim.as_dict() if release.claim else None)
             broken = claim_problem(release.claim, matchup.defense.epsilon)

@@ -1,4 +1,4 @@
-"""Hook specifications: the only way plugins hand models, defenses, attacks, datasets and metrics to the arena.
+"""Hook specifications: the only way plugins hand games, models, defenses, attacks, datasets and metrics to the arena.
 
 Every hook receives a ``register`` callback and returns nothing, so a plugin never
 touches global state. Hooks are grouped by the lifecycle stage that calls them; all of
@@ -16,6 +16,24 @@ hookspec = pluggy.HookspecMarker("arena")
 hookimpl = pluggy.HookimplMarker("arena")
 
 Register = Callable[[Any], None]
+
+
+@hookspec
+def register_games(register: Register) -> None:
+    """Register games (the challenger's protocols that scenario files name under ``game: {name: ...}``).
+
+    ``register(game_cls)`` takes a subclass of ``arena.Game`` declaring ``name``, ``capabilities``, a pydantic
+    ``Spec`` (subclassing ``arena.GameSpec``; it validates the rest of the scenario's ``game:`` entry), a ``View``
+    subclass naming what an attack sees, its ``metrics``, and the methods ``train_size``, ``release``,
+    ``view(attack, release, procedure)`` and ``score(attack, guess)``; optionally ``audit``, ``audit_section``
+    and ``report_section``. The built-in ``membership`` and ``reconstruction`` games are registered this way.
+
+    Example::
+
+        @hookimpl
+        def register_games(register):
+            register(MyGame)
+    """
 
 
 @hookspec

@@ -28,11 +28,14 @@ import numpy as np
 import pandas as pd
 from scipy.stats import rankdata, t
 
-from arena.metrics import PRIMARY_METRIC, UNIT, tpr_key
+from arena.metrics import UNIT, tpr_key
 
 BOARD_COLUMNS = frozenset({"key", "status", "track", "game", "defense", "defense_label", "attack_label", "seed"})
 """What a row needs to appear on a board; the store already set aside lines that are not rows at all."""
 
+PRIMARY_METRIC = {"membership": "auc", "reconstruction": "success_rate"}
+"""The metric shown beside the ranking one, and the ranking metric of last resort, of the built-in games (the
+leaderboard reads rows alone, without loading the games that wrote them)."""
 DEFAULT_RANK_BY = {"membership": tpr_key(0.01)}
 """A game's ranking metric when the scenario names none (otherwise the game's primary metric)."""
 NOT_RESOLVABLE = "n/r"
@@ -87,7 +90,10 @@ def metric_infos(rows: list[dict[str, Any]]) -> dict[str, MetricInfo]:
     registry only for rows written before it existed."""
     infos: dict[str, MetricInfo] = {}
     names: list[str] = []
+    undeclared: set[str] = set()  # metrics of rows written before rows carried metric_info
     for r in rows:
+        if "metric_info" not in r:
+            undeclared.update((r.get("metrics") or {}).keys())
         for name, info in (r.get("metric_info") or {}).items():
             if name not in infos and isinstance(info, Mapping):
                 low, high = (list(info.get("bounds") or [None, None]) + [None, None])[:2]
@@ -97,7 +103,7 @@ def metric_infos(rows: list[dict[str, Any]]) -> dict[str, MetricInfo]:
         for name, value in (r.get("metrics") or {}).items():
             if name not in names and (value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))):
                 names.append(name)
-    missing = [n for n in names if n not in infos]
+    missing = [n for n in names if n not in infos and n in undeclared]
     if missing:
         try:
             from arena.plugins import registries

@@ -5,15 +5,15 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from arena.engine.dense import Dense
+from arena.params import PluginParams
 
 
-class ModelParams(BaseModel):
+class ModelParams(PluginParams):
     """Parameters every model takes; a model plugin's ``Params`` subclasses it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     l2: float = Field(default=0.0, ge=0.0, allow_inf_nan=False,
                       description="L2 penalty (l2/2)·||w||² on every weight tensor (not on biases or norm scales)")
 

@@ -16,11 +16,12 @@ from pydantic import BaseModel, ValidationError
 
 from arena.data import Dataset
 from arena.defense import Defense
-from arena.games import GAMES
+from arena.games.base import Game
 from arena.plugins import Registries, registries
 from arena.registry import UnknownNameError
 from arena.engine.architecture import Architecture, has_batch_norm
 from arena.scenario import (
+    GameSpec,
     PluginRef,
     Scenario,
     ScenarioError,
@@ -181,10 +182,22 @@ def _lookup(source: str, prefix: str, name: str, registry, problems: list[str]):
         return None
 
 
+def _game_spec(source: str, prefix: str, track: Track, game: type[Game], problems: list[str]) -> GameSpec | None:
+    """The track's ``game:`` validated by the registered game's ``Spec`` (errors at ``tracks[i].game.<field>``)."""
+    if isinstance(track.game, game.Spec):
+        return track.game
+    try:
+        return game.Spec.model_validate({"name": track.game.name, **track.game.options})
+    except ValidationError as exc:
+        problems.extend(pydantic_problems(source, prefix, exc))
+        return None
+
+
 def _check_track(
     source: str, where: str, track: Track, regs: Registries, problems: list[str], local: bool = True
-) -> tuple[Dataset | None, list[DefenseConfig], list[AttackConfig]]:
-    """Check one track; append problems; return what the plan needs when it is sound."""
+) -> tuple[Track, Dataset | None, list[DefenseConfig], list[AttackConfig]]:
+    """Check one track; append problems; return what the plan needs when it is sound: the track with its game's
+    spec validated, its dataset, its defense and attack configurations."""
     dataset = None
     loader = _lookup(source, f"{where}.dataset", track.dataset.name, regs.datasets, problems)
     if loader is not None and _plugin_params(source, f"{where}.dataset", track.dataset, loader, problems):
@@ -192,12 +205,15 @@ def _check_track(
             dataset = load_dataset(track.dataset)
         except (ValueError, OSError) as exc:
             problems.append(f"{source}: {where}.dataset.{_field_of(exc)}")
-    game = GAMES.get(track.game.name)
-    if game is None:
-        problems.append(f"{source}: {where}.game.name: game {track.game.name!r} is not available")
-    elif dataset is not None:
-        for field, msg in game.problems(track.game, dataset):
-            problems.append(f"{source}: {where}.game{('.' + field) if field else ''}: {msg}")
+    game = _lookup(source, f"{where}.game", track.game.name, regs.games, problems)
+    spec = _game_spec(source, f"{where}.game", track, game, problems) if game is not None else None
+    if spec is None:
+        game = None
+    else:
+        track = track.model_copy(update={"game": spec})
+        if dataset is not None:
+            for field, msg in game.problems(spec, dataset):
+                problems.append(f"{source}: {where}.game{('.' + field) if field else ''}: {msg}")
     if local and track.device == "cuda" and not torch.cuda.is_available():
         problems.append(f"{source}: {where}.device: 'cuda' requested but torch.cuda.is_available() is False")
     arch = _check_model(source, where, track, dataset, regs, problems)
@@ -253,7 +269,7 @@ def _check_track(
                                     config_label(cls.name, params)))
     if len({a.label for a in attacks}) != len(attacks):
         problems.append(f"{source}: {where}.attacks: the same attack configuration appears twice")
-    return dataset, defenses, attacks
+    return track, dataset, defenses, attacks
 
 
 def _field_of(exc: Exception) -> str:
@@ -282,7 +298,7 @@ def plan(paths: list[Path], local: bool = True) -> Plan:
     matchups: list[Matchup] = []
     for path, scenario in parsed:
         for i, track in enumerate(scenario.tracks):
-            dataset, defenses, attacks = _check_track(str(path), f"tracks[{i}]", track, regs, problems, local)
+            track, dataset, defenses, attacks = _check_track(str(path), f"tracks[{i}]", track, regs, problems, local)
             if dataset is None:
                 continue
             fingerprint = dataset.fingerprint()

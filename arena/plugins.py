@@ -13,7 +13,8 @@ from arena import hookspecs
 from arena.attack import Attack
 from arena.data import DatasetLoader
 from arena.defense import Defense
-from arena.metrics import BUILTIN_METRICS, Metric
+from arena.games.base import Game
+from arena.metrics import Metric
 from arena.model import Model
 from arena.registry import Registry
 
@@ -40,6 +41,7 @@ class PluginInfo:
 class Registries:
     """Every typed registry, filled from all loaded plugins."""
 
+    games: Registry[type[Game]]
     datasets: Registry[DatasetLoader]
     models: Registry[type[Model]]
     defenses: Registry[type[Defense]]
@@ -106,6 +108,7 @@ def build_registries() -> Registries:
     pm, infos = load_plugins()
     by_name = {i.name: i for i in infos}
     regs = Registries(
+        games=Registry("game", Game),
         datasets=Registry("dataset", DatasetLoader),
         models=Registry("model", Model),
         defenses=Registry("defense", Defense),
@@ -113,20 +116,16 @@ def build_registries() -> Registries:
         metrics=Registry("metric", Metric),
         plugins=infos,
     )
-    for metric in BUILTIN_METRICS:
-        regs.metrics.add(metric, plugin="arena.metrics", distribution=BUILTIN_DISTRIBUTION, version=_own_version())
+    _fill(pm, "register_games", regs.games, by_name)
+    for entry in regs.games:  # each game's own metrics, attributed to the plugin that registered the game
+        for metric in entry.obj.metrics:
+            regs.metrics.add(metric, plugin=entry.plugin, distribution=entry.distribution, version=entry.version)
     _fill(pm, "register_datasets", regs.datasets, by_name)
     _fill(pm, "register_models", regs.models, by_name)
     _fill(pm, "register_defenses", regs.defenses, by_name)
     _fill(pm, "register_attacks", regs.attacks, by_name)
     _fill(pm, "register_metrics", regs.metrics, by_name)
     return regs
-
-
-def _own_version() -> str:
-    from arena import __version__
-
-    return __version__
 
 
 @functools.lru_cache(maxsize=1)

@@ -6,7 +6,7 @@ import codecs
 import re
 import stat
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
@@ -16,6 +16,7 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    SerializeAsAny,
     ValidationError,
     field_validator,
 )
@@ -85,42 +86,23 @@ class TrainingOverride(Strict):
         return TrainingSpec.model_validate({**base.model_dump(), **self.model_dump(exclude_unset=True)})
 
 
-class MembershipGameSpec(Strict):
-    """Members and as many non-members are the challenge; population and test are disjoint from both."""
+class GameSpec(BaseModel):
+    """A track's ``game:``: the registered game's name and its parameters.
 
-    name: Literal["membership"]
-    members: PositiveInt
-    test: PositiveInt = 400
-    population: PositiveInt | None = None
-    stratify: bool = True
+    As read from the file it keeps every other key unchecked (``options``); planning validates it with the
+    registered game's ``Spec`` (a subclass of this class with ``extra="forbid"``) and puts that in its place,
+    so the field paths of its errors read ``tracks[0].game.<field>``."""
 
-    def required_points(self) -> int:
-        return 2 * self.members + self.test + (self.population or 1)
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
+    name: str = Field(min_length=1)
 
-
-class ReconstructionGameSpec(Strict):
-    """Informed adversary: a fixed set D⁻, targets drawn from a pool disjoint from D⁻ and the shadow targets."""
-
-    name: Literal["reconstruction"]
-    fixed: PositiveInt = 100
-    targets: PositiveInt = 50
-    shadow_targets: PositiveInt = 500
-    test: PositiveInt = 200
-    init: Literal["known", "hidden"] = "known"
-    prior: Literal["continuous", "discrete"] = Field(
-        default="continuous",
-        description="continuous: targets are fresh records, success = closer than the nearest-neighbour oracle, κ "
-                    "estimated; discrete: each target drawn uniformly from `candidates` known records, success = "
-                    "the exact candidate, κ = 1/candidates",
-    )
-    candidates: PositiveInt | None = Field(default=None, le=1_000_000,
-                                           description="discrete prior: how many candidates (at least 2)")
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
 
     def required_points(self) -> int:
-        return self.fixed + self.targets + self.shadow_targets + self.test
-
-
-GameSpec = Annotated[Union[MembershipGameSpec, ReconstructionGameSpec], Field(discriminator="name")]
+        """How many dataset records the game needs (checked against the dataset); 0 when it cannot say."""
+        return 0
 
 
 class Track(Strict):
@@ -128,7 +110,7 @@ class Track(Strict):
     dataset: PluginRef
     model: PluginRef
     training: TrainingSpec
-    game: GameSpec
+    game: SerializeAsAny[GameSpec]
     defenses: list[PluginRef] = Field(min_length=1)
     attacks: list[PluginRef] = Field(min_length=1)
     device: Literal["cpu", "cuda", "auto"] = "cpu"
@@ -144,9 +126,8 @@ class Scenario(Strict):
     retries: NonNegativeInt = Field(default=2, le=MAX_RETRIES,
                                     description="re-runs of a matchup whose worker process died (at most 100)")
     rank_by: str | None = Field(default=None, min_length=1, max_length=100,
-                                description="the metric tracks are ranked by (default: tpr@1%fpr for membership, "
-                                            "the game's primary metric otherwise); a track whose game has no such "
-                                            "metric keeps its default")
+                                description="the metric tracks are ranked by (default: the game's default ranking "
+                                            "metric); a track whose game has no such metric keeps its default")
 
     @field_validator("seeds")
     @classmethod
@@ -176,29 +157,11 @@ def field_path(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
-_TAGGED_UNIONS = ("game",)
-
-
-def _drop_union_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Pydantic puts the discriminator value after a tagged union's field ('model', 'mlp', ...); users wrote none."""
-    out: list[Any] = []
-    for part in loc:
-        if out and out[-1] in _TAGGED_UNIONS and isinstance(part, str) and not _is_field(out[-1], part):
-            continue
-        out.append(part)
-    return tuple(out)
-
-
-def _is_field(union: str, name: str) -> bool:
-    return any(name in spec.model_fields for spec in (MembershipGameSpec, ReconstructionGameSpec))
-
-
 def pydantic_problems(source: str, prefix: str, exc: ValidationError) -> list[str]:
     """One line per pydantic error: 'file: field.path: message'."""
     problems = []
     for err in exc.errors():
-        loc = _drop_union_tags(err["loc"])
-        path = field_path(loc)
+        path = field_path(err["loc"])
         full = f"{prefix}.{path}" if prefix and path != "(top level)" else (prefix or path)
         problems.append(f"{source}: {full}: {err['msg']}{_bool_hint(err)}")
     return problems

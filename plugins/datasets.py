@@ -15,8 +15,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 from sklearn.datasets import load_breast_cancer, load_digits, make_classification
 
-from arena.data import Dataset, DatasetLoader, minmax_scale
-from arena.hookspecs import hookimpl
+from arena import Dataset, DatasetLoader, PluginParams, hookimpl, minmax_scale
 
 
 MAX_FILE_BYTES = 1 << 30
@@ -29,10 +28,10 @@ _CORRUPT = (OSError, EOFError, zlib.error, struct.error, pickle.UnpicklingError,
             IndexError, KeyError, AttributeError)
 
 
-class _Params(BaseModel):
+class _Params(PluginParams):
     """Unknown keys forbidden; strict types (``true`` is not a size)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(strict=True)
 
 
 class Digits(DatasetLoader):

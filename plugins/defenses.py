@@ -7,17 +7,15 @@ import math
 from typing import Annotated, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat
+from pydantic import BaseModel, Field, PositiveFloat
 
-from arena.defense import Claim, Defense, Fit, FitTask
+from arena import Claim, Defense, DPNoise, Fit, FitTask, PluginParams, hookimpl, steps_and_rate, train
 from arena.engine import rng
 from arena.engine.accounting import accountant_label, calibrate_noise
 from arena.engine.laplace import l1_from_l2, laplace, laplace_scale
 from arena.engine.dense import to_state
 from arena.engine.newton import design, fit_logreg
 from arena.engine.output_perturbation import clip_rows, fit_penalised, l2_sensitivity
-from arena.engine.trainer import DPNoise, steps_and_rate, train
-from arena.hookspecs import hookimpl
 
 
 class NonPrivate(Defense):
@@ -55,8 +53,7 @@ Epsilon = Annotated[float, Field(strict=True, ge=1e-3, le=1e3, allow_inf_nan=Fal
 """A target ε: finite, in [0.001, 1000] (outside it no accountant or noise scale is meaningful)."""
 
 
-class DPSGDParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class DPSGDParams(PluginParams):
     epsilons: list[Epsilon] = Field(min_length=1, description="one configuration per target ε, each in [1e-3, 1e3]")
     delta: float = Field(strict=True, ge=1e-12, lt=1.0, description="in [1e-12, 1/N)")
     clip: PositiveFloat = Field(default=1.0, strict=True, le=1e6, allow_inf_nan=False)
@@ -99,8 +96,7 @@ class DPSGD(EpsilonSweep):
         return Fit(state, claim)
 
 
-class OutputPerturbationParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class OutputPerturbationParams(PluginParams):
     epsilons: list[Epsilon] = Field(min_length=1, description="one configuration per target ε, each in [1e-3, 1e3]")
     feature_norm: PositiveFloat | None = Field(
         default=None, strict=True, le=1e6, allow_inf_nan=False, description="R: each x is clipped to norm <= R; default sqrt(d), the longest x in [0, 1]^d"

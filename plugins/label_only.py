@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from arena.attack import Attack, MembershipGuess
-from arena.hookspecs import hookimpl
+from arena import Attack, MembershipGuess, PluginParams, hookimpl
 
 
-class LabelOnlyParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class LabelOnlyParams(PluginParams):
     shift: int = Field(default=1, ge=0, description="images: every translation (i, j) with |i| + |j| ≤ shift "
                                                     "pixels, zero-filled")
     flip: bool = Field(default=False, description="images: also query each translation mirrored left-right")

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 import numpy as np
 import torch
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, Field
 from scipy.special import log_ndtr
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.linear_model import LogisticRegression
@@ -21,14 +21,11 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
-from arena.attack import Attack, MembershipGuess
-from arena.hookspecs import hookimpl
+from arena import Attack, MembershipGuess, PluginParams, PoolData, hookimpl, train_pool
 from arena_plugins.queries import augmented_queries
-from arena_plugins.shadows import PoolData, train_pool
 
 
-class ThresholdParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class ThresholdParams(PluginParams):
     signal: Literal["loss", "confidence"] = "loss"
     fpr: float = Field(default=0.1, strict=True, gt=0.0, lt=1.0,
                        description="FPR the hard threshold is calibrated for")
@@ -87,8 +84,7 @@ ShadowCount = Annotated[int, AfterValidator(_even)]
 """A number of shadow models: even, because the pool trains them in complementary pairs."""
 
 
-class ShadowParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class ShadowParams(PluginParams):
     shadows: ShadowCount = Field(default=16, strict=True, ge=2, le=100_000, description="shadow models (even)")
     classifier: Literal["gboost", "mlp", "logistic"] = "gboost"
     per_class: bool = Field(default=True, description="one attack model per class (Shokri et al.); "
@@ -218,8 +214,7 @@ def one_sided_out(
     return fit_gaussians(shadow_phi, shadow_out, fixed_variance).logcdf(phi)
 
 
-class LiRAParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class LiRAParams(PluginParams):
     shadows: ShadowCount = Field(default=64, strict=True, ge=4, le=100_000,
                                  description="shadow models (even); each point is IN for half")
     variant: Literal["online", "offline"] = "online"

@@ -10,9 +10,7 @@ import torch
 from pydantic import Field, PositiveInt, model_validator
 from torch import nn
 
-from arena.engine.dense import Dense
-from arena.hookspecs import hookimpl
-from arena.model import Model, ModelParams
+from arena import Dense, Model, ModelParams, hookimpl
 
 Activation = Literal["relu", "tanh", "sigmoid"]
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid}

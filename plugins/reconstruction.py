@@ -5,16 +5,12 @@ from __future__ import annotations
 import math
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+from pydantic import Field, PositiveFloat, PositiveInt
 
-from arena.attack import Attack, ReconstructionGuess
-from arena.data import derive_seed
+from arena import Attack, Models, PluginParams, ReconstructionGuess, Track, derive_seed, hookimpl
 from arena.engine.newton import gradient
 from arena.engine.output_perturbation import clip_rows
-from arena.hookspecs import hookimpl
 from arena.engine.dense import Layers
-from arena.release import Models
-from arena.scenario import Track
 
 
 def glm_closed_form(
@@ -137,8 +133,7 @@ class GLMReconstruction(Attack):
         return ReconstructionGuess(records=records.numpy(), labels=labels.numpy())
 
 
-class ReconNNParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class ReconNNParams(PluginParams):
     shadows: PositiveInt | None = Field(default=None, strict=True, le=1_000_000,
                                         description="shadow models; default: one per shadow target")
     hidden: list[PositiveInt] = Field(default=[256, 256], min_length=1, description="reconstructor hidden widths")

@@ -22,14 +22,12 @@ import math
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from arena.defense import Defense, Fit, FitTask
-from arena.hookspecs import hookimpl
+from arena import Defense, Fit, FitTask, PluginParams, hookimpl
 
 
-class RelaxLossParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class RelaxLossParams(PluginParams):
     alpha: float = Field(gt=0.0, allow_inf_nan=False, description="target mean training loss α (> 0)")
 
 

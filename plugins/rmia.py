@@ -25,13 +25,11 @@ from typing import Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import Field, PositiveInt
 from scipy.special import logsumexp
 
-from arena.attack import Attack, MembershipGuess
-from arena.hookspecs import hookimpl
+from arena import Attack, MembershipGuess, PluginParams, hookimpl, train_pool
 from arena_plugins.membership import ShadowCount
-from arena_plugins.shadows import train_pool
 
 
 def true_class_log_prob(log_probs: torch.Tensor, y: torch.Tensor, temperature: float) -> np.ndarray:
@@ -61,8 +59,7 @@ def rmia_scores(log_ratio_x: np.ndarray, log_ratio_z: np.ndarray, gamma: float) 
     return np.searchsorted(ordered, log_ratio_x - math.log(gamma), side="right") / len(ordered)
 
 
-class RMIAParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class RMIAParams(PluginParams):
     shadows: ShadowCount = Field(default=4, ge=2, description="reference models (even; complementary pairs)")
     variant: Literal["online", "offline"] = "online"
     gamma: float = Field(default=1.0, gt=0.0, allow_inf_nan=False, description="threshold γ on LR(x, z)")

@@ -11,19 +11,11 @@ import pytest
 from scipy.stats import binomtest
 
 from arena import leaderboard, tournament
-from arena.audit import (
-    advantage_bound,
-    audit_lines,
-    audit_rows,
-    audit_store,
-    clopper_pearson,
-    empirical_epsilon,
-    reconstruction_bound,
-    tpr_bound,
-    violation_findings,
-)
+from arena.audit import audit_lines, audit_rows, audit_store, clopper_pearson, violation_findings
 from arena.auditing import epsilon_from_counts, max_certifiable, split_halves
 from arena.cli import EXIT_VIOLATION, main
+from arena.games.membership.audit import advantage_bound, empirical_epsilon, tpr_bound
+from arena.games.reconstruction.audit import reconstruction_bound
 from arena.plan import plan
 from arena.store import RunStore
 from tests.conftest import write_scenario

@@ -15,7 +15,7 @@ import torch
 from arena import leaderboard
 from arena.cli import EXIT_INPUT, EXIT_OK, main
 from arena.execute import metric_info
-from arena.metrics import membership_metrics
+from arena.games.membership.metrics import membership_metrics
 from arena.store import RunStore
 
 

@@ -1,7 +1,10 @@
-"""Games: the challenger's protocols. Each owns the secret, builds the attacker's view and scores the guess."""
+"""Games: the challenger's protocols. Each owns the secret, builds the attacker's view and scores the guess.
 
-from arena.games.base import Game
-from arena.games.membership import MembershipGame
-from arena.games.reconstruction import ReconstructionGame
+Games are plugins (hook ``register_games``); each lives in its own folder (``arena/games/<game>/``). The built-in
+ones are registered by the ``games`` entry point of privacy-arena, like any third-party game.
+"""
 
-GAMES: dict[str, type[Game]] = {MembershipGame.name: MembershipGame, ReconstructionGame.name: ReconstructionGame}
+from arena.games.base import Game, Outcome
+from arena.games.view import ThreatModelError, View
+
+__all__ = ["Game", "Outcome", "ThreatModelError", "View"]

@@ -1,19 +1,32 @@
-"""What every game provides to the tournament: checks, the release, and the scoring of one attack."""
+"""What every game provides: its spec, checks, the release, the attacker's view, the scoring of a guess, its
+metrics, its audit rule and its part of the report.
+
+A game is a plugin (hook ``register_games``): a subclass of ``Game`` whose ``Spec`` validates the scenario's
+``game:`` entry. The core (scenario, plan, execute, audit, report) only calls the methods below; it never names a
+particular game. A game never depends on the core's report package: the report hands a game what it needs (a
+context that renders the game's own templates, formats numbers and saves figures).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
-from pydantic import BaseModel
 
 from arena.attack import Attack, Capability
 from arena.data import Dataset
+from arena.games.view import View
+from arena.metrics import Metric
 from arena.procedure import TrainingProcedure
 from arena.release import Release
+from arena.scenario import GameSpec
+
+if TYPE_CHECKING:
+    from arena.audit import ArrayLoader, GameAudit
 
 
 @dataclass
@@ -26,12 +39,28 @@ class Outcome:
 
 
 class Game:
-    """Base class of games. The game holds the secret (membership labels, targets); attacks only get a view."""
+    """Base class of games. The game holds the secret (membership labels, targets); attacks only get a view.
+
+    Class attributes a game declares:
+
+    * ``name``: what scenario files write under ``game: {name: ...}``;
+    * ``Spec``: the pydantic model (a subclass of ``arena.scenario.GameSpec``, ``extra="forbid"``) of its
+      parameters;
+    * ``View``: the ``arena.games.view.View`` subclass its ``view`` returns, declaring its items, so that an
+      attack can annotate ``run(self, view: MyView)``;
+    * ``capabilities``: what an attack may ask for in this game;
+    * ``metrics``: the ``arena.metrics.Metric`` declarations of its scores (registered with the game);
+    * ``template_dir``: the folder of its section templates (which may use the core's ``macros.html.j2``), or None.
+    """
 
     name: ClassVar[str]
     capabilities: ClassVar[frozenset[Capability]]
+    Spec: ClassVar[type[GameSpec]]
+    View: ClassVar[type[View]] = View
+    metrics: ClassVar[tuple[Metric, ...]] = ()
+    template_dir: ClassVar[Path | None] = None
 
-    def __init__(self, spec: BaseModel, dataset: Dataset, seed: int) -> None:
+    def __init__(self, spec: GameSpec, dataset: Dataset, seed: int) -> None:
         self.spec = spec
         self.dataset = dataset
         self.seed = seed
@@ -41,7 +70,7 @@ class Game:
         return torch.from_numpy(self.dataset.X[idx]), torch.from_numpy(self.dataset.y[idx]).long()
 
     @classmethod
-    def problems(cls, spec: BaseModel, dataset: Dataset) -> list[tuple[str, str]]:
+    def problems(cls, spec: GameSpec, dataset: Dataset) -> list[tuple[str, str]]:
         """(field, message) for every way ``spec`` cannot be played on ``dataset``."""
         need = spec.required_points()
         if need > dataset.n:
@@ -49,7 +78,7 @@ class Game:
         return []
 
     @classmethod
-    def train_size(cls, spec: BaseModel) -> int:
+    def train_size(cls, spec: GameSpec) -> int:
         """Size of each released model's training set (DP defenses check δ < 1/n against it)."""
         raise NotImplementedError
 
@@ -57,9 +86,37 @@ class Game:
         """Train the released model(s) through ``procedure`` and measure their utility."""
         raise NotImplementedError
 
+    def view(self, attack: Attack, release: Release, procedure: TrainingProcedure) -> View:
+        """Exactly what ``attack`` may see of ``release`` (never the secret)."""
+        raise NotImplementedError
+
+    def score(self, attack: Attack, guess: Any) -> Outcome:
+        """Check ``attack``'s guess and score it against the secret."""
+        raise NotImplementedError
+
     def play(self, attack: Attack, release: Release, procedure: TrainingProcedure) -> Outcome:
         """Build the attack's view, run it, score its guess against the secret."""
-        raise NotImplementedError
+        return self.score(attack, attack.run(self.view(attack, release, procedure)))
 
     def save_artifacts(self, outcome: Outcome, directory: Path) -> None:
         """Write files that illustrate ``outcome`` (e.g. pictures) into ``directory``; default: none."""
+
+    # --- results: audit and report (class methods: they read result rows, never a live game) ---
+
+    @classmethod
+    def audit(cls, rows: Sequence[Mapping[str, Any]], arrays: ArrayLoader) -> GameAudit | None:
+        """Audit this game's ok rows whose defense claims (ε, δ) (``arrays(key)`` loads a matchup's saved
+        arrays); None when the game has no audit rule."""
+        return None
+
+    @classmethod
+    def audit_section(cls, audit: GameAudit | None, page: Any) -> str:
+        """This game's part of the report's DP audit (``page.render(template, **context)`` renders one of its
+        templates, ``page.fmt`` formats a number); default: nothing."""
+        return ""
+
+    @classmethod
+    def report_section(cls, ctx: Any) -> str:
+        """This game's part of a track in the report; ``ctx`` is ``arena.report.context.TrackContext`` (the
+        track's board, rows, saved arrays, ``figures.save``, ``render``, ``fmt``); default: nothing."""
+        return ""

@@ -1,6 +1,6 @@
 """What a track's report section is given, and the Jinja2 environment every section renders with.
 
-Templates live in ``arena/report/templates/`` (package data); autoescape is on for every template, so a string
+Templates live in ``arena/report/templates/`` (package data) and in each game's ``template_dir``; autoescape is on for every template, so a string
 from a plugin, a scenario or a result row is escaped where it is shown, and nothing is escaped by hand.
 """
 
@@ -13,12 +13,12 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from jinja2 import Environment, PackageLoader, StrictUndefined
+from jinja2 import ChoiceLoader, Environment, FileSystemLoader, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
 from arena.audit import Audit, ArrayLoader
 from arena.leaderboard import TrackBoard
-from arena.report.plots import Figures
+from arena.report.plots import Figures, slug
 from arena.store import RunStore
 
 
@@ -38,23 +38,46 @@ def png_src(data: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
 
 
-@lru_cache(maxsize=1)
-def environment() -> Environment:
-    env = Environment(loader=PackageLoader("arena.report", "templates"), autoescape=True, undefined=StrictUndefined,
+@lru_cache(maxsize=8)
+def environment(game_templates: tuple[str, ...] = ()) -> Environment:
+    """The report's templates, then those of the folders ``game_templates`` (a game's own section templates, which
+    may import the core's ``macros.html.j2``)."""
+    loader = ChoiceLoader([PackageLoader("arena.report", "templates"), *(FileSystemLoader(d) for d in game_templates)])
+    env = Environment(loader=loader, autoescape=True, undefined=StrictUndefined,
                       trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters["fmt"] = fmt
     env.filters["png_src"] = png_src
     return env
 
 
-def render(template: str, **context: Any) -> Markup:
+def render(template: str, game_templates: tuple[str, ...] = (), **context: Any) -> Markup:
     """``template`` rendered with ``context``; the result is markup, safe to place in another template."""
-    return Markup(environment().get_template(template).render(**context))
+    return Markup(environment(game_templates).get_template(template).render(**context))
+
+
+def template_dirs(game: Any) -> tuple[str, ...]:
+    """The template folder a game declares (``Game.template_dir``), as the environment's key."""
+    folder = getattr(game, "template_dir", None)
+    return (str(folder),) if folder is not None else ()
+
+
+@dataclass
+class Page:
+    """What a game's part of the DP audit is given: ``render`` (its own templates), ``fmt``."""
+
+    templates: tuple[str, ...] = ()
+
+    def render(self, template: str, **context: Any) -> Markup:
+        return render(template, self.templates, **context)
+
+    fmt = staticmethod(fmt)
 
 
 @dataclass
 class TrackContext:
-    """One track as a game's section sees it."""
+    """One track as a game's section sees it: its board, rows, saved arrays and audit; ``figures.save(fig, stem)``
+    writes a figure and returns its PNG; ``render(template, **context)`` renders one of the game's templates;
+    ``fmt`` formats a number; ``slug`` makes a file-name-safe stem."""
 
     board: TrackBoard
     rows: list[dict[str, Any]]  # the track's latest rows
@@ -63,3 +86,10 @@ class TrackContext:
     figures: Figures
     audit: Audit
     extra: dict[str, Any] = field(default_factory=dict)
+    templates: tuple[str, ...] = ()
+
+    def render(self, template: str, **context: Any) -> Markup:
+        return render(template, self.templates, **context)
+
+    fmt = staticmethod(fmt)
+    slug = staticmethod(slug)

@@ -3,15 +3,15 @@ Jinja2 templates in ``arena/report/templates/`` with autoescape on; every figure
 under ``RUN_DIR/report/figures/``.
 
 Sections: DP violations (if any); per track the leaderboard tables (ranking metric, the metrics beside it, their
-intervals), heatmaps and privacy-utility curves, then the track's game section (``SECTIONS``: membership's ROC
-curves, most exposed records and per-class TPR; reconstruction's grids); the DP audit; notes; the scenarios as
+intervals), heatmaps and privacy-utility curves, then the track's game section (the registered game's ``report_section``,
+rendered from the game's own templates); the DP audit (each game's ``audit_section``); notes; the scenarios as
 run; per-matchup timings. The core page template names no game.
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -20,25 +20,19 @@ from markupsafe import Markup
 
 import arena
 from arena import leaderboard
-from arena.audit import (
-    Audit,
-    MembershipAudit,
-    audit_store,
-    describe_reconstruction,
-    describe_violation,
-    saved_arrays,
-    violation_findings,
-)
+from arena.audit import Audit, audit_rows, saved_arrays, violation_findings
 from arena.leaderboard import TrackBoard
-from arena.report import membership, plots, reconstruction
-from arena.report.context import TrackContext, fmt, render
+from arena.report import plots
+from arena.report.context import Page, TrackContext, fmt, render, template_dirs
 from arena.store import RunStore
 
-SECTIONS: dict[str, Callable[[TrackContext], Markup]] = {
-    "membership": membership.section,
-    "reconstruction": reconstruction.section,
-}
-"""Game name → the function that renders that game's part of a track (its own template)."""
+
+def registered_games() -> Mapping[str, Any]:
+    """Game name → the registered ``Game`` class (whose ``report_section`` renders its part of a track)."""
+    from arena.plugins import registries
+
+    return {e.name: e.obj for e in registries().games}
+
 
 FIGURES = "report/figures"
 
@@ -86,43 +80,20 @@ def board_section(board: TrackBoard, ctx: TrackContext, flagged: set[tuple[str, 
     )
 
 
-def _audit_verdict(a: MembershipAudit) -> str:
-    if a.violation:
-        return "VIOLATION"
-    if a.lower_bound.max_certifiable <= a.relation_epsilon:
-        return "cannot refute: the claim is above what this sample could certify"
-    return "consistent"
-
-
-def audit_section(audit: Audit) -> Markup:
-    """Every membership matchup against a claim, violations first: the replace-one ε tested, the held-out bound,
-    the largest bound the held-out counts could certify; every reconstruction matchup against its bounds."""
-    membership_rows, membership_classes = [], []
-    for a in sorted(audit.membership, key=lambda a: not a.violation):
-        lb = a.lower_bound
-        one_run = (f"{a.one_run.epsilon:.3f} ({a.one_run.correct}/{a.one_run.guesses} pairs)"
-                   if a.one_run is not None else "—")
-        membership_classes.append("violation" if a.violation else "")
-        membership_rows.append([a.track, a.defense_label, a.attack, a.seed, fmt(a.claimed_epsilon), f"{a.delta:g}",
-                      f"{fmt(a.relation_epsilon)} ({a.relation_how})" if a.relation_how else fmt(a.relation_epsilon),
-                      fmt(lb.epsilon), fmt(lb.max_certifiable),
-                      f"{lb.n_members} + {lb.n_nonmembers} of {lb.n_members_total} + {lb.n_nonmembers_total}",
-                      f"{lb.true_positives}, {lb.false_positives}" if lb.direction else "— (no evidence)",
-                      one_run, _audit_verdict(a)])
-    recon_rows = [[r.track, r.defense_label, r.attack, r.seed, fmt(r.claimed_epsilon), f"{r.delta:g}",
-                   f"{fmt(r.kappa)} ({'exact' if r.kappa_exact else 'estimate'})", fmt(r.allowed), fmt(r.bound),
-                   r.bound_how, fmt(r.success_rate), r.n_targets, fmt(r.success_low),
-                   "ABOVE THE BOUND" if r.exceeds else "within"] for r in audit.reconstruction]
-    return render("audit.html.j2", membership_rows=membership_rows, membership_classes=membership_classes, recon_rows=recon_rows,
-                  missing=list(audit.missing_arrays), recon_lines=[describe_reconstruction(r) for r in
-                                                                   audit.reconstruction if r.exceeds])
+def audit_section(audit: Audit, games: Mapping[str, Any]) -> Markup:
+    """The DP audit: each registered game's part (``Game.audit_section``), in the order of their names."""
+    parts = [Markup(game.audit_section(audit.games.get(name), Page(template_dirs(game))))
+             for name, game in sorted(games.items())]
+    return render("audit.html.j2", parts=[p for p in parts if p])
 
 
 def render_page(store: RunStore) -> str:
     """The whole page for the run directory of ``store`` (figures written under ``report/figures/``)."""
     rows = leaderboard.latest_rows(store.results())
-    audit = audit_store(store, rows)
+    games = registered_games()
     arrays = saved_arrays(store)
+    audit = audit_rows(rows, arrays, games)
+    findings = violation_findings(audit)
     memo: dict[str, Any] = {}
 
     def cached(key: str) -> Any:
@@ -139,11 +110,11 @@ def render_page(store: RunStore) -> str:
     tracks = []
     for board in boards:
         track_rows = [r for r in rows if r["track"] == board.track]
-        ctx = TrackContext(board, track_rows, store, cached, figures, audit)
+        game = games.get(board.game)
+        ctx = TrackContext(board, track_rows, store, cached, figures, audit, templates=template_dirs(game))
         flagged = {(a.defense_label, a.attack) for a in audit.violations if a.track == board.track}
-        section = SECTIONS.get(board.game)
         tracks.append({"board": board_section(board, ctx, flagged),
-                       "section": section(ctx) if section is not None else Markup("")})
+                       "section": Markup(game.report_section(ctx)) if game is not None else Markup("")})
     notes: dict[tuple[str, str], int] = {}
     for r in rows:
         for note in r.get("notes") or []:
@@ -159,11 +130,11 @@ def render_page(store: RunStore) -> str:
         generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         n_rows=len(rows),
         counts=counts,
-        violations=[f"{a.track} {a.defense_label} vs {a.attack} seed {a.seed}: {describe_violation(a)}"
+        violations=[f"{a.track} {a.defense_label} vs {a.attack} seed {a.seed}: {findings[a.key]}"
                     for a in audit.violations],
-        n_audited=len(audit.membership),
+        n_audited=audit.tested,
         tracks=tracks,
-        audit=audit_section(audit),
+        audit=audit_section(audit, games),
         notes=[(t, n, c) for (t, n), c in notes.items()],
         scenarios=scenarios,
         timings=timings,

@@ -15,7 +15,8 @@ from arena.games.view import ThreatModelError
 from arena.plan import load_dataset
 from arena.procedure import TrainingProcedure
 from arena.release import LabelOnly
-from arena.scenario import MembershipGameSpec, PluginRef
+from arena.games.membership import MembershipGameSpec
+from arena.scenario import PluginRef
 from arena.store import TensorCache
 from arena_plugins.defenses import NonPrivate
 from arena_plugins.label_only import LabelOnlyMIA, perturbations, shifts, translate

@@ -17,7 +17,8 @@ from arena.engine.trainer import Recipe
 from arena.games.membership import MembershipGame
 from arena.plan import load_dataset, plan
 from arena.procedure import TrainingProcedure
-from arena.scenario import MembershipGameSpec, PluginRef
+from arena.games.membership import MembershipGameSpec
+from arena.scenario import PluginRef
 from arena.store import RunStore, TensorCache
 from arena.tournament import run
 from arena_plugins.defenses import NonPrivate
@@ -31,7 +32,7 @@ from arena_plugins.membership import (
     one_sided_out,
     true_class_log_odds,
 )
-from arena_plugins.shadows import plan_pool
+from arena.pools import plan_pool
 from tests.conftest import architecture
 
 

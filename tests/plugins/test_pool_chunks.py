@@ -14,7 +14,7 @@ from arena.procedure import TrainingProcedure
 from arena.store import TensorCache
 from arena_plugins.defenses import NonPrivate
 from arena_plugins.membership import true_class_log_odds
-from arena_plugins.shadows import train_pool
+from arena.pools import train_pool
 from tests.conftest import architecture
 
 SHADOWS = 64

@@ -19,8 +19,9 @@ from arena.execute import play_matchup
 from arena.games.reconstruction import ReconstructionGame
 from arena.plan import plan
 from arena.procedure import TrainingProcedure
-from arena.report.grids import GRID_FILE
-from arena.scenario import PluginRef, ReconstructionGameSpec, Track, TrainingSpec
+from arena.games.reconstruction.grids import GRID_FILE
+from arena.games.reconstruction import ReconstructionGameSpec
+from arena.scenario import PluginRef, Track, TrainingSpec
 from arena.store import RunStore
 from arena_plugins import defenses
 from arena_plugins.defenses import NonPrivate, OutputPerturbation

@@ -14,11 +14,12 @@ from arena.engine.trainer import Recipe
 from arena.games.membership import MembershipGame
 from arena.plan import load_dataset
 from arena.procedure import TrainingProcedure
-from arena.scenario import MembershipGameSpec, PluginRef
+from arena.games.membership import MembershipGameSpec
+from arena.scenario import PluginRef
 from arena.store import TensorCache
 from arena_plugins.defenses import NonPrivate
 from arena_plugins.membership import ShadowMIA
-from arena_plugins.shadows import plan_pool
+from arena.pools import plan_pool
 from tests.conftest import architecture
 
 

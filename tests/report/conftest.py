@@ -14,7 +14,7 @@ import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from arena.metrics import membership_metrics
+from arena.games.membership.metrics import membership_metrics
 from arena.store import RunStore
 
 EVIL_DEFENSE = "<script>alert(1)</script>"

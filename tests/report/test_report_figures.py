@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from arena.leaderboard import build
+from arena.games.membership import figures
 from arena.report import plots
 from arena.report.context import environment
 
@@ -39,7 +40,7 @@ def test_roc_mean_and_band_stay_whole_where_a_seed_flags_no_member() -> None:
     grid = np.logspace(-2, 0, 50)
     flat = (np.array([0.0, 0.5, 1.0]), np.array([0.0, 0.0, 1.0]))  # TPR 0 until FPR 0.5
     good = (np.array([0.0, 0.01, 1.0]), np.array([0.0, 0.3, 1.0]))
-    mean, low, high = plots.roc_bands([flat, good], grid, floor=0.01)
+    mean, low, high = figures.roc_bands([flat, good], grid, floor=0.01)
     assert np.all(np.isfinite(mean)) and np.all(mean >= 0.01) and np.all(low >= 0.01)  # never dropped on log axes
     assert np.all(low <= mean) and np.all(mean <= high)
     assert mean[0] == np.float64(0.15) and low[0] == 0.01 and high[0] == 0.3
@@ -50,7 +51,7 @@ def test_roc_legends_carry_auc_and_tpr_at_1pct(fake_run) -> None:
 
     rows = [r for r in fake_run.store.results() if r["track"] == "digits-mlp"]
     (board,) = build(rows, arrays=saved_arrays(fake_run.store))
-    fig = plots.roc_curves(board, rows, saved_arrays(fake_run.store))
+    fig = figures.roc_curves(board, rows, saved_arrays(fake_run.store))
     labels = [t.get_text() for ax in fig.axes for t in ax.get_legend().get_texts()]
     curves = [lab for lab in labels if lab != "chance"]
     assert curves and all(re.search(r"AUC \d\.\d{3}, TPR@1% (\d\.\d{3}|n/r)", lab) for lab in curves)
@@ -63,13 +64,19 @@ def test_templates_are_package_data_autoescaped_and_the_core_page_names_no_game(
     env = environment()
     assert env.autoescape is True
     assert str(env.from_string("{{ x }}").render(x="<b>")) == "&lt;b&gt;"
-    for core in ("page.html.j2", "board.html.j2", "macros.html.j2"):
-        text = (REPORT / "templates" / core).read_text().lower()
-        assert "membership" not in text and "reconstruction" not in text, core
     for game in ("membership", "reconstruction"):
-        assert (REPORT / "templates" / f"{game}.html.j2").is_file() and (REPORT / f"{game}.py").is_file()
-    for module in REPORT.glob("*.py"):  # no hand escaping left
-        assert "html.escape" not in module.read_text(), module.name
+        assert "templates/*.j2" in data["tool"]["setuptools"]["package-data"][f"arena.games.{game}"]
+    for core in REPORT.rglob("*"):  # the core report names no game; each game's section lives in its folder
+        if core.suffix in (".py", ".j2"):
+            text = core.read_text().lower()
+            assert "membership" not in text and "reconstruction" not in text, core.name
+    games = REPORT.parent / "games"
+    for game in ("membership", "reconstruction"):
+        assert (games / game / "templates" / f"{game}.html.j2").is_file() and (games / game / "sections.py").is_file()
+    for module in [*REPORT.glob("*.py"), *games.rglob("*.py")]:  # no hand escaping left, no import of the report
+        text = module.read_text()
+        assert "html.escape" not in text, module.name
+        assert module.parent == REPORT or not re.search(r"^\s*(from|import) arena\.report", text, re.M), module.name
 
 
 def test_audit_shows_the_replace_one_claim_certifiable_bound_and_no_false_inequality(fake_run, report_text) -> None:

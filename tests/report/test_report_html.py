@@ -11,7 +11,7 @@ import numpy as np
 from matplotlib.image import imread
 
 from arena.cli import EXIT_INPUT, EXIT_OK, main
-from arena.report import plots
+from arena.games.membership import figures
 from tests.report.conftest import DELTA, EVIL_ATTACK, EVIL_DEFENSE
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -101,8 +101,8 @@ def test_mean_roc_averages_the_step_curves_vertically() -> None:
     grid = np.array([0.0, 0.25, 0.5, 1.0])
     a = (np.array([0.0, 0.5, 1.0]), np.array([0.0, 1.0, 1.0]))  # TPR 1 from FPR 0.5
     b = (np.array([0.0, 0.0, 1.0]), np.array([0.0, 0.5, 1.0]))  # TPR 0.5 at FPR 0
-    assert plots.mean_roc([a, b], grid).tolist() == [0.25, 0.25, 0.75, 1.0]
+    assert figures.mean_roc([a, b], grid).tolist() == [0.25, 0.25, 0.75, 1.0]
 
 
 def test_matplotlib_text_is_literal() -> None:
-    assert plots.text("$\\frac$") == "\\$\\\\frac\\$"
+    assert figures.text("$\\frac$") == "\\$\\\\frac\\$"

@@ -26,18 +26,79 @@ Two priors (the spec's ``prior``):
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 import torch
+from pydantic import ConfigDict, Field, PositiveInt
 
 from arena.attack import Attack, ReconstructionGuess
 from arena.data import Dataset, derive_seed, permutation
 from arena.games.base import Game, Outcome
+from arena.games.reconstruction.grids import GRID_FILE, save_grid
 from arena.games.view import View
+from arena.metrics import NON_NEGATIVE, UNIT, Metric
 from arena.procedure import TrainingProcedure
-from arena.release import Release
-from arena.report.grids import GRID_FILE, save_grid
-from arena.scenario import ReconstructionGameSpec
+from arena.release import Models, Release
+from arena.scenario import GameSpec
+
+
+class ReconstructionGameSpec(GameSpec):
+    """Informed adversary: a fixed set D⁻, targets drawn from a pool disjoint from D⁻ and the shadow targets."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: Literal["reconstruction"]
+    fixed: PositiveInt = 100
+    targets: PositiveInt = 50
+    shadow_targets: PositiveInt = 500
+    test: PositiveInt = 200
+    init: Literal["known", "hidden"] = "known"
+    prior: Literal["continuous", "discrete"] = Field(
+        default="continuous",
+        description="continuous: targets are fresh records, success = closer than the nearest-neighbour oracle, κ "
+                    "estimated; discrete: each target drawn uniformly from `candidates` known records, success = "
+                    "the exact candidate, κ = 1/candidates",
+    )
+    candidates: PositiveInt | None = Field(default=None, le=1_000_000,
+                                           description="discrete prior: how many candidates (at least 2)")
+
+    def required_points(self) -> int:
+        return self.fixed + self.targets + self.shadow_targets + self.test
+
+
+class ReconstructionView(View):
+    """What a reconstruction attack is given (items of capabilities it did not declare raise
+    ``ThreatModelError``); never a target, nor which candidate a model trained on."""
+
+    n_targets: int
+    n_classes: int
+    n_features: int
+    l2: float
+    kind: str
+    shape: tuple[int, ...]
+    seed: int
+    prior_kind: str
+    n_candidates: int | None
+    parameters: Models  # capability "parameters": released model k was trained on D⁻ and target k
+    fixed_X: torch.Tensor  # "fixed-set": D⁻
+    fixed_y: torch.Tensor
+    train: Any  # "training": the training procedure
+    init_seed: int | None
+    shadow_X: torch.Tensor  # "prior"
+    shadow_y: torch.Tensor
+    candidates_X: torch.Tensor | None
+    candidates_y: torch.Tensor | None
+
+
+METRICS = (
+    Metric("success_rate", "reconstruction", True, "fraction of targets reconstructed closer than the oracle", UNIT),
+    Metric("mse_mean", "reconstruction", False, "mean squared error between reconstruction and target", NON_NEGATIVE),
+    Metric("mse_median", "reconstruction", False, "median squared error between reconstruction and target",
+           NON_NEGATIVE),
+    Metric("oracle_mse_mean", "reconstruction", False, "mean MSE of the nearest point the adversary holds",
+           NON_NEGATIVE),
+    Metric("label_accuracy", "reconstruction", True, "fraction of targets whose label was recovered", UNIT),
+)
 
 
 def row_mse(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -144,6 +205,10 @@ class ReconstructionGame(Game):
 
     name = "reconstruction"
     capabilities = frozenset({"parameters", "fixed-set", "training", "prior"})
+    Spec = ReconstructionGameSpec
+    View = ReconstructionView
+    metrics = METRICS
+    template_dir = Path(__file__).parent / "templates"
     spec: ReconstructionGameSpec
 
     def __init__(self, spec: ReconstructionGameSpec, dataset: Dataset, seed: int) -> None:
@@ -201,13 +266,13 @@ class ReconstructionGame(Game):
         Xt, yt = self.records(self.test)
         return Release(models=models, utility=float(models.accuracy(Xt, yt).mean()), claim=claim)
 
-    def view(self, attack: Attack, release: Release, procedure: TrainingProcedure) -> View:
+    def view(self, attack: Attack, release: Release, procedure: TrainingProcedure) -> ReconstructionView:
         """What ``attack`` may see: parameters, D⁻, the procedure and init seed, shadow targets and (discrete prior)
         the candidates; never a target, nor which candidate a model was trained on."""
         fX, fy = self.records(self.fixed)
         sX, sy = self.records(self.shadow)
         cX, cy = (None, None) if self.candidates is None else self.records(self.candidates)
-        return View(
+        return ReconstructionView(
             attack.name,
             attack.threat_model,
             common={
@@ -229,8 +294,8 @@ class ReconstructionGame(Game):
             },
         )
 
-    def play(self, attack: Attack, release: Release, procedure: TrainingProcedure) -> Outcome:
-        guess = attack.run(self.view(attack, release, procedure))
+    def score(self, attack: Attack, guess: Any) -> Outcome:
+        """Per target: the reconstruction's MSE against the oracle's (or, discrete prior, the candidate chosen)."""
         if not isinstance(guess, ReconstructionGuess):
             raise TypeError(f"attack {attack.name!r} returned {type(guess).__name__}, not a ReconstructionGuess")
         targets = self.dataset.X[self.targets]
@@ -282,3 +347,21 @@ class ReconstructionGame(Game):
             mse=a["mse"],
             oracle_mse=a["oracle_mse"],
         )
+
+    @classmethod
+    def audit(cls, rows, arrays):  # noqa: ANN001, ANN206 - see Game.audit
+        from arena.games.reconstruction.audit import audit_game
+
+        return audit_game(rows, arrays)
+
+    @classmethod
+    def audit_section(cls, audit, page) -> str:  # noqa: ANN001 - see Game.audit_section
+        from arena.games.reconstruction.sections import audit_section
+
+        return audit_section(audit, page)
+
+    @classmethod
+    def report_section(cls, ctx) -> str:  # noqa: ANN001 - see Game.report_section
+        from arena.games.reconstruction.sections import section
+
+        return section(ctx)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from arena.report.membership import class_level, per_class_tpr, record_risk
-from tests.games.test_membership import Spy, game, procedure  # noqa: F401 - fixtures
+from arena.games.membership.sections import class_level, per_class_tpr, record_risk
+from tests.games.membership.test_game import Spy, game, procedure  # noqa: F401 - fixtures
 
 
 def test_play_saves_the_dataset_row_and_label_of_every_challenge_point(game, procedure) -> None:  # noqa: F811

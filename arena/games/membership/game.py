@@ -2,16 +2,55 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any, Literal
+
 import numpy as np
+import torch
+from pydantic import ConfigDict, PositiveInt
 
 from arena.attack import Attack, MembershipGuess
 from arena.data import derive_seed, permutation
 from arena.games.base import Game, Outcome
+from arena.games.membership.metrics import METRICS, membership_metrics
 from arena.games.view import View
-from arena.metrics import membership_metrics
 from arena.procedure import TrainingProcedure
-from arena.release import BlackBox, LabelOnly, Release
-from arena.scenario import MembershipGameSpec
+from arena.release import BlackBox, LabelOnly, Models, Release
+from arena.scenario import GameSpec
+
+
+class MembershipGameSpec(GameSpec):
+    """Members and as many non-members are the challenge; population and test are disjoint from both."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: Literal["membership"]
+    members: PositiveInt
+    test: PositiveInt = 400
+    population: PositiveInt | None = None
+    stratify: bool = True
+
+    def required_points(self) -> int:
+        return 2 * self.members + self.test + (self.population or 1)
+
+
+class MembershipView(View):
+    """What a membership attack is given (items of capabilities it did not declare raise ``ThreatModelError``)."""
+
+    challenge_X: torch.Tensor
+    """the challenge records' features [2m, *input_shape]; which of them are members is never shown"""
+    challenge_y: torch.Tensor
+    n_classes: int
+    input_shape: tuple[int, ...]
+    train_size: int
+    seed: int
+    pool_seed: int
+    """the game's attack-independent seed for shadow pools (shared pools train once per run)"""
+    model: BlackBox  # capability "query"
+    labels_model: LabelOnly  # "labels"
+    parameters: Models  # "parameters"
+    population_X: torch.Tensor  # "population"
+    population_y: torch.Tensor
+    train: TrainingProcedure  # "training"
 
 
 class MembershipGame(Game):
@@ -24,6 +63,10 @@ class MembershipGame(Game):
 
     name = "membership"
     capabilities = frozenset({"query", "labels", "parameters", "population", "training"})
+    Spec = MembershipGameSpec
+    View = MembershipView
+    metrics = METRICS
+    template_dir = Path(__file__).parent / "templates"
     spec: MembershipGameSpec
 
     def __init__(self, spec: MembershipGameSpec, dataset, seed: int) -> None:  # noqa: ANN001
@@ -54,12 +97,12 @@ class MembershipGame(Game):
         Xt, yt = self.records(self.test)
         return Release(models=models, utility=float(models.accuracy(Xt, yt)[0]), claim=claim)
 
-    def view(self, attack: Attack, release: Release, procedure: TrainingProcedure) -> View:
+    def view(self, attack: Attack, release: Release, procedure: TrainingProcedure) -> MembershipView:
         """What ``attack`` may see: the challenge records (features and class labels, never membership) and the
         shape of one record (``input_shape``, e.g. (1, 8, 8) for an image, (d,) for a table row)."""
         cX, cy = self.records(self.challenge)
         pX, py = self.records(self.population)
-        return View(
+        return MembershipView(
             attack.name,
             attack.threat_model,
             common={
@@ -80,8 +123,8 @@ class MembershipGame(Game):
             },
         )
 
-    def play(self, attack: Attack, release: Release, procedure: TrainingProcedure) -> Outcome:
-        guess = attack.run(self.view(attack, release, procedure))
+    def score(self, attack: Attack, guess: Any) -> Outcome:
+        """The guess's metrics against the secret membership, and the arrays the audit and the report read."""
         if not isinstance(guess, MembershipGuess):
             raise TypeError(f"attack {attack.name!r} returned {type(guess).__name__}, not a MembershipGuess")
         scores = np.asarray(guess.scores, dtype=np.float64).reshape(-1)
@@ -100,3 +143,21 @@ class MembershipGame(Game):
             "label": np.asarray(self.dataset.y[self.challenge]).astype(np.int64),
         }
         return Outcome(metrics, notes, arrays)
+
+    @classmethod
+    def audit(cls, rows, arrays):  # noqa: ANN001, ANN206 - see Game.audit
+        from arena.games.membership.audit import audit_game
+
+        return audit_game(rows, arrays)
+
+    @classmethod
+    def audit_section(cls, audit, page) -> str:  # noqa: ANN001 - see Game.audit_section
+        from arena.games.membership.sections import audit_section
+
+        return audit_section(audit, page)
+
+    @classmethod
+    def report_section(cls, ctx) -> str:  # noqa: ANN001 - see Game.report_section
+        from arena.games.membership.sections import section
+
+        return section(ctx)

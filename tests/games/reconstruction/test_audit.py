@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest, norm
 
-from arena.audit import audit_reconstruction, describe_reconstruction, reconstruction_bounds
+from arena.games.reconstruction.audit import audit_reconstruction, describe_reconstruction, reconstruction_bounds
 
 
 def row(rate: float, n: int, kappa: float, claim: dict, exact: bool | None = True) -> dict:

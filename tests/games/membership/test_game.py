@@ -12,7 +12,8 @@ from arena.games.membership import MembershipGame
 from arena.games.view import ThreatModelError
 from arena.plan import load_dataset
 from arena.procedure import TrainingProcedure
-from arena.scenario import MembershipGameSpec, PluginRef
+from arena.games.membership import MembershipGameSpec
+from arena.scenario import PluginRef
 from arena_plugins.defenses import NonPrivate
 from tests.conftest import architecture
 
@@ -112,3 +113,19 @@ def test_release_utility_is_test_accuracy(game, procedure) -> None:
     predictions = release.models.predict_proba(X)[0].argmax(-1)
     assert release.utility == pytest.approx((predictions == y).double().mean().item())
     assert release.claim is None
+
+
+def test_play_is_score_of_the_attacks_run_on_the_typed_view(game: MembershipGame, procedure: TrainingProcedure) -> None:
+    """``view`` and ``score`` split ``play`` (the attack may run elsewhere in between) with the same outcome."""
+    from arena import MembershipView
+
+    release = game.release(procedure)
+    attack = Spy(Spy.Params())
+    view = game.view(attack, release, procedure)
+    assert isinstance(view, MembershipView)
+    apart = game.score(attack, attack.run(view))
+    together = game.play(attack, release, procedure)
+    assert apart.metrics == together.metrics
+    assert all(np.array_equal(apart.arrays[k], together.arrays[k]) for k in together.arrays)
+    with pytest.raises(TypeError, match="not a MembershipGuess"):
+        game.score(attack, object())

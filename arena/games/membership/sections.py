@@ -1,4 +1,5 @@
-"""The membership game's part of the report: ROC curves, the most exposed records, per-class TPR at low FPR.
+"""The membership game's part of the report: ROC curves, the most exposed records, per-class TPR at low FPR, and
+its rows of the DP audit. Templates in ``templates/``; the page hands over the context it renders them with.
 
 Per-record risk: every saved matchup holds each challenge point's dataset row (``record``), its score, its label
 and whether it was a member. A point's *rank* is the percentile of its score among that matchup's challenge
@@ -17,10 +18,9 @@ import numpy as np
 from markupsafe import Markup
 from scipy.stats import rankdata
 
+from arena.games.membership import figures
 from arena.leaderboard import NOT_RESOLVABLE, score_metrics
 from arena.metrics import tpr_key
-from arena.report import plots
-from arena.report.context import TrackContext, render
 
 TOP_RECORDS = 3
 CLASS_LEVELS = (0.01, 0.1)
@@ -99,7 +99,7 @@ def per_class_tpr(seeds: list[dict[str, np.ndarray]]) -> dict[int, tuple[float |
     return out
 
 
-def _dataset(ctx: TrackContext):  # noqa: ANN202 - the track's Dataset, or None
+def _dataset(ctx: Any):  # noqa: ANN202 - the track's Dataset, or None
     """The track's dataset, loaded from the scenario kept in the run directory (None if that fails)."""
     from arena.plan import load_dataset
     from arena.scenario import ScenarioError, parse_scenario
@@ -118,10 +118,10 @@ def _dataset(ctx: TrackContext):  # noqa: ANN202 - the track's Dataset, or None
     return None
 
 
-def section(ctx: TrackContext) -> Markup:
+def section(ctx: Any) -> Markup:
     """ROC curves, the most exposed records (with images for an image dataset) and per-class TPR at low FPR."""
     board = ctx.board
-    roc = plots.roc_curves(board, ctx.rows, ctx.arrays)
+    roc = figures.roc_curves(board, ctx.rows, ctx.arrays)
     roc_png = ctx.figures.save(roc, f"{board.track}-roc") if roc is not None else None
     pairs = _pairs(ctx.rows, ctx.arrays)
     order = [(d, a) for d in board.means.index for a in board.means.columns if (d, a) in pairs]
@@ -133,7 +133,7 @@ def section(ctx: TrackContext) -> Markup:
         if dataset is not None and dataset.kind == "image":
             panels = [(f"{d}\nvs {a}", [(dataset.X[r.record], f"#{r.record} y={r.label} rank {r.mean_rank:.3f}")
                                         for r in risks]) for d, a, risks in exposed]
-            records_png = ctx.figures.save(plots.exposed_records(panels, dataset.shape),
+            records_png = ctx.figures.save(figures.exposed_records(panels, dataset.shape),
                                            f"{board.track}-exposed-records")
     classes = {(d, a): per_class_tpr(pairs[d, a]) for d, a in order}
     labels = sorted({c for per in classes.values() for c in per})
@@ -147,6 +147,35 @@ def section(ctx: TrackContext) -> Markup:
     exposed_rows = [[d, a, place, f"#{r.record}", "—" if r.label is None else r.label, f"{r.mean_rank:.3f}",
                      f"{r.times_member} of {r.times_seen}"]
                     for d, a, risks in exposed for place, r in enumerate(risks, start=1)]
-    return render("membership.html.j2", track=board.track, roc_png=roc_png, exposed=bool(exposed),
+    return ctx.render("membership.html.j2", track=board.track, roc_png=roc_png, exposed=bool(exposed),
                   exposed_rows=exposed_rows, records_png=records_png, class_labels=[f"class {c}" for c in labels],
                   class_rows=class_rows, top=TOP_RECORDS)
+
+
+def _audit_verdict(a: Any) -> str:
+    if a.violation:
+        return "VIOLATION"
+    if a.lower_bound.max_certifiable <= a.relation_epsilon:
+        return "cannot refute: the claim is above what this sample could certify"
+    return "consistent"
+
+
+def audit_section(audit: Any, page: Any) -> Markup:
+    """Every membership matchup against a claim, violations first: the replace-one ε tested, the held-out bound,
+    the largest bound the held-out counts could certify."""
+    fmt = page.fmt
+    records = audit.records if audit is not None else ()
+    rows, classes = [], []
+    for a in sorted(records, key=lambda a: not a.violation):
+        lb = a.lower_bound
+        one_run = (f"{a.one_run.epsilon:.3f} ({a.one_run.correct}/{a.one_run.guesses} pairs)"
+                   if a.one_run is not None else "—")
+        classes.append("violation" if a.violation else "")
+        rows.append([a.track, a.defense_label, a.attack, a.seed, fmt(a.claimed_epsilon), f"{a.delta:g}",
+                     f"{fmt(a.relation_epsilon)} ({a.relation_how})" if a.relation_how else fmt(a.relation_epsilon),
+                     fmt(lb.epsilon), fmt(lb.max_certifiable),
+                     f"{lb.n_members} + {lb.n_nonmembers} of {lb.n_members_total} + {lb.n_nonmembers_total}",
+                     f"{lb.true_positives}, {lb.false_positives}" if lb.direction else "— (no evidence)",
+                     one_run, _audit_verdict(a)])
+    return page.render("membership-audit.html.j2", membership_rows=rows, membership_classes=classes,
+                       missing=list(audit.missing) if audit is not None else [])

@@ -20,8 +20,8 @@ from arena.games.reconstruction import (
 )
 from arena.games.view import ThreatModelError
 from arena.procedure import TrainingProcedure
-from arena.report.grids import GRID_FILE
-from arena.scenario import ReconstructionGameSpec
+from arena.games.reconstruction.grids import GRID_FILE
+from arena.games.reconstruction import ReconstructionGameSpec
 from arena_plugins.defenses import NonPrivate
 from tests.conftest import architecture
 

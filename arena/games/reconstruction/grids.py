@@ -14,17 +14,11 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from arena.games.figures import as_image
+
 GRID_FILE = "grid.png"
 VECTOR_FORMATS = ("svg", "pdf")  # written beside the PNG
 ROWS = ("target", "reconstruction", "nearest neighbour")
-
-
-def as_image(record: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """A flat record as an [H, W] grey or [H, W, 3] colour image in [0, 1] (channels-first shapes are moved last)."""
-    img = np.clip(np.asarray(record, dtype=np.float64).reshape(shape), 0.0, 1.0)
-    if img.ndim == 3 and img.shape[0] in (1, 3):
-        img = np.moveaxis(img, 0, -1)
-    return img[..., 0] if img.ndim == 3 and img.shape[-1] == 1 else img
 
 
 def _draw(ax: Axes, record: np.ndarray, kind: str, shape: tuple[int, ...], ylim: tuple[float, float]) -> None:

@@ -1,0 +1,51 @@
+"""The reconstruction game's part of the report: the grids of targets, reconstructions and nearest neighbours,
+and its rows of the DP audit.
+
+Each grid is the PNG the game saved beside its matchup's artifacts; the report copies it (and its SVG and PDF,
+where the game wrote them) into ``report/figures/``.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+from markupsafe import Markup
+
+from typing import Any
+
+from arena.games.reconstruction.audit import describe_reconstruction
+from arena.games.reconstruction.grids import GRID_FILE, VECTOR_FORMATS
+
+
+def section(ctx: Any) -> Markup:
+    """Every saved grid of the track, copied into the report's figures (the report passes ``ctx``)."""
+    fmt, slug = ctx.fmt, ctx.slug
+    figures = []
+    for r in ctx.rows:
+        path = ctx.store.artifact_dir(r["key"]) / GRID_FILE
+        if r.get("status") != "ok" or not path.is_file():
+            continue
+        rate = (r.get("metrics") or {}).get("success_rate")
+        caption = f"{r['track']}: {r['defense_label']} vs {r['attack']}, seed {r['seed']}; success rate {fmt(rate)}"
+        stem = slug(f"{r['track']}-grid-{r['defense_label']}-{r['attack_label']}-seed{r['seed']}")
+        ctx.figures.directory.mkdir(parents=True, exist_ok=True)
+        for suffix in (".png", *(f".{f}" for f in VECTOR_FORMATS)):
+            source = path.with_suffix(suffix)
+            if source.is_file():
+                target = ctx.figures.directory / f"{stem}{suffix}"
+                shutil.copyfile(source, target)
+                target.chmod(0o644)
+        figures.append((path.read_bytes(), caption))
+    return ctx.render("reconstruction.html.j2", track=ctx.board.track, figures=figures)
+
+
+def audit_section(audit: Any, page: Any) -> Markup:
+    """Every reconstruction matchup against a claim: the measured success beside both bounds."""
+    fmt = page.fmt
+    records = audit.records if audit is not None else ()
+    rows = [[r.track, r.defense_label, r.attack, r.seed, fmt(r.claimed_epsilon), f"{r.delta:g}",
+             f"{fmt(r.kappa)} ({'exact' if r.kappa_exact else 'estimate'})", fmt(r.allowed), fmt(r.bound),
+             r.bound_how, fmt(r.success_rate), r.n_targets, fmt(r.success_low),
+             "ABOVE THE BOUND" if r.exceeds else "within"] for r in records]
+    return page.render("reconstruction-audit.html.j2", recon_rows=rows,
+                       recon_lines=[describe_reconstruction(r) for r in records if r.exceeds])

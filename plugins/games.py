@@ -1,0 +1,13 @@
+"""The built-in games, registered through the ``games`` entry point exactly like a third-party game."""
+
+from __future__ import annotations
+
+from arena import hookimpl
+from arena.games.membership import MembershipGame
+from arena.games.reconstruction import ReconstructionGame
+
+
+@hookimpl
+def register_games(register) -> None:  # noqa: ANN001 - the registry's callback
+    register(MembershipGame)
+    register(ReconstructionGame)
