@@ -20,10 +20,15 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from arena.data import derive_seed
+
 RESULTS = "results.jsonl"
 REJECTED = "results.rejected.jsonl"
 MARKER = ".arena-run"
 LOCK = ".arena-lock"
+SECRET = ".arena-secret"
+SECRET_ENV = "ARENA_RUN_SECRET"
+SECRET_BYTES = 32
 DIGEST = "sha256"
 STATUSES = ("ok", "skipped", "failed")
 
@@ -73,6 +78,22 @@ def tensors_sha256(tensors: dict[str, torch.Tensor]) -> str:
 def warn(message: str) -> None:
     """One line on stderr: what the arena noticed and what it does about it."""
     print(f"warning: {message}", file=sys.stderr)
+
+
+def challenger_seed(secret: bytes, scenario_seed: int) -> int:
+    """The 63-bit seed of the challenger's randomness (splits, challenge order, targets, hidden initialisations)
+    for one scenario seed: a hash of the run's secret and that seed, so that nothing an attack sees (its view's
+    seeds, the pool seed, the data) lets it be rebuilt, while the run directory reproduces it."""
+    return derive_seed("challenger", secret.hex(), int(scenario_seed))
+
+
+def parse_secret(text: str, source: str) -> bytes:
+    """32 bytes from 64 hexadecimal digits; ``RunDirError`` naming ``source`` otherwise."""
+    text = text.strip()
+    if len(text) != 2 * SECRET_BYTES or not all(c in "0123456789abcdefABCDEF" for c in text):
+        raise RunDirError(f"{source}: a run secret is {2 * SECRET_BYTES} hexadecimal digits "
+                          f"({SECRET_BYTES} bytes), got {len(text)} characters")
+    return bytes.fromhex(text)
 
 
 class TensorCache:
@@ -176,6 +197,42 @@ class RunStore:
         self.cache = TensorCache(self.root / "cache")
         self.artifacts = TensorCache(self.root / "artifacts")
         self._reported: set[int] = set()
+        self._secret: bytes | None = None
+
+    def secret(self) -> bytes:
+        """The run's 32-byte secret, which keys every random choice of the challenger (``challenger_seed``).
+
+        Drawn from ``os.urandom`` when the run directory gets its secret (or taken from ``ARENA_RUN_SECRET``, 64
+        hex digits, to reproduce a run elsewhere), kept in ``RUN_DIR/.arena-secret`` (mode 0600, written
+        atomically, never in results or reports) and read back on resume. The run directory is made mode 0700.
+        Raises ``RunDirError`` for a malformed ``ARENA_RUN_SECRET`` or secret file, or one that differs from
+        ``ARENA_RUN_SECRET``."""
+        if self._secret is not None:
+            return self._secret
+        path = self.root / SECRET
+        given = os.environ.get(SECRET_ENV)
+        wanted = parse_secret(given, SECRET_ENV) if given is not None else None  # checked before any write
+        if not path.exists():
+            self.root.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):  # a directory we may not chmod is still usable
+                self.root.chmod(0o700)
+            body = (wanted if wanted is not None else os.urandom(SECRET_BYTES)).hex() + "\n"
+            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=f"{SECRET}.", suffix=".tmp")  # mode 0600
+            try:
+                with os.fdopen(fd, "w") as f:
+                    f.write(body)
+                    f.flush()
+                    os.fsync(f.fileno())
+                with contextlib.suppress(FileExistsError):  # another process made it first: theirs holds
+                    os.link(tmp, path)
+            finally:
+                os.unlink(tmp)
+        secret = parse_secret(path.read_text(encoding="ascii", errors="replace"), str(path))
+        if wanted is not None and wanted != secret:
+            raise RunDirError(f"{SECRET_ENV} differs from the secret of the existing run directory {self.root} "
+                              f"({path}); unset it to resume this run, or choose another --out")
+        self._secret = secret
+        return secret
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
@@ -211,7 +268,9 @@ class RunStore:
                               f"{MARKER} marker; choose another --out")
 
     def mark(self) -> None:
-        """Write the marker that says this directory is an arena run directory (once)."""
+        """Make sure the run's secret exists (``secret``), then write the marker that says this directory is an
+        arena run directory (once)."""
+        self.secret()
         if not (self.root / MARKER).exists():
             from arena import __version__
 
