@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from arena import Attack, MembershipGuess, PluginParams, hookimpl
+from arena import Attack, MembershipGuess, MembershipView, PluginParams, hookimpl
 
 
 class LabelOnlyParams(PluginParams):
@@ -78,7 +78,7 @@ class LabelOnlyMIA(Attack):
     Params = LabelOnlyParams
     params: LabelOnlyParams
 
-    def run(self, view) -> MembershipGuess:  # noqa: ANN001
+    def run(self, view: MembershipView) -> MembershipGuess:
         p = self.params
         scores, reference = (correct_fraction(view.labels_model, X, y, view.input_shape, p, view.seed)
                              for X, y in ((view.challenge_X, view.challenge_y), (view.population_X, view.population_y)))

@@ -21,7 +21,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
-from arena import Attack, MembershipGuess, PluginParams, PoolData, hookimpl, train_pool
+from arena import Attack, MembershipGuess, MembershipView, PluginParams, PoolData, hookimpl, train_pool
 from arena_plugins.queries import augmented_queries
 
 
@@ -47,7 +47,7 @@ class ThresholdMIA(Attack):
     Params = ThresholdParams
     params: ThresholdParams
 
-    def run(self, view) -> MembershipGuess:  # noqa: ANN001
+    def run(self, view: MembershipView) -> MembershipGuess:
         scores = threshold_signal(view.model, view.challenge_X, view.challenge_y, self.params.signal)
         reference = threshold_signal(view.model, view.population_X, view.population_y, self.params.signal)
         threshold = float(np.quantile(reference, 1.0 - self.params.fpr))
@@ -132,7 +132,7 @@ class ShadowMIA(Attack):
     Params = ShadowParams
     params: ShadowParams
 
-    def run(self, view) -> MembershipGuess:  # noqa: ANN001
+    def run(self, view: MembershipView) -> MembershipGuess:
         p = self.params
         cy, py = view.challenge_y.numpy(), view.population_y.numpy()
         if p.data == "population" and len(py) < 2 * view.train_size:
@@ -243,7 +243,7 @@ class LiRA(Attack):
     Params = LiRAParams
     params: LiRAParams
 
-    def run(self, view) -> MembershipGuess:  # noqa: ANN001
+    def run(self, view: MembershipView) -> MembershipGuess:
         p = self.params
         pool = train_pool(view, p.shadows)
         views = augmented_queries(view.challenge_X, view.input_shape, p.mirror, p.shift)

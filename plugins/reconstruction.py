@@ -7,7 +7,7 @@ import math
 import torch
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from arena import Attack, Models, PluginParams, ReconstructionGuess, Track, derive_seed, hookimpl
+from arena import Attack, Models, PluginParams, ReconstructionGuess, ReconstructionView, Track, derive_seed, hookimpl
 from arena.engine.newton import gradient
 from arena.engine.output_perturbation import clip_rows
 from arena.engine.dense import Layers
@@ -120,7 +120,7 @@ class GLMReconstruction(Attack):
             )
         return None
 
-    def run(self, view) -> ReconstructionGuess:  # noqa: ANN001
+    def run(self, view: ReconstructionView) -> ReconstructionGuess:
         penalised, bound = training_objective(view.train, view.n_features)
         layers = view.parameters.layers()
         if view.candidates_X is not None:
@@ -202,7 +202,7 @@ class ReconNN(Attack):
     Params = ReconNNParams
     params: ReconNNParams
 
-    def run(self, view) -> ReconstructionGuess:  # noqa: ANN001
+    def run(self, view: ReconstructionView) -> ReconstructionGuess:
         n = self.params.shadows or len(view.shadow_y)
         candidates = view.candidates_X
         if candidates is not None:  # discrete prior: the shadow targets are the candidates, in turn

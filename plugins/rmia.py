@@ -28,7 +28,7 @@ import torch
 from pydantic import Field, PositiveInt
 from scipy.special import logsumexp
 
-from arena import Attack, MembershipGuess, PluginParams, hookimpl, train_pool
+from arena import Attack, MembershipGuess, MembershipView, PluginParams, hookimpl, train_pool
 from arena_plugins.membership import ShadowCount
 
 
@@ -82,7 +82,7 @@ class RMIA(Attack):
     Params = RMIAParams
     params: RMIAParams
 
-    def run(self, view) -> MembershipGuess:  # noqa: ANN001
+    def run(self, view: MembershipView) -> MembershipGuess:
         p = self.params
         pool = train_pool(view, p.shadows)
         n_pop = len(view.population_y)

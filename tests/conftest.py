@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -44,6 +45,7 @@ def plugin_dist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PluginFactor
 
     def make(dist: str, module: str, source: str, version: str = "1.0", entry: str | None = None) -> Path:
         (site / f"{module}.py").write_text(textwrap.dedent(source))
+        monkeypatch.delitem(sys.modules, module, raising=False)  # another test may have loaded a same-named one
         info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
