@@ -84,7 +84,7 @@ class Results:
 
     @property
     def exit_status(self) -> int:
-        """0 all ok, 1 some matchup failed (takes precedence), 3 the DP audit found a violation."""
+        """0 all ok, 1 some matchup failed (takes precedence), 3 the DP audit of any game found a violation."""
         if self.failed:
             return EXIT_FAILED
         return EXIT_VIOLATION if self.audit.violations else EXIT_OK

@@ -42,9 +42,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from scipy.stats import norm
+
 from arena.auditing import (
-    ALPHA, GdpEstimate, HeldOutBound, OneRunBound, epsilon_for, gdp_estimate, heldout_epsilon, one_run_epsilon,
-    one_run_epsilon_batch,
+    ALPHA, GdpEstimate, HeldOutBound, OneRunBound, epsilon_for, gdp_epsilon, gdp_estimate, heldout_epsilon,
+    one_run_epsilon, one_run_epsilon_batch,
 )
 from arena.defense import Claim, Defense, Fit, FitTask
 from arena.engine.architecture import Architecture, State
@@ -67,6 +69,11 @@ class CanarySpec:
     input_kind: InputKind = "mislabelled"
     init: Literal["known", "unknown"] = "known"
     coordinates: Literal["quiet", "random"] = "quiet"
+    shared_init: bool = False
+    """Every model starts from one published initialisation, so the data gradients' drift on a coordinate is
+    nearly the same in every model and centring removes it."""
+    centre: bool = False
+    """Score each gradient canary against the mean movement of its coordinate in the other K − 1 models."""
     alpha: float = ALPHA
     seed: int = 0
 
@@ -75,6 +82,35 @@ class CanarySpec:
             raise ValueError("need models >= 1 and some canaries (gradient or inputs)")
         if not 0 < self.alpha < 1:
             raise ValueError("need 0 < alpha < 1")
+
+
+@dataclass(frozen=True)
+class GdpFit:
+    """The Gaussian fit of Nasr et al. 2023: scores of included canaries N(a + μs, s²), of excluded ones N(a, s²)
+    (exact for the white-box canary of full-batch DP-SGD); μ̂ = the difference of the means over the pooled
+    standard deviation, ``mu_lo`` its one-sided lower confidence bound at 1 − ``alpha`` (normal approximation of
+    Cohen's d), ``epsilon`` the ε(δ) of μ_lo-GDP. An estimate under that hypothesis, never a verdict."""
+
+    epsilon: float
+    mu_hat: float
+    mu_lo: float
+    alpha: float
+    n_pos: int
+    n_neg: int
+
+
+def gdp_fit(scores: np.ndarray, truth: np.ndarray, delta: float, alpha: float = ALPHA) -> GdpFit:
+    """``GdpFit`` of scores (higher means included) and truths."""
+    s, t = np.asarray(scores, dtype=np.float64).reshape(-1), np.asarray(truth).astype(bool).reshape(-1)
+    a, b = s[t], s[~t]
+    n1, n2 = len(a), len(b)
+    if n1 < 2 or n2 < 2:
+        raise ValueError(f"a Gaussian fit needs two included and two excluded canaries, got {n1} and {n2}")
+    pooled = np.sqrt(((n1 - 1) * a.var(ddof=1) + (n2 - 1) * b.var(ddof=1)) / (n1 + n2 - 2))
+    mu = float((a.mean() - b.mean()) / pooled) if pooled > 0 else (np.inf if a.mean() > b.mean() else 0.0)
+    se = np.sqrt((n1 + n2) / (n1 * n2) + (mu**2 if np.isfinite(mu) else 0.0) / (2 * (n1 + n2)))
+    lo = float(mu - norm.isf(alpha) * se)
+    return GdpFit(gdp_epsilon(lo, delta) if lo > 0 else 0.0, mu, lo, alpha, n1, n2)
 
 
 @dataclass(frozen=True)
@@ -91,6 +127,7 @@ class KindResult:
     alpha_bound: float
     scores: np.ndarray = field(repr=False)
     truth: np.ndarray = field(repr=False)
+    fit: GdpFit | None = None
 
 
 @dataclass(frozen=True)
@@ -148,6 +185,9 @@ class CanaryAudit:
                 f"{p}.heldout_epsilon": k.heldout.epsilon, f"{p}.heldout_max_certifiable": k.heldout.max_certifiable,
                 f"{p}.gdp_epsilon": k.gdp.epsilon, f"{p}.gdp_mu_lo": k.gdp.mu_lo,
             }
+            if k.fit is not None:
+                out |= {f"{p}.gdp_fit_epsilon": k.fit.epsilon, f"{p}.gdp_fit_mu": k.fit.mu_hat,
+                        f"{p}.gdp_fit_mu_lo": k.fit.mu_lo}
         return out
 
 
@@ -210,11 +250,32 @@ def _kind(name: str, scores: np.ndarray, truth: np.ndarray, delta: float, alpha:
         one_run=one_run_epsilon(s, t, alpha_bound, delta, seed=seed),
         heldout=heldout_epsilon(s, t, delta, alpha, seed=seed),
         gdp=gdp_estimate(s, t, delta, alpha, seed=seed),
-        alpha_bound=alpha_bound, scores=s, truth=t,
+        alpha_bound=alpha_bound, scores=s, truth=t, fit=gdp_fit(s, t, delta, alpha),
     )
 
 
-def audit(
+@dataclass(frozen=True)
+class CanaryRun:
+    """What training K models with canaries produced: their final and initial states, the canaries with their
+    secret bits (``gradient.included``, ``inputs_in``), the input canary records, the claim, and the PLD ε of
+    the mechanism the engine really ran (``mechanism_epsilon``)."""
+
+    state: State
+    init: State
+    gradient: GradientCanaries | None
+    inputs_X: torch.Tensor | None  # [m, d] the input canaries (the same records for every model)
+    inputs_y: torch.Tensor | None  # [m]
+    inputs_in: np.ndarray | None  # [K, m] bool: canary j present in model k's data (secret)
+    claim: Claim
+    mechanism_epsilon: float | None
+    input_kind: str = "mislabelled"
+
+    @property
+    def models(self) -> int:
+        return next(iter(self.state.values())).shape[0]
+
+
+def train_with_canaries(
     fit: FitFn | Defense,
     arch: Architecture,
     recipe: Recipe,
@@ -222,23 +283,23 @@ def audit(
     y: torch.Tensor,
     spec: CanarySpec = CanarySpec(),
     solver: Literal["auto", "gradient", "newton"] = "auto",
-) -> CanaryAudit:
-    """Audit the DP claim of ``fit`` (a defense, or its ``fit`` method) on records X [n, d], labels y [n]: train
-    ``spec.models`` models at once with canaries, score them, and bound ε (see the module docstring).
-
-    Every model trains on all of X (plus its input canaries' rows); seeds and secrets come from ``spec.seed``."""
+) -> CanaryRun:
+    """Train ``spec.models`` models of ``fit`` (a defense, or its ``fit`` method) at once on records X [n, d],
+    labels y [n] with the canaries of ``spec`` inserted; seeds and secrets come from ``spec.seed``."""
     fit_fn = fit.fit if isinstance(fit, Defense) else fit
     K = spec.models
     g = np.random.default_rng([spec.seed, 0xCA7A])
     init_seeds = torch.as_tensor(g.integers(0, 2**62, K), dtype=torch.int64)
+    if spec.shared_init:
+        init_seeds = init_seeds[:1].expand(K).contiguous()
     train_seeds = torch.as_tensor(g.integers(0, 2**62, K), dtype=torch.int64)
     n0 = X.shape[0]
     Xk, yk, present = X, y, None
-    in_truth = None
+    in_truth, cx_t, cy_t = None, None, None
     if spec.inputs:
         cx, cy = _input_canaries(X.cpu().numpy(), y.cpu().numpy(), arch.n_classes, spec, g)
-        Xk = torch.cat([X, torch.as_tensor(cx, dtype=X.dtype, device=X.device)])
-        yk = torch.cat([y, torch.as_tensor(cy, device=y.device)])
+        cx_t, cy_t = torch.as_tensor(cx, dtype=X.dtype, device=X.device), torch.as_tensor(cy, device=y.device)
+        Xk, yk = torch.cat([X, cx_t]), torch.cat([y, cy_t])
         in_truth = g.random((K, spec.inputs)) < 0.5
         present = torch.ones(K, n0 + spec.inputs, dtype=torch.bool, device=X.device)
         present[:, n0:] = torch.as_tensor(in_truth, device=X.device)
@@ -258,26 +319,103 @@ def audit(
         raise ValueError("the defense did not train through the engine's DP-SGD, so its canaries were never inserted")
     if result.claim is None:
         raise ValueError("the defense makes no privacy claim: there is nothing to audit")
-    claim = result.claim
-    n_kinds = int(spec.gradient > 0) + int(spec.inputs > 0)
-    alpha_bound = spec.alpha / n_kinds
+    return CanaryRun(result.state, init, canaries, cx_t, cy_t, in_truth, result.claim,
+                     _mechanism_epsilon(instruments, result.claim.delta), spec.input_kind)
+
+
+def gradient_canary_scores(final: torch.Tensor, start: torch.Tensor | None, index: torch.Tensor, sign: torch.Tensor,
+                           centre: bool = True) -> np.ndarray:
+    """[K, m] white-box scores of Dirac gradient canaries (higher: included) from the released parameters
+    ``final`` [K, P] and, when the auditor knows it, the initialisation ``start`` [K, P]: −s·(θ_final − θ_init)[c],
+    each coordinate's movement taken against its mean movement in the other models when ``centre``."""
+    moved = torch.gather(final - (start if start is not None else torch.zeros_like(final)), 1,
+                         index.to(final.device)).double().cpu().numpy()
+    signs = sign.double().cpu().numpy()
+    if centre and moved.shape[0] > 1:
+        moved = moved - _others_mean(moved, index.cpu().numpy())
+    return -signs * moved
+
+
+def _others_mean(moved: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """[K, m] the mean movement of each canary's coordinate over the other models that carry a canary there."""
+    P = int(index.max()) + 1
+    total, count = np.zeros(P), np.zeros(P)
+    np.add.at(total, index, moved)
+    np.add.at(count, index, 1.0)
+    others = count[index] - 1.0
+    return np.where(others > 0, (total[index] - moved) / np.maximum(others, 1.0), 0.0)
+
+
+def input_canary_scores(losses: torch.Tensor | np.ndarray) -> np.ndarray:
+    """[K, m] black-box scores of input canaries: −(each model's cross-entropy loss on each canary)."""
+    return -np.asarray(losses.detach().cpu().numpy() if isinstance(losses, torch.Tensor) else losses, np.float64)
+
+
+def run_scores(arch: Architecture, run: CanaryRun, spec: CanarySpec) -> dict[str, np.ndarray]:
+    """The built-in auditor's scores of ``run``: kind → [K, m]."""
+    out: dict[str, np.ndarray] = {}
+    if run.gradient is not None:
+        final = _flat(arch, run.state)
+        start = _flat(arch, run.init) if spec.init == "known" else None
+        out["gradient"] = gradient_canary_scores(final, start, run.gradient.index, run.gradient.sign, spec.centre)
+    if run.inputs_X is not None:
+        K = run.models
+        out[f"input_{run.input_kind}"] = input_canary_scores(_losses(arch, run.state, run.inputs_X, run.inputs_y, K))
+    return out
+
+
+def _losses(arch: Architecture, state: State, X: torch.Tensor, y: torch.Tensor, K: int) -> torch.Tensor:
+    out = logits(arch, state, X.unsqueeze(0).expand(K, *X.shape).contiguous())
+    return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.to(out.device).repeat(K),
+                           reduction="none").reshape(K, -1)
+
+
+def run_truths(run: CanaryRun) -> dict[str, np.ndarray]:
+    """The secret bits of ``run``: kind → [K, m] booleans (1: included)."""
+    out: dict[str, np.ndarray] = {}
+    if run.gradient is not None:
+        out["gradient"] = run.gradient.included.cpu().numpy().astype(bool)
+    if run.inputs_in is not None:
+        out[f"input_{run.input_kind}"] = np.asarray(run.inputs_in, dtype=bool)
+    return out
+
+
+def analyse(claim: Claim, scores: dict[str, np.ndarray], truths: dict[str, np.ndarray], models: int,
+            alpha: float = ALPHA, seed: int = 0, mechanism_epsilon: float | None = None) -> CanaryAudit:
+    """The statistics of an audit from each canary kind's scores and truths (see the module docstring): one-run
+    bounds at α/#kinds (Bonferroni), held-out Clopper–Pearson and Gaussian-DP estimates at α."""
+    if not scores or sorted(scores) != sorted(truths):
+        raise ValueError(f"need scores and truths of the same canary kinds, got {sorted(scores)} and {sorted(truths)}")
+    alpha_bound = alpha / len(scores)
     kinds = []
-    if canaries is not None:
-        final = _flat(arch, result.state)
-        start = _flat(arch, init) if spec.init == "known" else torch.zeros_like(final)
-        moved = torch.gather(final - start, 1, canaries.index.to(final.device))
-        scores = (-canaries.sign.to(moved) * moved).double().cpu().numpy()
-        kinds.append(_kind("gradient", scores, grad_truth, claim.delta, spec.alpha, alpha_bound, spec.seed))
-    if in_truth is not None:
-        out = logits(arch, result.state, Xs[:, n0:])
-        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), ys[:, n0:].reshape(-1).to(out.device),
-                               reduction="none").reshape(K, -1)
-        kinds.append(_kind(f"input_{spec.input_kind}", (-loss).double().cpu().numpy(), in_truth, claim.delta,
-                           spec.alpha, alpha_bound, spec.seed))
+    for name in scores:
+        s, t = np.asarray(scores[name], np.float64), np.asarray(truths[name]).astype(bool)
+        if s.shape != t.shape:
+            raise ValueError(f"{name}: scores of shape {s.shape} for truths of shape {t.shape}")
+        if not np.all(np.isfinite(s)):
+            raise ValueError(f"{name}: canary scores contain NaN or infinity")
+        kinds.append(_kind(name, s, t, claim.delta, alpha, alpha_bound, seed))
     pld = None
     if claim.noise_multiplier is not None and claim.sample_rate is not None and claim.steps and 0 < claim.delta < 1:
         pld = epsilon_for(float(claim.noise_multiplier), float(claim.sample_rate), int(claim.steps), claim.delta)
-    return CanaryAudit(claim, pld, tuple(kinds), K, spec.alpha, _mechanism_epsilon(instruments, claim.delta))
+    return CanaryAudit(claim, pld, tuple(kinds), models, alpha, mechanism_epsilon)
+
+
+def audit(
+    fit: FitFn | Defense,
+    arch: Architecture,
+    recipe: Recipe,
+    X: torch.Tensor,
+    y: torch.Tensor,
+    spec: CanarySpec = CanarySpec(),
+    solver: Literal["auto", "gradient", "newton"] = "auto",
+) -> CanaryAudit:
+    """Audit the DP claim of ``fit`` (a defense, or its ``fit`` method) on records X [n, d], labels y [n]: train
+    ``spec.models`` models at once with canaries, score them with the built-in auditor, and bound ε (see the
+    module docstring). Every model trains on all of X (plus its input canaries' rows)."""
+    run = train_with_canaries(fit, arch, recipe, X, y, spec, solver)
+    return analyse(run.claim, run_scores(arch, run, spec), run_truths(run), spec.models, spec.alpha, spec.seed,
+                   run.mechanism_epsilon)
 
 
 def _mechanism_epsilon(instruments: AuditInstruments, delta: float) -> float | None:

@@ -99,8 +99,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     counts = results.counts
     print(f"{len(results.rows)} matchups: {counts['ok']} ok, {counts['skipped']} skipped, {counts['failed']} failed; "
           f"results in {results.store.results_path}")
-    print(f"DP audit: {len(audit.membership)} membership matchups against a claimed (ε, δ), "
-          f"{len(audit.violations)} violation(s)"
+    tested = ", ".join(f"{g.tested} {name}" for name, g in audit.games.items() if g.tested) or "0"
+    print(f"DP audit: {tested} matchup(s) against a claimed (ε, δ), {len(audit.violations)} violation(s) "
+          f"(any game's violation sets exit status 3)"
           + (f"; {len(audit.missing_arrays)} not auditable (no saved scores)" if audit.missing_arrays else ""))
     if not args.no_report:
         suffix = " (no new results since it was written)" if not results.written else ""

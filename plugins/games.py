@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from arena import hookimpl
+from arena.games.audit import AuditGame
 from arena.games.membership import MembershipGame
 from arena.games.reconstruction import ReconstructionGame
 
@@ -11,3 +12,4 @@ from arena.games.reconstruction import ReconstructionGame
 def register_games(register) -> None:  # noqa: ANN001 - the registry's callback
     register(MembershipGame)
     register(ReconstructionGame)
+    register(AuditGame)

@@ -1,0 +1,314 @@
+"""The audit game: is a DP training procedure as private as it claims? (Nasr et al. 2023; Steinke, Nasr &
+Jagielski 2023.)
+
+Per seed the challenger draws ``members`` records (every model's training set) and ``test`` records (utility),
+and trains ``models`` = K released models of the defense under test in ONE batched call of its own ``fit``
+through ``arena.canaries.train_with_canaries``, with canaries inserted: ``canaries`` white-box gradient canaries
+per model (Dirac gradients of norm C added to DP-SGD's clipped sum; ``kind`` gradient or both) and
+``input_canaries`` black-box input canaries per model (mislabelled or out-of-distribution records; ``kind`` input
+or both), each included in its model independently with probability ½. Those bits are the secret. The canaried
+models never enter the procedure's ordinary model cache (they are cached under their own key).
+
+The attack is an auditor (the built-in ``canary-auditor``): its view holds the released parameters and the
+published initialisation (capability ``parameters``), one black-box query interface per model (``query``) and
+the canaries' design (coordinates and signs, input records), never the bits; it returns one score per canary
+(``CanaryGuess``, higher: included). The game computes, per canary kind, the one-run bound (proved, at α/#kinds:
+Bonferroni), the held-out Clopper–Pearson bound and the Gaussian-DP estimates (at α), and recomputes the claim
+from the mechanism the engine really ran (``arena.canaries``). Metrics: ``eps_one_run`` (the verdict's bound) and
+per kind ``<kind>_eps_one_run``, ``_eps_heldout``, ``_eps_gdp`` (threshold), ``_eps_gdp_fit`` (Gaussian fit),
+``_max_certifiable``, ``_canaries``; ``claimed_epsilon``, ``mechanism_epsilon``, ``models``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import ConfigDict, Field, NonNegativeInt, PositiveInt
+
+from arena.attack import Attack
+from arena.canaries import (
+    CanaryAudit, CanaryRun, CanarySpec, GradientCanaries, analyse, run_truths, train_with_canaries,
+)
+from arena.data import Dataset, derive_seed, permutation
+from arena.defense import Claim
+from arena.games.base import Game, Outcome
+from arena.games.view import View
+from arena.metrics import NON_NEGATIVE, Metric
+from arena.procedure import TrainingProcedure
+from arena.release import BlackBox, Models, Release
+from arena.scenario import GameSpec
+from arena.store import content_key, tensor_digest
+
+KINDS = ("gradient", "input")
+ESTIMATORS = ("eps_one_run", "eps_heldout", "eps_gdp", "eps_gdp_fit")
+
+
+class AuditGameSpec(GameSpec):
+    """K released models with canaries; which canaries, how many, and the auditor's confidence."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: Literal["audit"]
+    members: PositiveInt = Field(default=500, description="records every released model trains on")
+    test: PositiveInt = Field(default=200, description="records the utility is measured on")
+    models: PositiveInt = Field(default=64, le=4096, description="K released models, trained in one call")
+    kind: Literal["gradient", "input", "both"] = "gradient"
+    canaries: NonNegativeInt = Field(default=256, le=1_000_000, description="white-box gradient canaries per model")
+    input_canaries: NonNegativeInt = Field(default=64, le=100_000, description="black-box input canaries per model")
+    input_kind: Literal["mislabelled", "ood"] = "mislabelled"
+    init: Literal["known", "unknown"] = Field(
+        default="known", description="known: the challenger publishes each model's initialisation to the auditor")
+    coordinates: Literal["quiet", "random"] = "quiet"
+    alpha: float = Field(default=0.05, gt=0.0, lt=1.0, description="1 − confidence of every bound")
+
+    def required_points(self) -> int:
+        return self.members + self.test
+
+    def canary_spec(self, seed: int) -> CanarySpec:
+        return CanarySpec(
+            models=self.models,
+            gradient=self.canaries if self.kind in ("gradient", "both") else 0,
+            inputs=self.input_canaries if self.kind in ("input", "both") else 0,
+            input_kind=self.input_kind, init=self.init, coordinates=self.coordinates, alpha=self.alpha, seed=seed,
+        )
+
+
+@dataclass(frozen=True)
+class CanaryGuess:
+    """The auditor's scores: canary kind (``AuditView.kinds``) → [K, m] array, higher meaning included."""
+
+    scores: dict[str, np.ndarray]
+
+
+class AuditView(View):
+    """What an auditor is given: the canaries' design, never which were included."""
+
+    n_models: int
+    kinds: tuple[str, ...]  # "gradient" and/or "input"
+    n_classes: int
+    seed: int
+    gradient_index: torch.Tensor | None  # [K, m] the flat parameter coordinate of each gradient canary
+    gradient_sign: torch.Tensor | None  # [K, m] ±1: canary (k, j) is sign·C·e_index when included
+    canary_X: torch.Tensor | None  # [m, d] the input canaries (the same records offered to every model)
+    canary_y: torch.Tensor | None  # [m]
+    parameters: Models  # capability "parameters": the K released models
+    init: Models | None  # "parameters": their initialisation, when the challenger publishes it (init: known)
+    models: list[BlackBox]  # capability "query": one black box per released model
+
+
+METRICS = (
+    Metric("eps_one_run", "audit", True, "one-run ε lower bound (Steinke et al. 2023, 95%, Bonferroni over the "
+           "canary kinds): the verdict's figure", NON_NEGATIVE),
+    *(Metric(f"{k}_{e}", "audit", True, f"{k} canaries: {what}", NON_NEGATIVE)
+      for k in KINDS for e, what in (
+          ("eps_one_run", "one-run ε lower bound (proved)"),
+          ("eps_heldout", "held-out Clopper–Pearson ε bound (canaries as independent trials)"),
+          ("eps_gdp", "Gaussian-DP ε estimate, held-out threshold (Nasr et al. 2023)"),
+          ("eps_gdp_fit", "Gaussian-DP ε estimate from the fitted score means (Nasr et al. 2023)"),
+      )),
+)
+
+
+def audit_metrics(result: CanaryAudit, input_kind: str) -> dict[str, Any]:
+    """The row's metrics: every estimator of every kind (None where the kind was not played), the claim, counts."""
+    out: dict[str, Any] = {f"{k}_{e}": None for k in KINDS for e in ESTIMATORS}
+    out |= {
+        "eps_one_run": result.lower_bound, "claimed_epsilon": result.claim.epsilon, "delta": result.claim.delta,
+        "mechanism_epsilon": (None if result.mechanism_epsilon is None or not np.isfinite(result.mechanism_epsilon)
+                              else result.mechanism_epsilon),
+        "mechanism_noise_free": result.mechanism_epsilon is not None and not np.isfinite(result.mechanism_epsilon),
+        "claimed_epsilon_pld": result.claim_pld_epsilon,
+        "claim_consistent": result.claim_consistent, "flagged": result.flagged, "violation": result.violation,
+        "models": result.models, "alpha": result.alpha, "input_kind": input_kind,
+    }
+    for k in result.kinds:
+        p = "gradient" if k.kind == "gradient" else "input"
+        out |= {
+            f"{p}_eps_one_run": k.one_run.epsilon, f"{p}_one_run_alpha": k.alpha_bound,
+            f"{p}_max_certifiable": k.one_run.max_certifiable, f"{p}_one_run_guesses": k.one_run.guesses,
+            f"{p}_one_run_correct": k.one_run.correct,
+            f"{p}_eps_heldout": k.heldout.epsilon, f"{p}_heldout_max_certifiable": k.heldout.max_certifiable,
+            f"{p}_eps_gdp": k.gdp.epsilon, f"{p}_gdp_mu_lo": k.gdp.mu_lo,
+            f"{p}_eps_gdp_fit": k.fit.epsilon if k.fit else None, f"{p}_gdp_fit_mu": k.fit.mu_hat if k.fit else None,
+            f"{p}_gdp_fit_mu_lo": k.fit.mu_lo if k.fit else None,
+            f"{p}_canaries": k.n_canaries, f"{p}_included": k.included,
+        }
+    return out
+
+
+def _kind_name(kind: str) -> str:
+    return "gradient" if kind == "gradient" else "input"
+
+
+def run_to_tensors(run: CanaryRun) -> dict[str, torch.Tensor]:
+    """A canaried run as named tensors (its cache entry)."""
+    out = {f"state.{k}": v for k, v in run.state.items()} | {f"init.{k}": v for k, v in run.init.items()}
+    if run.gradient is not None:
+        out |= {"g.index": run.gradient.index, "g.sign": run.gradient.sign, "g.included": run.gradient.included}
+    if run.inputs_X is not None:
+        out |= {"in.X": run.inputs_X, "in.y": run.inputs_y, "in.included": torch.as_tensor(run.inputs_in)}
+    meta = {"claim": run.claim.as_dict(), "mechanism_epsilon": run.mechanism_epsilon, "input_kind": run.input_kind}
+    out["meta"] = torch.frombuffer(bytearray(json.dumps(meta).encode()), dtype=torch.uint8)
+    return {k: v.detach().cpu().contiguous() for k, v in out.items()}
+
+
+def run_from_tensors(t: dict[str, torch.Tensor]) -> CanaryRun:
+    meta = json.loads(bytes(t["meta"].tolist()).decode())
+    grad = GradientCanaries(t["g.index"], t["g.sign"], t["g.included"]) if "g.index" in t else None
+    return CanaryRun(
+        state={k[6:]: v for k, v in t.items() if k.startswith("state.")},
+        init={k[5:]: v for k, v in t.items() if k.startswith("init.")},
+        gradient=grad, inputs_X=t.get("in.X"), inputs_y=t.get("in.y"),
+        inputs_in=t["in.included"].numpy().astype(bool) if "in.included" in t else None,
+        claim=Claim(**meta["claim"]), mechanism_epsilon=meta["mechanism_epsilon"], input_kind=meta["input_kind"],
+    )
+
+
+class AuditGame(Game):
+    """K canaried models of the defense per seed; the auditor scores the canaries, the game bounds ε."""
+
+    name = "audit"
+    capabilities = frozenset({"parameters", "query"})
+    Spec = AuditGameSpec
+    View = AuditView
+    metrics = METRICS
+    template_dir = Path(__file__).parent / "templates"
+    spec: AuditGameSpec
+
+    def __init__(self, spec: AuditGameSpec, dataset: Dataset, seed: int) -> None:
+        super().__init__(spec, dataset, seed)
+        order = permutation(dataset.n, "audit-split", seed)
+        self.members = order[: spec.members]
+        self.test = order[spec.members : spec.members + spec.test]
+        self.canary_spec = spec.canary_spec(derive_seed(seed, "audit-canaries"))
+        self.run: CanaryRun | None = None
+
+    @classmethod
+    def problems(cls, spec: AuditGameSpec, dataset: Dataset) -> list[tuple[str, str]]:
+        out = super().problems(spec, dataset)
+        if spec.kind in ("gradient", "both") and spec.canaries == 0:
+            out.append(("canaries", f"kind {spec.kind!r} needs gradient canaries (canaries >= 1)"))
+        if spec.kind in ("input", "both") and spec.input_canaries == 0:
+            out.append(("input_canaries", f"kind {spec.kind!r} needs input canaries (input_canaries >= 1)"))
+        if spec.kind in ("input", "both") and spec.input_kind == "mislabelled" and spec.input_canaries > spec.members:
+            out.append(("input_canaries", f"{spec.input_canaries} mislabelled canaries need as many members"))
+        return out
+
+    @classmethod
+    def train_size(cls, spec: AuditGameSpec) -> int:
+        return spec.members
+
+    def release(self, procedure: TrainingProcedure) -> Release:
+        """The K canaried models (from the run directory's cache when an earlier call trained them)."""
+        X, y = self.records(self.members)
+        key = content_key({**procedure.identity(), "canaries": self.canary_spec.__dict__,
+                           "data": tensor_digest(X, y)})
+        cache = procedure.cache
+        if cache is None:
+            self.run = self._train(procedure, X, y)
+        else:
+            with cache.lock("audits", key):
+                hit = cache.get("audits", key)
+                if hit is not None:
+                    self.run = run_from_tensors(hit)
+                else:
+                    self.run = self._train(procedure, X, y)
+                    cache.put("audits", key, run_to_tensors(self.run))
+        order = [*procedure.arch.template().trainable, *procedure.arch.template().buffers]
+        self.run = replace(self.run, state={k: self.run.state[k] for k in order},
+                           init={k: self.run.init[k] for k in order if k in self.run.init})
+        models = Models(procedure.arch, self.run.state)
+        Xt, yt = self.records(self.test)
+        return Release(models=models, utility=float(models.accuracy(Xt, yt).mean()), claim=self.run.claim)
+
+    def _train(self, procedure: TrainingProcedure, X: torch.Tensor, y: torch.Tensor) -> CanaryRun:
+        from arena.procedure import resolve_device
+
+        device = resolve_device(procedure.device)
+        run = train_with_canaries(procedure.defense, procedure.arch, procedure.recipe, X.to(device),
+                                  y.to(device), self.canary_spec, procedure.solver)
+        procedure.stats.trained += self.canary_spec.models
+        return run_from_tensors(run_to_tensors(run))  # on the CPU, exactly as a cache hit returns it
+
+    def _kinds(self) -> tuple[str, ...]:
+        return tuple(k for k, on in (("gradient", self.canary_spec.gradient), ("input", self.canary_spec.inputs)) if on)
+
+    def view(self, attack: Attack, release: Release, procedure: TrainingProcedure) -> AuditView:
+        """The canaries' design, the released parameters with their published initialisation, a black box per
+        model; never the inclusion bits."""
+        run = self._require_run()
+        g = run.gradient
+        models = release.models
+        init = Models(procedure.arch, run.init) if self.spec.init == "known" else None
+        return AuditView(
+            attack.name,
+            attack.threat_model,
+            common={
+                "n_models": models.k, "kinds": self._kinds(), "n_classes": self.dataset.n_classes,
+                "seed": derive_seed(self.seed, "attack", attack.name),
+                "gradient_index": None if g is None else g.index.clone(),
+                "gradient_sign": None if g is None else g.sign.clone(),
+                "canary_X": None if run.inputs_X is None else run.inputs_X.clone(),
+                "canary_y": None if run.inputs_y is None else run.inputs_y.clone(),
+            },
+            by_capability={
+                "parameters": {"parameters": models, "init": init},
+                "query": {"models": [BlackBox(models.select(k)) for k in range(models.k)]},
+            },
+        )
+
+    def _require_run(self) -> CanaryRun:
+        if self.run is None:
+            raise RuntimeError("the audit game's release has not been trained yet")
+        return self.run
+
+    def score(self, attack: Attack, guess: Any) -> Outcome:
+        """The statistics of the auditor's scores against the secret bits, and the claim check."""
+        if not isinstance(guess, CanaryGuess):
+            raise TypeError(f"attack {attack.name!r} returned {type(guess).__name__}, not a CanaryGuess")
+        run = self._require_run()
+        truths = {_kind_name(k): v for k, v in run_truths(run).items()}
+        if sorted(guess.scores) != sorted(truths):
+            raise ValueError(f"attack {attack.name!r} scored canary kinds {sorted(guess.scores)}, "
+                             f"the game played {sorted(truths)}")
+        scores = {}
+        for k, t in truths.items():
+            s = np.asarray(guess.scores[k], dtype=np.float64)
+            if s.shape != t.shape:
+                raise ValueError(f"attack {attack.name!r} returned {k} scores of shape {s.shape}, need {t.shape}")
+            scores[k] = s
+        result = analyse(run.claim, scores, truths, run.models, self.spec.alpha,
+                         derive_seed(self.seed, "audit-statistics"), run.mechanism_epsilon)
+        metrics = audit_metrics(result, self.spec.input_kind)
+        notes = [
+            "eps_one_run is a proved lower bound (one run, Steinke et al. 2023) at confidence "
+            f"{1 - self.spec.alpha:.0%}; eps_heldout treats canaries as independent trials; eps_gdp and "
+            "eps_gdp_fit assume a Gaussian trade-off (exact for the white-box canary in full-batch DP-SGD)",
+        ]
+        arrays = {}
+        for k in truths:
+            arrays[f"{k}_scores"] = scores[k]
+            arrays[f"{k}_truth"] = truths[k].astype(np.int8)
+        return Outcome(metrics, notes, arrays)
+
+    @classmethod
+    def audit(cls, rows, arrays):  # noqa: ANN001, ANN206 - see Game.audit
+        from arena.games.audit.audit import audit_game
+
+        return audit_game(rows, arrays)
+
+    @classmethod
+    def audit_section(cls, audit, page) -> str:  # noqa: ANN001 - see Game.audit_section
+        from arena.games.audit.sections import audit_section
+
+        return audit_section(audit, page)
+
+    @classmethod
+    def report_section(cls, ctx) -> str:  # noqa: ANN001 - see Game.report_section
+        from arena.games.audit.sections import section
+
+        return section(ctx)

@@ -1,0 +1,49 @@
+"""The audit game's part of the report: each matchup's estimators per canary kind, and its rows of the DP audit
+(violations first)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from markupsafe import Markup
+
+from arena.games.audit.audit import KINDS, _mechanism, fmt_or_dash
+
+ESTIMATORS = (("eps_one_run", "one-run ε ≥ (proved)"), ("eps_heldout", "held-out CP ε ≥"),
+              ("eps_gdp", "GDP ε (threshold)"), ("eps_gdp_fit", "GDP ε (fit)"),
+              ("max_certifiable", "one-run max certifiable"), ("canaries", "canaries"))
+
+
+def section(ctx: Any) -> Markup:
+    """One row per ok matchup of the track: claimed ε, models, and every estimator of every canary kind."""
+    kinds = [k for k in KINDS if any((r.get("metrics") or {}).get(f"{k}_canaries") for r in ctx.rows)]
+    headers = ["defense", "attack", "seed", "claimed ε", "models",
+               *(f"{k}: {label}" for k in kinds for _, label in ESTIMATORS)]
+    rows = []
+    for r in ctx.rows:
+        m = r.get("metrics") or {}
+        if r.get("status") != "ok":
+            continue
+        cells = [r["defense_label"], r["attack_label"], r["seed"], fmt_or_dash(m.get("claimed_epsilon")),
+                 m.get("models", "—")]
+        for k in kinds:
+            for e, _ in ESTIMATORS:
+                v = m.get(f"{k}_{e}")
+                cells.append(v if e == "canaries" and v is not None else fmt_or_dash(v))
+        rows.append(cells)
+    return ctx.render("canary-audit.html.j2", track=ctx.board.track, headers=headers, rows=rows)
+
+
+def audit_section(audit: Any, page: Any) -> Markup:
+    """Every audit matchup against its claim, violations first: each kind's one-run bound, the claim check."""
+    fmt = page.fmt
+    records = audit.records if audit is not None else ()
+    rows, classes = [], []
+    for a in records:  # sorted by the rule: violations first
+        bounds = "; ".join(f"{k}: {b.epsilon:.3f} ({b.correct}/{b.guesses}, ≤ {b.max_certifiable:.3f})"
+                           for k, b in a.bounds)
+        classes.append("violation" if a.violation else "")
+        rows.append([a.track, a.defense_label, a.attack, a.seed, fmt(a.claimed_epsilon), f"{a.delta:g}", a.models,
+                     bounds, _mechanism(a), "VIOLATION" if a.violation else "consistent"])
+    return page.render("canary-audit-rule.html.j2", audit_rows=rows, audit_classes=classes,
+                       missing=list(audit.missing) if audit is not None else [])

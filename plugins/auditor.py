@@ -1,0 +1,53 @@
+"""The built-in canary auditor of the ``audit`` game (Nasr et al. 2023; Steinke, Nasr & Jagielski 2023).
+
+White-box gradient canaries (capability ``parameters``): canary j of model k, a Dirac gradient s·C·e_c, pushes
+coordinate c by −lr·s·C/(qN) each step that samples it, so its score is −s·(θ_final − θ_init)[c] with the
+published initialisation (or −s·θ_final when it is not published). With ``centre`` (default) each coordinate's
+movement is taken against its mean movement in the other K − 1 models: the data gradients push a coordinate alike
+in every model, the canary only in its own. The scores are then a post-processing of all K released models, which
+the one-run analysis allows (its guesses may be any function of the whole output of a mechanism that is (ε, δ)-DP
+in each canary's bit; changing one bit changes the training of one model only).
+
+Black-box input canaries (capability ``query``): −(each model's cross-entropy loss on each canary record),
+asked through that model's black box only.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from arena import Attack, AuditView, CanaryGuess, PluginParams, gradient_canary_scores, hookimpl, input_canary_scores
+
+
+class CanaryAuditorParams(PluginParams):
+    centre: bool = Field(default=True, description="score a gradient canary's coordinate against its mean movement "
+                                                   "in the other models")
+
+
+class CanaryAuditor(Attack):
+    """Scores every canary of an audit game: white-box for gradient canaries, black-box for input canaries."""
+
+    name = "canary-auditor"
+    game = "audit"
+    threat_model = frozenset({"parameters", "query"})
+    Params = CanaryAuditorParams
+    params: CanaryAuditorParams
+
+    def run(self, view: AuditView) -> CanaryGuess:
+        scores = {}
+        if "gradient" in view.kinds:
+            final = view.parameters.flat()
+            start = view.init.flat() if view.init is not None else None
+            scores["gradient"] = gradient_canary_scores(final, start, view.gradient_index, view.gradient_sign,
+                                                        centre=self.params.centre)
+        if "input" in view.kinds:
+            import torch
+
+            losses = torch.stack([box.loss(view.canary_X, view.canary_y) for box in view.models])
+            scores["input"] = input_canary_scores(losses)
+        return CanaryGuess(scores)
+
+
+@hookimpl
+def register_attacks(register) -> None:  # noqa: ANN001
+    register(CanaryAuditor)
