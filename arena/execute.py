@@ -20,7 +20,8 @@ from arena.engine.trainer import Recipe
 from arena.plan import Matchup, architecture, load_dataset
 from arena.plugins import registries
 from arena.procedure import TrainingProcedure
-from arena.store import RunStore
+from arena import sandbox
+from arena.store import RunStore, challenger_seed
 
 
 def recipe(training: dict[str, Any]) -> Recipe:
@@ -93,9 +94,12 @@ def metric_info(game: str) -> dict[str, dict[str, Any]]:
     }
 
 
-def game_for(matchup: Matchup, dataset: Any) -> Any:
-    """The registered game of the matchup's track, set up on ``dataset`` for the matchup's seed."""
-    return registries().games.get(matchup.track.game.name)(matchup.track.game, dataset, matchup.seed)
+def game_for(matchup: Matchup, dataset: Any, store: RunStore) -> Any:
+    """The registered game of the matchup's track, set up on ``dataset`` with the challenger's seed: the run's
+    secret keyed by the matchup's scenario seed (the row keeps the scenario seed; nothing an attack sees reveals
+    the secret)."""
+    seed = challenger_seed(store.secret(), matchup.seed)
+    return registries().games.get(matchup.track.game.name)(matchup.track.game, dataset, seed)
 
 
 def train_release(matchup: Matchup, run_dir: str) -> dict[str, Any]:
@@ -104,7 +108,7 @@ def train_release(matchup: Matchup, run_dir: str) -> dict[str, Any]:
     start = time.perf_counter()
     store = RunStore(run_dir)
     procedure = procedure_for(matchup, store)
-    game = game_for(matchup, load_dataset(matchup.track.dataset))
+    game = game_for(matchup, load_dataset(matchup.track.dataset), store)
     release = game.release(procedure)
     return {"utility": release.utility, "trained": procedure.stats.trained, "seconds": time.perf_counter() - start}
 
@@ -143,19 +147,22 @@ def play_matchup(matchup: Matchup, run_dir: str) -> dict[str, Any]:
         else:
             procedure = procedure_for(matchup, store)
             dataset = load_dataset(matchup.track.dataset)
-            game = game_for(matchup, dataset)
+            game = game_for(matchup, dataset, store)
             release = game.release(procedure)
             row.update(utility=release.utility, claim=release.claim.as_dict() if release.claim else None)
             broken = claim_problem(release.claim, matchup.defense.epsilon)
             if broken is not None:
                 row.update(status="failed", error=f"claim: {broken}")
             else:
-                outcome = game.play(attack, release, procedure)
+                view = game.view(attack, release, procedure)
+                outcome = game.score(attack, sandbox.run_attack(attack, view, guesses=sandbox.guess_types(game)))
                 row.update(metrics=outcome.metrics, notes=outcome.notes)
                 if outcome.arrays:
                     store.save_arrays(matchup.key, {k: torch.from_numpy(np.ascontiguousarray(v))
                                                     for k, v in outcome.arrays.items()})
                 game.save_artifacts(outcome, store.artifact_dir(matchup.key))
+    except sandbox.AttackFailed as exc:  # the attack's own process raised, exited or died
+        row.update(status="failed", error=str(exc), traceback=exc.child_traceback)
     except Exception as exc:  # noqa: BLE001 - isolation: any plugin failure fails this matchup only
         row.update(status="failed", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
     row["seconds"] = round(time.perf_counter() - start, 4)

@@ -127,35 +127,47 @@ def _is_procedure(value: Any) -> bool:
     return isinstance(value, TrainingProcedure)
 
 
-def _sendable(name: str, value: Any) -> Any:
-    """``value`` as the child may have it: itself when it is plain data, else ``TypeError``."""
-    if isinstance(value, (torch.Tensor, np.ndarray, Models, *_PLAIN)):
-        return value
-    if isinstance(value, (tuple, list)):
-        return type(value)(_sendable(name, v) for v in value)
-    raise TypeError(f"view item {name!r} ({type(value).__name__}) cannot be handed to an attack's process")
-
-
 def _split_view(view: Any) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
-    """(what the child gets per item, the parent's objects behind each proxy, modules the child must import)."""
-    items = object.__getattribute__(view, "_items")
-    send: dict[str, Any] = {}
+    """(what the child gets per item, the parent's objects behind each proxy, modules the child must import).
+    Lists, tuples and dicts are walked (a proxy inside one is named ``item.index``); anything not plain data nor
+    a known interface is refused with ``TypeError``."""
     handles: dict[str, Any] = {}
     modules = {type(view).__module__}
-    for name, value in items.items():
+
+    def wrap(name: str, value: Any) -> Any:
         if isinstance(value, BlackBox):
-            send[name], handles[name] = _Remote("query"), value
-        elif type(value) is LabelOnly:
-            send[name], handles[name] = _Remote("labels"), value
-        elif _is_procedure(value):
-            attrs = {a: getattr(value, a) for a in _TRAIN_ATTRS}
-            send[name], handles[name] = _Remote("training", attrs), value
-            modules |= {type(value.defense).__module__, type(value.arch.model).__module__}
-        else:
-            send[name] = _sendable(name, value)
-            if isinstance(value, Models):
-                modules.add(type(value.arch.model).__module__)
+            handles[name] = value
+            return _Remote("query", {"handle": name})
+        if type(value) is LabelOnly:
+            handles[name] = value
+            return _Remote("labels", {"handle": name})
+        if _is_procedure(value):
+            handles[name] = value
+            modules.update({type(value.defense).__module__, type(value.arch.model).__module__})
+            return _Remote("training", {"handle": name, **{a: getattr(value, a) for a in _TRAIN_ATTRS}})
+        if isinstance(value, Models):
+            modules.add(type(value.arch.model).__module__)
+            return value
+        if isinstance(value, (torch.Tensor, np.ndarray, *_PLAIN)):
+            return value
+        if isinstance(value, (tuple, list)):
+            return type(value)(wrap(f"{name}.{i}", v) for i, v in enumerate(value))
+        if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+            return {k: wrap(f"{name}.{k}", v) for k, v in value.items()}
+        raise TypeError(f"view item {name!r} ({type(value).__name__}) cannot be handed to an attack's process")
+
+    items = object.__getattribute__(view, "_items")
+    send = {name: wrap(name, value) for name, value in items.items()}
     return send, handles, sorted(modules)
+
+
+def guess_types(game: Any) -> tuple[type, ...]:
+    """The guess classes an attack of ``game`` may return: the built-in ones and the dataclasses defined in the
+    game's module (looked up in modules already imported, never imported on the child's say)."""
+    module = sys.modules.get(type(game).__module__)
+    own = [v for v in vars(module).values() if isinstance(v, type) and dataclasses.is_dataclass(v)
+           and v.__module__ == module.__name__] if module else []
+    return (*GUESSES, *own)
 
 
 def _answer(handles: dict[str, Any], header: dict[str, Any], tensors: dict[str, torch.Tensor]) -> Any:
@@ -224,8 +236,7 @@ def _serve(conn: Connection, child: subprocess.Popen, handles: dict[str, Any], g
             message = conn.recv_bytes() if ready else None
         except (EOFError, OSError):
             child.wait()
-            raise AttackFailed(f"attack {name!r}: its process ended without a guess (exit code "
-                               f"{child.returncode})") from None
+            raise AttackFailed(f"worker died: exit code {child.returncode}") from None  # as Ray and --serial say
         if message is None:
             child.kill()
             raise AttackFailed(f"attack {name!r}: timeout: no guess in time")
@@ -234,10 +245,14 @@ def _serve(conn: Connection, child: subprocess.Popen, handles: dict[str, Any], g
         except Exception as exc:  # noqa: BLE001 - whatever the child sent, it is its failure
             raise AttackFailed(f"attack {name!r}: its process sent a malformed message ({exc})") from None
         op = header.get("op")
-        if op == "error":
-            raise AttackFailed(f"{header.get('type')}: {header.get('message')}", header.get("traceback"))
+        if op == "error":  # as an in-process plugin failure reads: a BaseException that is no Exception is named
+            prefix = "" if header.get("exception") else "plugin raised "
+            raise AttackFailed(f"{prefix}{header.get('type')}: {header.get('message')}", header.get("traceback"))
         if op == "result":
-            return _guess(header, tensors, guesses, name)
+            try:
+                return _guess(header, tensors, guesses, name)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise AttackFailed(f"attack {name!r}: malformed guess ({type(exc).__name__}: {exc})") from None
         try:
             reply: tuple[str, Any] = ("ok", _answer(handles, header, tensors))
         except Exception as exc:  # noqa: BLE001 - a bad request is the attack's error, raised in the child
@@ -251,8 +266,11 @@ def _guess(header: dict[str, Any], tensors: dict[str, torch.Tensor], guesses: tu
     if cls is None:
         raise AttackFailed(f"attack {name!r} returned {header.get('type')}, not one of {', '.join(kinds)}")
     fields: dict[str, Any] = {}
+    dicts = header.get("dicts") or {}
     for f in dataclasses.fields(cls):
-        if f.name in tensors:
+        if f.name in dicts:
+            fields[f.name] = {str(k): tensors[f"{f.name}.{k}"].numpy() for k in dicts[f.name]}
+        elif f.name in tensors:
             fields[f.name] = tensors[f.name].numpy()
         elif f.name in header.get("plain", {}):
             fields[f.name] = header["plain"][f.name]
@@ -425,7 +443,8 @@ def _child_main(fd: int) -> None:
             text = "(unprintable)"
         with contextlib.suppress(BaseException):
             conn.send_bytes(encode({"op": "error", "type": type(exc).__name__, "message": text,
-                                    "traceback": traceback.format_exc()}, {}))
+                                    "exception": isinstance(exc, Exception), "traceback": traceback.format_exc()},
+                                   {}))
 
     try:
         boot = pickle.loads(conn.recv_bytes())  # from the arena: trusted; the payload stays bytes for now
@@ -438,27 +457,39 @@ def _child_main(fd: int) -> None:
         torch.set_num_threads(1)
         data = pickle.loads(boot["payload"])
         view_cls, attack_name, send, withheld = data["view"]
-        items = {}
-        for name, value in send.items():
+
+        def unwrap(value: Any) -> Any:
             if isinstance(value, _Remote):
-                proxy = {"query": QueryProxy, "labels": LabelProxy}.get(value.kind)
-                items[name] = TrainingProxy(conn, name, value.attrs) if value.kind == "training" else proxy(conn, name)
-            else:
-                items[name] = value
+                attrs = dict(value.attrs)
+                handle = attrs.pop("handle")
+                if value.kind == "training":
+                    return TrainingProxy(conn, handle, attrs)
+                return {"query": QueryProxy, "labels": LabelProxy}[value.kind](conn, handle)
+            if isinstance(value, (tuple, list)):
+                return type(value)(unwrap(v) for v in value)
+            if isinstance(value, dict):
+                return {k: unwrap(v) for k, v in value.items()}
+            return value
+
+        items = {name: unwrap(value) for name, value in send.items()}
         view = object.__new__(view_cls)
         object.__setattr__(view, "_attack", attack_name)
         object.__setattr__(view, "_items", items)
         object.__setattr__(view, "_withheld", withheld)
         guess = data["attack"].run(view)
         if dataclasses.is_dataclass(guess) and not isinstance(guess, type):
-            tensors, plain = {}, {}
+            tensors, plain, dicts = {}, {}, {}
             for f in dataclasses.fields(guess):
                 v = getattr(guess, f.name)
                 if v is None or isinstance(v, (int, float, str, bool)):
                     plain[f.name] = v
+                elif isinstance(v, dict):
+                    dicts[f.name] = [str(k) for k in v]
+                    tensors.update({f"{f.name}.{k}": a for k, a in v.items()})
                 else:
                     tensors[f.name] = v
-            message = encode({"op": "result", "type": type(guess).__name__, "plain": plain}, tensors)
+            message = encode({"op": "result", "type": type(guess).__name__, "plain": plain, "dicts": dicts},
+                             tensors)
         else:
             message = encode({"op": "result", "type": type(guess).__name__, "plain": {}}, {})
     except BaseException as exc:  # noqa: BLE001 - sys.exit, KeyboardInterrupt: all the attack's failure

@@ -162,3 +162,97 @@ def test_in_the_sandbox_no_membership_route_beats_chance(setting: Setting, cls, 
 @pytest.mark.parametrize("cls", cheaters.RECONSTRUCTION, ids=lambda c: c.name)
 def test_in_the_sandbox_no_reconstruction_route_beats_the_prior(setting: Setting, cls) -> None:
     at_chance_or_blocked(lambda: setting.reconstruction(setting.recon, cls(cls.Params()), sandbox=True))
+
+
+# --- through the tournament: the game keyed by the run's secret, every attack in the sandbox ---
+
+SCENARIO = """
+name: cheating
+seeds: [3]
+timeout: 600
+tracks:
+  - name: digits-mlp
+    dataset: {name: digits}
+    model: {name: mlp, hidden: [64], activation: relu}
+    training: {epochs: 50, batch_size: 32, lr: 0.1, momentum: 0.9}
+    game: {name: membership, members: 100, test: 100, population: 200}
+    defenses:
+      - {name: nonprivate}
+    attacks:
+%s
+  - name: digits-reconstruction
+    dataset: {name: digits}
+    model: {name: logreg, l2: 0.001}
+    training: {epochs: 1, lr: 0.1}
+    game: {name: reconstruction, fixed: 100, targets: 10, shadow_targets: 50, test: 100}
+    defenses:
+      - {name: nonprivate}
+    attacks:
+%s
+"""
+
+
+def cheating_run(plugin_dist, tmp_path: Path, monkeypatch, membership: list[str],  # noqa: ANN001
+                 reconstruction: list[str],
+                 *, serial: bool) -> dict[str, dict]:
+    from arena.api import run
+    from tests.conftest import write_scenario
+
+    plugin_dist("arena-cheaters", "arena_cheaters", Path(cheaters.__file__).read_text())
+    base = Path(tempfile.mkdtemp(prefix="arena-cheating-run-"))
+    base.chmod(0o755)  # the run directory's path is known and its parent open: only its own mode protects it
+    out = base / "run"
+    monkeypatch.delenv(SECRET_ENV, raising=False)
+    monkeypatch.setenv(cheaters.RUN_DIR_HINT, str(out))
+    listing = ["\n".join(f"      - {{name: {a}}}" for a in names) for names in (membership, reconstruction)]
+    scenario = write_scenario(tmp_path / "cheating.yaml", SCENARIO % tuple(listing))
+    try:
+        run(scenario, out, serial=serial, workers=2, report=False)
+        return {r["attack"]: r for r in RunStore(out).results()}
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def check_row(row: dict) -> None:
+    """A cheat's row: failed, blocked by the sandbox; or ok at chance."""
+    if row["status"] == "failed":
+        assert row["error"].startswith(BLOCKED), row["error"]
+    else:
+        assert row["status"] == "ok", row
+        m = row["metrics"]
+        if "auc" in m:
+            assert abs(m["auc"] - 0.5) <= CHANCE, (row["attack"], m["auc"])
+        else:
+            assert m["success_rate"] <= m["kappa"] + CHANCE, (row["attack"], m)
+
+
+def test_through_the_serial_tournament_every_cheat_fails_where_honest_lira_succeeds(plugin_dist, tmp_path: Path,
+                                                                                    monkeypatch) -> None:
+    names = [c.name for c in cheaters.MEMBERSHIP]
+    rows = cheating_run(plugin_dist, tmp_path, monkeypatch, ["lira, shadows: 16", *names],
+                        [c.name for c in cheaters.RECONSTRUCTION], serial=True)
+    assert set(rows) == {"lira", *names, *(c.name for c in cheaters.RECONSTRUCTION)}
+    assert rows["lira"]["status"] == "ok" and rows["lira"]["metrics"]["auc"] > 0.5 + 2 * CHANCE, rows["lira"]
+    assert rows["lira"]["seed"] == SCENARIO_SEED, "rows keep the scenario seed"
+    for name, row in rows.items():
+        if name != "lira":
+            check_row(row)
+    assert rows["cheat-params-peek"]["error"].startswith("ThreatModelError")
+    assert rows["cheat-cache-path"]["error"].startswith("ThreatModelError")
+    if os.geteuid() == 0:
+        assert rows["cheat-run-dir"]["error"].startswith("PermissionError")
+        assert rows["cheat-parent-memory"]["error"].startswith("PermissionError")
+
+
+def test_through_ray_the_interpreter_routes_fail_too(plugin_dist, tmp_path: Path, monkeypatch) -> None:
+    import ray
+
+    try:
+        rows = cheating_run(plugin_dist, tmp_path, monkeypatch,
+                            ["cheat-stack-frame", "cheat-gc", "cheat-env-secret", "cheat-run-dir"],
+                            ["cheat-recon-gc"], serial=False)
+    finally:
+        ray.shutdown()
+    assert len(rows) == 5
+    for row in rows.values():
+        check_row(row)

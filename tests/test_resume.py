@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from arena.store import RunStore
+from arena.store import SECRET_ENV, RunStore
 from tests.conftest import TINY, write_scenario
 
 SLOW = TINY.replace("seeds: [0, 1]", "seeds: [0, 1, 2, 3, 4, 5]").replace("epochs: 5", "epochs: 40")
@@ -37,7 +37,8 @@ def snapshot(cache: Path) -> dict[str, int]:
     return {str(p): p.stat().st_mtime_ns for p in cache.rglob("*.safetensors")}
 
 
-def test_kill_9_then_resume_gives_uninterrupted_results_without_retraining(tmp_path: Path) -> None:
+def test_kill_9_then_resume_gives_uninterrupted_results_without_retraining(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv(SECRET_ENV, "5e" * 32)  # two run directories compared: one secret
     scenario = write_scenario(tmp_path / "slow.yaml", SLOW)
     whole = RunStore(tmp_path / "whole")
     assert arena("run", str(scenario), "--out", str(whole.root), "--serial").wait() in (0, 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -132,6 +133,19 @@ class Forger(Attack):
         time.sleep(5)
 
 
+@dataclasses.dataclass(frozen=True)
+class PerModel:
+    scores: dict[str, np.ndarray]
+    note: str | None = None
+
+
+class Several(Attack):
+    name = "several"
+
+    def run(self, view):  # noqa: ANN001, ANN201
+        return PerModel({f"m{i}": m.predict_proba(view.X).numpy() for i, m in enumerate(view.models)}, "two")
+
+
 class NotAGuess(Attack):
     name = "not-a-guess"
 
@@ -188,6 +202,15 @@ def test_queries_labels_and_training_are_answered_by_the_arena(released) -> None
     assert np.array_equal(run_attack(attack, view).scores, attack.run(view).scores), "the same answers as in-process"
 
 
+def test_interfaces_inside_lists_and_guesses_with_dicts_of_arrays(released) -> None:
+    _, box, _, X, _ = released
+    attack = Several(Several.Params())
+    view = View(attack.name, attack.threat_model, {"X": X}, {"query": {"models": [box, box]}})
+    guess = run_attack(attack, view, guesses=(PerModel,))
+    assert guess.note == "two" and sorted(guess.scores) == ["m0", "m1"]
+    assert np.array_equal(guess.scores["m1"], box.predict_proba(X).numpy())
+
+
 def test_the_query_interface_has_no_parameters_behind_it(released) -> None:
     _, box, *_ = released
     view = View("peek", frozenset({"query"}), {}, {"query": {"model": box}})
@@ -197,9 +220,9 @@ def test_the_query_interface_has_no_parameters_behind_it(released) -> None:
 
 
 @pytest.mark.parametrize(("attack", "how", "message"), [
-    (Exits, 0, r"^SystemExit: 0$"),
-    (Exits, "bye", r"^SystemExit: bye$"),
-    (HardExit, None, r"ended without a guess \(exit code 3\)"),
+    (Exits, 0, r"^plugin raised SystemExit: 0$"),
+    (Exits, "bye", r"^plugin raised SystemExit: bye$"),
+    (HardExit, None, r"^worker died: exit code 3$"),
     (Raises, None, r"^ValueError: no luck$"),
     (NotAGuess, None, r"returned dict, not one of MembershipGuess, ReconstructionGuess"),
 ])

@@ -8,7 +8,7 @@ import pytest
 
 from arena.cli import main
 from arena.plan import plan
-from arena.store import RunStore
+from arena.store import SECRET_ENV, RunStore
 from arena.tournament import run
 from tests.conftest import TINY, write_scenario
 
@@ -73,11 +73,15 @@ def ray_session():
     ray.shutdown()
 
 
-def test_ray_local_and_two_node_cluster_match_serial(tiny_scenario: Path, tmp_path: Path, ray_session) -> None:
+def test_ray_local_and_two_node_cluster_match_serial(tiny_scenario: Path, tmp_path: Path, ray_session,
+                                                     monkeypatch) -> None:
     from ray.cluster_utils import Cluster
 
     p = plan([tiny_scenario])
+    monkeypatch.setenv(SECRET_ENV, "5e" * 32)  # three run directories, one secret: the same games
     serial, local, cluster_store = (RunStore(tmp_path / name) for name in ("serial", "local", "cluster"))
+    for store in (serial, local, cluster_store):
+        store.secret()
     run(p, serial, serial=True)
     run(p, local, workers=2)
     assert not ray_session.is_initialized(), "a run that started Ray shuts it down"

@@ -22,7 +22,7 @@ from arena.procedure import TrainingProcedure
 from arena.games.reconstruction.grids import GRID_FILE
 from arena.games.reconstruction import ReconstructionGameSpec
 from arena.scenario import PluginRef, Track, TrainingSpec
-from arena.store import RunStore
+from arena.store import SECRET_ENV, RunStore
 from arena_plugins import defenses
 from arena_plugins.defenses import NonPrivate, OutputPerturbation
 from arena_plugins.reconstruction import (
@@ -226,7 +226,7 @@ tracks:
 """
 
 
-def test_tiny_reconstruction_tournament(tmp_path: Path) -> None:
+def test_tiny_reconstruction_tournament(tmp_path: Path, monkeypatch) -> None:
     p = plan([write_scenario(tmp_path / "tiny.yaml", TINY)])
     store = RunStore(tmp_path / "run")
     rows = {(r["track"], r["defense_label"], r["attack"]): r for r in tournament.run(p, store, serial=True)}
@@ -251,5 +251,6 @@ def test_tiny_reconstruction_tournament(tmp_path: Path) -> None:
         if row["status"] == "ok":
             assert (store.artifact_dir(row["key"]) / GRID_FILE).is_file()
     (matchup,) = [m for m in p.matchups if m.key == learned["key"]]
-    again = play_matchup(matchup, str(tmp_path / "again"))  # fresh run directory: nothing cached
+    monkeypatch.setenv(SECRET_ENV, store.secret().hex())  # a fresh run directory with the run's secret
+    again = play_matchup(matchup, str(tmp_path / "again"))  # nothing cached
     assert json.dumps(again["metrics"]) == json.dumps(learned["metrics"])
