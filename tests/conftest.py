@@ -21,6 +21,16 @@ def architecture(name: str, input_shape: int | tuple[int, ...], n_classes: int, 
     return Architecture(cls(cls.Params.model_validate(params)), shape, n_classes)
 
 
+TEST_SECRET = "a7" * 32
+"""The run secret of every run directory a test creates (``ARENA_RUN_SECRET``), so that the suite's numbers are
+the same on every machine; tests of the secret itself unset it."""
+
+
+@pytest.fixture(autouse=True)
+def fixed_run_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ARENA_RUN_SECRET", TEST_SECRET)
+
+
 @pytest.fixture(autouse=True)
 def fresh_registries() -> Iterator[None]:
     """Every test builds registries from the plugins visible to it, and leaves none behind."""
