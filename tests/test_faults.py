@@ -15,7 +15,7 @@ from tests.conftest import write_scenario
 SMALL = """
 name: small
 seeds: [0]
-timeout: 4
+timeout: 10
 retries: 0
 tracks:
   - name: syn
@@ -131,7 +131,7 @@ def test_serial_faults_fail_only_their_own_matchups(plugin_dist, tmp_path: Path,
     path = attacks_scenario(tmp_path / "faults.yaml", [*FAULTY, "threshold-mia"])
     out = tmp_path / "run"
     assert main(["run", str(path), "--out", str(out), "--serial", "--no-report"]) == 1
-    check_fault_rows(out, 4)
+    check_fault_rows(out, 10)
     rows = {r["attack"]: r for r in RunStore(out).results()}
     assert rows["exit0"]["error"] == "plugin raised SystemExit: 0"
     assert rows["hard-exit"]["error"] == "worker died: exit code 1"
@@ -145,7 +145,7 @@ def test_ray_faults_fail_only_their_own_matchups(plugin_dist, tmp_path: Path) ->
 
     plugin_dist("arena-faults", "arena_faults_plugin", FAULTS)
     path = attacks_scenario(tmp_path / "faults.yaml", [*FAULTY, "threshold-mia"])
-    write_scenario(path, path.read_text().replace("timeout: 4", "timeout: 30"))  # Ray's clock includes start-up
+    write_scenario(path, path.read_text().replace("timeout: 10", "timeout: 30"))  # Ray's clock includes start-up
     out = tmp_path / "run"
     try:
         assert main(["run", str(path), "--out", str(out), "--workers", "2", "--no-report"]) == 1

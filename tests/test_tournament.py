@@ -131,16 +131,17 @@ def test_serial_run_times_out_hung_plugins_and_goes_on(plugin_dist, tmp_path: Pa
     import time
 
     plugin_dist("arena-faulty", "arena_faulty_plugin", FAULTY)
-    path = faulty_scenario(tmp_path / "hung.yaml", "timeout: 3", ["hang", "stubborn", "threshold-mia"])
+    # 10 s: an honest matchup must finish inside it even on a loaded machine (its sandbox starts an interpreter)
+    path = faulty_scenario(tmp_path / "hung.yaml", "timeout: 10", ["hang", "stubborn", "threshold-mia"])
     out = tmp_path / "run"
     handler, timer = signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL)
     start = time.monotonic()
     assert main(["run", str(path), "--out", str(out), "--serial", "--no-report"]) == 1
-    assert time.monotonic() - start < 60
+    assert time.monotonic() - start < 90
     rows = {r["attack"]: r for r in RunStore(out).results()}
     for name in ("hang", "stubborn"):
-        assert rows[name]["status"] == "failed" and rows[name]["error"] == "timeout: exceeded 3s"
-        assert 3 <= rows[name]["seconds"] < 10
+        assert rows[name]["status"] == "failed" and rows[name]["error"] == "timeout: exceeded 10s"
+        assert 10 <= rows[name]["seconds"] < 20
     assert rows["threshold-mia"]["status"] == "ok"
     # the timeout is enforced from outside the matchup's process: the caller's alarm (pytest-timeout's) is untouched
     assert signal.getsignal(signal.SIGALRM) is handler
