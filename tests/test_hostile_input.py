@@ -33,8 +33,8 @@ BAD_NUMBERS = [
     ("boolean epsilon", DPSGD, ("epsilons: [4]", "epsilons: [true]"), "tracks[0].defenses[1].epsilons[0]"),
     ("boolean attack fpr", SMALL, ("{name: threshold-mia}", "{name: threshold-mia, fpr: true}"),
      "tracks[0].attacks[0].fpr"),
-    ("infinite timeout", SMALL, ("timeout: 4", "timeout: .inf"), "timeout"),
-    ("timeout of years", SMALL, ("timeout: 4", "timeout: 1.0e9"), "timeout"),
+    ("infinite timeout", SMALL, ("timeout: 10", "timeout: .inf"), "timeout"),
+    ("timeout of years", SMALL, ("timeout: 10", "timeout: 1.0e9"), "timeout"),
     ("retries 1e15", SMALL, ("retries: 0", "retries: 1e15"), "retries"),
     ("retries 1000", SMALL, ("retries: 0", "retries: 1000"), "retries"),
     ("infinite lr", SMALL, ("lr: 0.1", "lr: .inf"), "tracks[0].training.lr"),
@@ -93,7 +93,7 @@ def test_a_boolean_is_named_as_the_problem(tmp_path, capsys) -> None:
 def test_numbers_stay_easy_to_write(tmp_path, capsys) -> None:
     """Strict numbers still take an integer for a float and YAML 1.2 exponents such as 1e-3."""
     text = DPSGD.replace("lr: 0.1", "lr: 1e-1").replace("epsilons: [4]", "epsilons: [4, 1e1]").replace(
-        "timeout: 4", "timeout: 60")
+        "timeout: 10", "timeout: 60")
     path = write_scenario(tmp_path / "fine.yaml", text)
     assert main(["validate", str(path)]) == 0, capsys.readouterr().err
 
