@@ -18,7 +18,8 @@ from markupsafe import Markup
 
 from arena.audit import Audit, ArrayLoader
 from arena.leaderboard import TrackBoard
-from arena.report.plots import Figures, slug
+from arena.report import plots
+from arena.report.plots import Figures, RocCurve, RocPanel, slug
 from arena.store import RunStore
 
 
@@ -77,7 +78,8 @@ class Page:
 class TrackContext:
     """One track as a game's section sees it: its board, rows, saved arrays and audit; ``figures.save(fig, stem)``
     writes a figure and returns its PNG; ``render(template, **context)`` renders one of the game's templates;
-    ``fmt`` formats a number; ``slug`` makes a file-name-safe stem."""
+    ``fmt`` formats a number; ``slug`` makes a file-name-safe stem; ``tradeoff(panels, stem)`` draws audited ROC
+    curves (``ctx.RocPanel`` of ``ctx.RocCurve``) over their claim's trade-off curve and returns the markup."""
 
     board: TrackBoard
     rows: list[dict[str, Any]]  # the track's latest rows
@@ -93,3 +95,17 @@ class TrackContext:
 
     fmt = staticmethod(fmt)
     slug = staticmethod(slug)
+    # the audited-ROC panels a game hands to ``tradeoff`` (games build them from here: they never import the report)
+    RocPanel = RocPanel
+    RocCurve = RocCurve
+
+    def tradeoff(self, panels: list[RocPanel], stem: str, panels_per_figure: int = 12) -> Markup:
+        """Audited matchups' ROC curves over their claimed mechanism's trade-off curve (``plots.tradeoff_roc``,
+        written as ``<stem>[-<n>]``, at most ``panels_per_figure`` panels a figure) with the table of measured
+        and bounding TPRs at 0.1 %, 1 % and 10 % FPR; empty markup when there are no panels."""
+        if not panels:
+            return Markup("")
+        pngs = [self.figures.save(plots.tradeoff_roc(panels[i : i + panels_per_figure]), stem)
+                for i in range(0, len(panels), panels_per_figure)]
+        return render("tradeoff.html.j2", track=self.board.track, pngs=pngs, headers=plots.tradeoff_headers(),
+                      rows=plots.tradeoff_rows(panels))

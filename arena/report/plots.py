@@ -1,4 +1,6 @@
-"""The report's figures: heatmaps and privacy-utility curves (each game draws its own, e.g. ROC curves).
+"""The report's figures: heatmaps, privacy-utility curves, and audited ROC curves over the claimed mechanism's
+trade-off curve (drawn here for every game from the panels a game's section hands over, ``RocPanel``; each game draws
+its own other figures, e.g. ROC curves per track).
 
 Each function returns a matplotlib ``Figure`` drawn on the Agg canvas directly (no pyplot, no global state, no
 display needed); ``Figures.save`` writes it as SVG and PDF under ``report/figures/`` and returns the PNG bytes the
@@ -10,7 +12,8 @@ from __future__ import annotations
 import io
 import math
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +22,11 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
+from sklearn.metrics import roc_curve
 
 from arena.games.figures import text
 from arena.leaderboard import NOT_RESOLVABLE, TrackBoard, fpr_level
-from arena.metrics import tpr_key
+from arena.metrics import FPR_LEVELS, tpr_key
 
 DPI = 110
 FORMATS = ("svg", "pdf")
@@ -185,3 +189,134 @@ def privacy_utility(board: TrackBoard, rows: list[dict[str, Any]]) -> Figure:
     ax_u.set_title(text(f"{board.track}: utility"))
     ax_a.set_title(text(f"{board.track}: attack success ({board.metric})"))
     return fig
+
+
+# ----------------------------------------------------------------- ROC over the claimed mechanism's trade-off curve
+
+
+@dataclass(frozen=True)
+class RocCurve:
+    """One empirical ROC: ``scores`` (higher: the record is in) against ``truth`` (1: in), and its legend label."""
+
+    label: str
+    scores: np.ndarray
+    truth: np.ndarray
+
+
+@dataclass(frozen=True)
+class RocPanel:
+    """One audited matchup (or the seeds of one defense × attack sharing a claim): its ROC curves drawn over the
+    trade-off region of ``claim`` (a recorded claim dict) under ``relation`` ("add_remove" or "replace_one")."""
+
+    title: str
+    claim: Mapping[str, Any]
+    relation: str
+    curves: tuple[RocCurve, ...]
+
+
+TRADEOFF_LEVELS = tuple(sorted(FPR_LEVELS))  # 0.1 %, 1 %, 10 %
+ROC_POINTS = 400  # log-spaced FPRs at which an empirical ROC is drawn (a step function read at each)
+
+
+def empirical_roc(curve: RocCurve) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """(FPR, TPR) of the curve's scores (every threshold), and its numbers of positives and negatives."""
+    truth = np.asarray(curve.truth).astype(bool).reshape(-1)
+    scores = np.asarray(curve.scores, dtype=np.float64).reshape(-1)
+    n_pos, n_neg = int(truth.sum()), int((~truth).sum())
+    if n_pos == 0 or n_neg == 0:
+        return np.array([0.0, 1.0]), np.array([0.0, 1.0]), n_pos, n_neg
+    fpr, tpr, _ = roc_curve(truth, scores)
+    return fpr, tpr, n_pos, n_neg
+
+
+def roc_at(fpr: np.ndarray, tpr: np.ndarray, levels: np.ndarray) -> np.ndarray:
+    """The ROC read at ``levels``: the largest TPR among points whose FPR does not exceed each level."""
+    idx = np.searchsorted(fpr, np.asarray(levels) + 1e-12, side="right") - 1
+    best = np.maximum.accumulate(tpr)
+    return np.where(idx >= 0, best[np.clip(idx, 0, None)], 0.0)
+
+
+def _claim_label(panel: RocPanel, bound: Any) -> tuple[str, str]:
+    words = "replace-one" if panel.relation == "replace_one" else "add/remove"
+    return (f"claimed mechanism: {bound.how}",
+            f"({words}) (ε = {bound.epsilon:.3g}, δ = {bound.delta:.2g}) region")
+
+
+def tradeoff_roc(panels: list[RocPanel], columns: int = 3) -> Figure:
+    """Each panel's empirical ROC curves (log-log: the low-FPR regime is where audits speak) over the claimed
+    mechanism's trade-off region TPR ≤ 1 − f(FPR) (shaded, solid edge; ``arena.tradeoff``) and the looser (ε, δ)
+    region of the claim's ε for the relation played (dashed). A measured TPR is floored at 1/n positives so that a
+    curve that flags none at low FPR stays on the axes (the bounds are drawn as computed); the FPR axis starts at the
+    smallest resolvable 1/n negatives. Each bound line carries a gid (``mechanism-tradeoff-<i>``,
+    ``eps-delta-region-<i>``, i the panel) that also names it in the SVG."""
+    from arena.tradeoff import claim_tradeoff
+
+    columns = max(1, min(columns, len(panels)))
+    rows = math.ceil(len(panels) / columns)
+    fig = Figure(figsize=(5.4 * columns, 6.0 * rows))
+    axes = np.atleast_1d(fig.subplots(rows, columns, squeeze=False)).reshape(-1)
+    for i, (ax, panel) in enumerate(zip(axes, panels)):
+        rocs = [(c, *empirical_roc(c)) for c in panel.curves]
+        smallest = min((1.0 / n_neg for *_, n_neg in rocs if n_neg), default=1e-3)
+        floor = min((1.0 / n_pos for *_, n_pos, _ in rocs if n_pos), default=1e-3)
+        grid = np.logspace(math.log10(smallest), 0.0, ROC_POINTS)
+        bound = claim_tradeoff(panel.claim, panel.relation)  # type: ignore[arg-type]
+        mech_label, region_label = _claim_label(panel, bound)
+        mech = bound.tpr_bound(grid)
+        region = bound.eps_delta_tpr_bound(grid)
+        bottom = max(min(floor, float(region[0]), float(mech[0]) if mech is not None else 1.0) * 0.8, 1e-8)
+        if mech is not None:
+            ax.fill_between(grid, bottom, mech, color="#9ecae1", alpha=0.35, linewidth=0)
+            (line,) = ax.plot(grid, mech, color="#08519c", linewidth=2.0, label=text(mech_label))
+            line.set_gid(f"mechanism-tradeoff-{i}")
+        (edge,) = ax.plot(grid, region, color="#08519c", linestyle="--", linewidth=1.2, label=text(region_label))
+        edge.set_gid(f"eps-delta-region-{i}")
+        for k, (curve, fpr, tpr, n_pos, n_neg) in enumerate(rocs):
+            ax.plot(grid, np.maximum(roc_at(fpr, tpr, grid), floor), color=f"C{(k + 1) % 10}", linewidth=1.4,
+                    label=text(f"{curve.label} ({n_pos} in + {n_neg} out)"))
+        ax.plot(grid, grid, color="grey", linestyle=":", linewidth=0.8, label="chance")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(smallest, 1.0)
+        ax.set_ylim(bottom, 1.05)
+        ax.set_xlabel(f"false-positive rate (resolution {smallest:.2g})")
+        ax.set_ylabel(f"true-positive rate (measured: floor 1/n in = {floor:.2g})")
+        ax.set_title(text(panel.title), fontsize=9)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.14))  # below: the curves stay clear
+    for ax in axes[len(panels):]:
+        ax.axis("off")
+    fig.tight_layout()
+    return fig
+
+
+def tradeoff_rows(panels: list[RocPanel], levels: tuple[float, ...] = TRADEOFF_LEVELS) -> list[list[str]]:
+    """Per panel and curve, at each FPR level: the measured TPR (n/r where the negatives cannot resolve the level),
+    the claimed mechanism's TPR bound 1 − f(level) and the (ε, δ) region's."""
+    from arena.tradeoff import claim_tradeoff
+
+    out = []
+    for panel in panels:
+        bound = claim_tradeoff(panel.claim, panel.relation)  # type: ignore[arg-type]
+        at = np.asarray(levels, dtype=np.float64)
+        mech = bound.tpr_bound(at)
+        region = bound.eps_delta_tpr_bound(at)
+        for curve in panel.curves:
+            fpr, tpr, n_pos, n_neg = empirical_roc(curve)
+            measured = roc_at(fpr, tpr, at)
+            cells = [panel.title, curve.label, f"{n_pos} + {n_neg}"]
+            for j, level in enumerate(levels):
+                resolves = n_neg > 0 and 1.0 / n_neg <= level * (1 + 1e-9)
+                cells += [f"{measured[j]:.4f}" if resolves else NOT_RESOLVABLE,
+                          "—" if mech is None else f"{mech[j]:.4f}", f"{region[j]:.4f}"]
+            out.append(cells)
+    return out
+
+
+def tradeoff_headers(levels: tuple[float, ...] = TRADEOFF_LEVELS) -> list[str]:
+    """The columns of ``tradeoff_rows``."""
+    heads = ["matchup", "curve", "in + out"]
+    for level in levels:
+        heads += [f"TPR @{level:.1%} FPR: measured", f"@{level:.1%}: mechanism's bound",
+                  f"@{level:.1%}: (ε, δ) bound"]
+    return heads

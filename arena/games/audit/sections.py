@@ -1,5 +1,6 @@
-"""The audit game's part of the report: each matchup's estimators per canary kind, and its rows of the DP audit
-(violations first)."""
+"""The audit game's part of the report: each matchup's estimators per canary kind, its canaries' ROC curves over
+the claim's add/remove trade-off curve (drawn by the report from the panels handed over), and its rows of the DP
+audit (violations first)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,31 @@ def section(ctx: Any) -> Markup:
                 v = m.get(f"{k}_{e}")
                 cells.append(v if e == "canaries" and v is not None else fmt_or_dash(v))
         rows.append(cells)
-    return ctx.render("canary-audit.html.j2", track=ctx.board.track, headers=headers, rows=rows)
+    return ctx.render("canary-audit.html.j2", track=ctx.board.track, headers=headers, rows=rows,
+                      tradeoff=ctx.tradeoff(tradeoff_panels(ctx), f"{ctx.board.track}-tradeoff-roc"))
+
+
+def tradeoff_panels(ctx: Any) -> list[Any]:
+    """One panel per audited matchup (ok, claiming (ε, δ), canary scores saved): each kind's canaries pooled over
+    the K models, drawn over the claim's **add/remove** trade-off curve (a canary is added or removed)."""
+    panels = []
+    for r in sorted(ctx.rows, key=lambda r: (float((r.get("claim") or {}).get("epsilon") or 0.0),
+                                             r["defense_label"], r["attack_label"], r["seed"])):
+        claim = r.get("claim") or {}
+        if r.get("status") != "ok" or claim.get("epsilon") is None or claim.get("delta") is None:
+            continue
+        saved = ctx.arrays(r["key"])
+        if saved is None:
+            continue
+        input_kind = (r.get("metrics") or {}).get("input_kind")
+        curves = tuple(
+            ctx.RocCurve(f"{k} canaries" + (f" ({input_kind})" if k == "input" and input_kind else ""),
+                         saved[f"{k}_scores"], saved[f"{k}_truth"])
+            for k in KINDS if f"{k}_scores" in saved and f"{k}_truth" in saved)
+        if curves:
+            panels.append(ctx.RocPanel(f"{r['defense_label']} vs {r['attack_label']}, seed {r['seed']}", claim,
+                                       "add_remove", curves))
+    return panels
 
 
 def audit_section(audit: Any, page: Any) -> Markup:

@@ -1,5 +1,6 @@
-"""The membership game's part of the report: ROC curves, the most exposed records, per-class TPR at low FPR, and
-its rows of the DP audit. Templates in ``templates/``; the page hands over the context it renders them with.
+"""The membership game's part of the report: ROC curves, the audited matchups' ROC over their claim's replace-one
+trade-off curve (drawn by the report from the panels handed over), the most exposed records, per-class TPR at low
+FPR, and its rows of the DP audit. Templates in ``templates/``; the page hands over the context it renders them with.
 
 Per-record risk: every saved matchup holds each challenge point's dataset row (``record``), its score, its label
 and whether it was a member. A point's *rank* is the percentile of its score among that matchup's challenge
@@ -11,6 +12,7 @@ cannot resolve 1 %; n/r when they cannot resolve 10 % either), averaged over see
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,7 +151,30 @@ def section(ctx: Any) -> Markup:
                     for d, a, risks in exposed for place, r in enumerate(risks, start=1)]
     return ctx.render("membership.html.j2", track=board.track, roc_png=roc_png, exposed=bool(exposed),
                   exposed_rows=exposed_rows, records_png=records_png, class_labels=[f"class {c}" for c in labels],
-                  class_rows=class_rows, top=TOP_RECORDS)
+                  class_rows=class_rows, top=TOP_RECORDS,
+                  tradeoff=ctx.tradeoff(tradeoff_panels(ctx), f"{board.track}-tradeoff-roc"))
+
+
+def tradeoff_panels(ctx: Any) -> list[Any]:
+    """One panel per (defense, attack, claim) of the audited matchups (ok, claiming (ε, δ), scores saved), one
+    curve per seed, drawn over the claim's **replace-one** trade-off curve: a member and a non-member swap."""
+    groups: dict[tuple[str, str, str], list[tuple[dict[str, Any], Any]]] = {}
+    for r in ctx.rows:
+        claim = r.get("claim") or {}
+        if r.get("status") != "ok" or claim.get("epsilon") is None or claim.get("delta") is None:
+            continue
+        saved = ctx.arrays(r["key"])
+        if saved is None or "scores" not in saved or "is_member" not in saved:
+            continue
+        key = (r["defense_label"], r["attack_label"], json.dumps(claim, sort_keys=True, default=str))
+        groups.setdefault(key, []).append((r, saved))
+    panels = []
+    for (defense, attack, _), members in sorted(groups.items(), key=lambda kv: (
+            float(kv[1][0][0]["claim"]["epsilon"]), kv[0][0], kv[0][1])):
+        members.sort(key=lambda rs: rs[0]["seed"])
+        curves = tuple(ctx.RocCurve(f"seed {r['seed']}", saved["scores"], saved["is_member"]) for r, saved in members)
+        panels.append(ctx.RocPanel(f"{defense} vs {attack}", members[0][0]["claim"], "replace_one", curves))
+    return panels
 
 
 def _audit_verdict(a: Any) -> str:
