@@ -56,8 +56,23 @@ converted to ε at δ by solving δ = Φ(−ε/μ + μ/2) − e^ε·Φ(−ε/μ 
 mechanism's trade-off curve is Gaussian (true of DP-SGD's white-box worst case), so it is never the basis of a
 verdict here.
 
+**Gaussian-fit bound** (``gaussian_bound``; the parametric form of Nasr et al. 2023's white-box audit). When the
+scores are Gaussian with one variance, N(a, s²) for excluded and N(a + μs, s²) for included canaries, and
+independent, the best test between the two is μ-GDP exactly, and μ̂ = (mean_in − mean_out)/pooled s is Cohen's d,
+with standard error se = √((n₁ + n₂)/(n₁n₂) + μ̂²/(2(n₁ + n₂))); with confidence 1 − α, μ ≥ μ_lo = μ̂ − z_α·se,
+so the scores' trade-off is not above Φ(Φ⁻¹(1 − ·) − μ_lo), which an (ε, δ)-DP mechanism with
+ε < ε(μ_lo, δ) cannot produce: ε ≥ ε(μ_lo, δ). The hypothesis holds *exactly* for the white-box Dirac gradient
+canary of **full-batch** DP-SGD (sample rate 1): its coordinate's final movement is the sum of T steps of
+±lr·C·bit plus N(0, (lr·σC)²) noise, Gaussian with μ = √T/σ for plain SGD and smaller for any linear optimiser
+(momentum, weight decay, averaging: μ = Σw/(σ√Σw²) ≤ √T/σ by Cauchy–Schwarz). Data gradients on the canary's
+coordinate only add variance (a lower μ̂). It uses every score, not the two counts at one threshold, so it
+resolves μ to ±z·se (about ±0.01 with 65,536 canaries) where a Clopper–Pearson count at a tail threshold would need
+millions. With Poisson subsampling (q < 1) the movement is a Gaussian mixture, the hypothesis fails and the figure
+is an estimate only.
+
 **Verdict** (``violation``): flagged iff a lower bound at level α exceeds the claim's ε for the relation the
-experiment plays; under a true claim the flag fires with probability at most α (simulated in the tests).
+experiment plays (the Gaussian-fit bound only where its hypothesis holds: the caller decides, see
+``arena.canaries``); under a true claim the flag fires with probability at most α (simulated in the tests).
 """
 
 from __future__ import annotations
@@ -575,6 +590,59 @@ def gdp_estimate(scores, truth, delta: float, alpha: float = ALPHA, seed: int = 
                        true_positives=int(tp[0]), false_positives=int(fp[0]), n_pos=n_pos, n_neg=n_neg)
 
 
+@dataclass(frozen=True)
+class GaussianBound:
+    """The Gaussian-fit bound at confidence 1 − ``alpha``: μ ≥ ``mu_lo`` = ``mu_hat`` − z·``se``, hence
+    ε(δ) ≥ ``epsilon`` (0 without evidence), *if* the scores are Gaussian with one variance (see the module
+    docstring for when that holds exactly)."""
+
+    epsilon: float
+    mu_hat: float
+    mu_lo: float
+    se: float
+    alpha: float
+    delta: float
+    n_pos: int
+    n_neg: int
+    method: str = "Gaussian fit (Nasr et al. 2023, white-box, full batch)"
+
+
+def gaussian_mu_batch(scores, truth) -> tuple[np.ndarray, np.ndarray]:
+    """(μ̂, se) [R] of R experiments at once: Cohen's d of the included over the excluded scores (pooled standard
+    deviation) and its normal-approximation standard error. ``scores`` [R, n] (or [n]), ``truth`` the same or [n]."""
+    s = np.atleast_2d(np.asarray(scores, dtype=np.float64))
+    t = np.broadcast_to(np.atleast_2d(np.asarray(truth).astype(bool)), s.shape)
+    n1, n2 = t.sum(1), (~t).sum(1)
+    if np.any(n1 < 2) or np.any(n2 < 2):
+        raise ValueError("a Gaussian fit needs at least two included and two excluded canaries")
+    m1 = np.where(t, s, 0.0).sum(1) / n1
+    m2 = np.where(t, 0.0, s).sum(1) / n2
+    ss = np.where(t, s - m1[:, None], s - m2[:, None]) ** 2
+    pooled = np.sqrt(ss.sum(1) / (n1 + n2 - 2))
+    diff = m1 - m2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mu = np.where(pooled > 0, diff / pooled, np.where(diff > 0, np.inf, 0.0))
+    finite = np.where(np.isfinite(mu), mu, 0.0)
+    se = np.sqrt((n1 + n2) / (n1 * n2) + finite**2 / (2 * (n1 + n2)))
+    return mu, se
+
+
+def gaussian_bound(scores, truth, delta: float, alpha: float = ALPHA) -> GaussianBound:
+    """``GaussianBound`` of one experiment's scores (higher: included) and truths."""
+    t = np.asarray(truth).astype(bool).reshape(-1)
+    mu, se = gaussian_mu_batch(np.asarray(scores, dtype=np.float64).reshape(1, -1), t)
+    lo = float(mu[0] - norm.isf(alpha) * se[0])
+    eps = (math.inf if math.isinf(lo) else gdp_epsilon(lo, delta)) if lo > 0 else 0.0
+    return GaussianBound(eps, float(mu[0]), lo, float(se[0]), alpha, delta, int(t.sum()), int((~t).sum()))
+
+
+def gaussian_flags(scores, truth, claimed_epsilon: float, delta: float, alpha: float = ALPHA) -> np.ndarray:
+    """[R] booleans: the Gaussian-fit bound at level α exceeds ``claimed_epsilon`` (μ_lo above the μ whose GDP is
+    exactly (claimed ε, δ)-DP), for R experiments at once (the calibration tests simulate it)."""
+    mu, se = gaussian_mu_batch(scores, truth)
+    return mu - norm.isf(alpha) * se > gdp_mu(claimed_epsilon, delta)
+
+
 # ------------------------------------------------------------------------------------------------- verdict
 
 
@@ -590,9 +658,10 @@ class Verdict:
     method: str
 
 
-def violation(bound: HeldOutBound | OneRunBound, claimed_epsilon: float) -> Verdict:
-    """The verdict on a claim from a sound lower bound (``heldout_epsilon`` or ``one_run_epsilon``, computed at
-    the claim's δ for the relation played). The Gaussian-DP estimate is not accepted: it is not a bound."""
-    if not isinstance(bound, HeldOutBound | OneRunBound):
+def violation(bound: HeldOutBound | OneRunBound | GaussianBound, claimed_epsilon: float) -> Verdict:
+    """The verdict on a claim from a lower bound (``heldout_epsilon``, ``one_run_epsilon``, or ``gaussian_bound``
+    where its hypothesis holds, computed at the claim's δ for the relation played). The Gaussian-DP estimate at
+    one threshold is not accepted: it is not a bound."""
+    if not isinstance(bound, HeldOutBound | OneRunBound | GaussianBound):
         raise TypeError(f"a verdict needs a sound lower bound, not {type(bound).__name__}")
     return Verdict(bound.epsilon > claimed_epsilon, bound.epsilon, claimed_epsilon, bound.alpha, bound.method)

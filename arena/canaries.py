@@ -23,13 +23,17 @@ record with a wrong label; ``ood``: a uniform-noise input with a random label. S
 
 **Statistics** (``arena.auditing``), per canary kind, over all K·m canaries: canaries in different models are
 independent runs and within a model the one-run analysis holds, so the whole experiment is one run of a mechanism
-that is (ε, δ)-DP in each canary's bit, and the **one-run bound** of Steinke et al. is a proved lower bound; it
-alone decides the verdict. The **held-out Clopper–Pearson bound** treats canaries as independent trials (exact
-when m = 1 per model, the conventional estimate otherwise) and the **Gaussian-DP estimate** (Nasr et al. 2023)
-assumes a Gaussian trade-off (exact for the white-box canary in full-batch DP-SGD); both are reported, at the same
-confidence, beside ``max_certifiable``. The verdict is flagged iff a one-run bound exceeds the claimed add/remove ε;
-with both canary kinds each bound is computed at α/2 (Bonferroni), so under a true claim the flag fires with
-probability at most α (simulated in ``tests/test_canaries.py``).
+that is (ε, δ)-DP in each canary's bit, and the **one-run bound** of Steinke et al. is a proved lower bound for any
+mechanism. For a **full-batch** claim (sample rate 1) the gradient canaries' scores are exactly Gaussian with one
+variance (the movement of the canary's coordinate is T Gaussian steps, shifted by the canary), so the
+**Gaussian-fit bound** (the parametric form of Nasr et al. 2023's white-box audit) is a bound too, and a far more
+powerful one: it uses every score, not counts at one threshold. The verdict's bounds are the one-run bound of each
+kind and, for a full-batch claim, the gradient kind's Gaussian-fit bound, each at α/#bounds (Bonferroni); flagged
+iff one exceeds the claimed add/remove ε, so under a true claim the flag fires with probability at most α
+(simulated in ``tests/test_canaries.py``). Their largest is the **empirical ε** (confidence 1 − α). The **held-out
+Clopper–Pearson bound** (canaries as independent trials) and the **Gaussian-DP estimate at one held-out
+threshold** are reported beside them at α, with ``max_certifiable``; with Poisson subsampling the Gaussian fit is
+an estimate only (the movement is then a Gaussian mixture).
 """
 
 from __future__ import annotations
@@ -42,11 +46,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from scipy.stats import norm
 
 from arena.auditing import (
-    ALPHA, GdpEstimate, HeldOutBound, OneRunBound, epsilon_for, gdp_epsilon, gdp_estimate, heldout_epsilon,
-    one_run_epsilon, one_run_epsilon_batch,
+    ALPHA, GaussianBound, GdpEstimate, HeldOutBound, OneRunBound, epsilon_for, gaussian_bound, gaussian_flags,
+    gdp_estimate, heldout_epsilon, one_run_epsilon, one_run_epsilon_batch,
 )
 from arena.defense import Claim, Defense, Fit, FitTask
 from arena.engine.architecture import Architecture, State
@@ -85,38 +88,10 @@ class CanarySpec:
 
 
 @dataclass(frozen=True)
-class GdpFit:
-    """The Gaussian fit of Nasr et al. 2023: scores of included canaries N(a + μs, s²), of excluded ones N(a, s²)
-    (exact for the white-box canary of full-batch DP-SGD); μ̂ = the difference of the means over the pooled
-    standard deviation, ``mu_lo`` its one-sided lower confidence bound at 1 − ``alpha`` (normal approximation of
-    Cohen's d), ``epsilon`` the ε(δ) of μ_lo-GDP. An estimate under that hypothesis, never a verdict."""
-
-    epsilon: float
-    mu_hat: float
-    mu_lo: float
-    alpha: float
-    n_pos: int
-    n_neg: int
-
-
-def gdp_fit(scores: np.ndarray, truth: np.ndarray, delta: float, alpha: float = ALPHA) -> GdpFit:
-    """``GdpFit`` of scores (higher means included) and truths."""
-    s, t = np.asarray(scores, dtype=np.float64).reshape(-1), np.asarray(truth).astype(bool).reshape(-1)
-    a, b = s[t], s[~t]
-    n1, n2 = len(a), len(b)
-    if n1 < 2 or n2 < 2:
-        raise ValueError(f"a Gaussian fit needs two included and two excluded canaries, got {n1} and {n2}")
-    pooled = np.sqrt(((n1 - 1) * a.var(ddof=1) + (n2 - 1) * b.var(ddof=1)) / (n1 + n2 - 2))
-    mu = float((a.mean() - b.mean()) / pooled) if pooled > 0 else (np.inf if a.mean() > b.mean() else 0.0)
-    se = np.sqrt((n1 + n2) / (n1 * n2) + (mu**2 if np.isfinite(mu) else 0.0) / (2 * (n1 + n2)))
-    lo = float(mu - norm.isf(alpha) * se)
-    return GdpFit(gdp_epsilon(lo, delta) if lo > 0 else 0.0, mu, lo, alpha, n1, n2)
-
-
-@dataclass(frozen=True)
 class KindResult:
-    """One canary kind's scores and statistics: ``one_run`` (proved, decides the verdict, at ``alpha_bound``),
-    ``heldout`` and ``gdp`` (estimates, at the audit's α)."""
+    """One canary kind's scores and statistics at ``alpha_bound`` (α over the verdict's tests): ``one_run``
+    (proved, part of the verdict) and ``fit`` (the Gaussian-fit bound, part of the verdict for the gradient kind
+    of a full-batch claim, an estimate otherwise); ``heldout`` and ``gdp`` (estimates, at the audit's α)."""
 
     kind: str
     n_canaries: int
@@ -127,7 +102,7 @@ class KindResult:
     alpha_bound: float
     scores: np.ndarray = field(repr=False)
     truth: np.ndarray = field(repr=False)
-    fit: GdpFit | None = None
+    fit: GaussianBound | None = None
 
 
 @dataclass(frozen=True)
@@ -142,15 +117,24 @@ class CanaryAudit:
     mechanism_epsilon: float | None = None
     """The PLD ε (add/remove, at the claimed δ) of the mechanism the engine really ran (its σ, q and steps as
     recorded by the instruments; ∞ without noise): a deterministic check of the claim's arithmetic."""
+    gaussian: str | None = None
+    """The kind whose Gaussian-fit bound is part of the verdict (``gaussian_kind``), None where none is."""
 
     @property
     def lower_bound(self) -> float:
-        """The largest proved lower bound (one-run, each at α/#kinds): ε ≥ this with confidence 1 − α."""
-        return max(k.one_run.epsilon for k in self.kinds)
+        """The empirical ε: the largest of the verdict's bounds (one-run per kind, the Gaussian fit where it
+        applies, each at α over the number of them), so ε ≥ this with confidence 1 − α."""
+        return max(self.bounds().values())
+
+    def bounds(self) -> dict[str, float]:
+        """The verdict's bounds by name (``<kind>.one_run``, ``<kind>.gaussian``)."""
+        out = {f"{k.kind}.one_run": k.one_run.epsilon for k in self.kinds}
+        out |= {f"{k.kind}.gaussian": k.fit.epsilon for k in self.kinds if k.kind == self.gaussian and k.fit}
+        return out
 
     @property
     def flagged(self) -> bool:
-        """The claim is refuted at level α: a one-run bound exceeds the claimed add/remove ε."""
+        """The claim is refuted at level α: one of the verdict's bounds exceeds the claimed add/remove ε."""
         return self.lower_bound > self.claim.epsilon
 
     @property
@@ -187,7 +171,8 @@ class CanaryAudit:
             }
             if k.fit is not None:
                 out |= {f"{p}.gdp_fit_epsilon": k.fit.epsilon, f"{p}.gdp_fit_mu": k.fit.mu_hat,
-                        f"{p}.gdp_fit_mu_lo": k.fit.mu_lo}
+                        f"{p}.gdp_fit_mu_lo": k.fit.mu_lo, f"{p}.gdp_fit_se": k.fit.se,
+                        f"{p}.gdp_fit_in_verdict": k.kind == self.gaussian}
         return out
 
 
@@ -195,13 +180,25 @@ FitFn = Callable[[FitTask], Fit]
 
 
 def flag_batch(kinds: Sequence[tuple[np.ndarray, np.ndarray]], claimed_epsilon: float, delta: float = 0.0,
-               alpha: float = ALPHA, seed: int = 0) -> np.ndarray:
-    """The audit's verdict for R experiments at once (the calibration test simulates it): ``kinds`` holds, per
-    canary kind, scores (R, n) and truths (n,) or (R, n); flagged iff some kind's one-run bound at α/#kinds exceeds
-    ``claimed_epsilon`` (Bonferroni over the kinds). Returns (R,) booleans."""
-    a = alpha / len(kinds)
-    bounds = [one_run_epsilon_batch(s, t, a, delta, seed=seed) for s, t in kinds]
-    return np.max(bounds, axis=0) > claimed_epsilon
+               alpha: float = ALPHA, seed: int = 0, gaussian: int | None = None) -> np.ndarray:
+    """The audit's verdict for R experiments at once (the calibration tests simulate it): ``kinds`` holds, per
+    canary kind, scores (R, n) and truths (n,) or (R, n); ``gaussian`` the index of the kind whose Gaussian-fit
+    bound joins the verdict (the gradient kind of a full-batch claim). Flagged iff one of the bounds, each at
+    α/#bounds (Bonferroni), exceeds ``claimed_epsilon``. Returns (R,) booleans."""
+    a = alpha / (len(kinds) + (gaussian is not None))
+    flags = np.zeros(len(np.atleast_2d(kinds[0][0])), dtype=bool)
+    for s, t in kinds:
+        flags |= one_run_epsilon_batch(s, t, a, delta, seed=seed) > claimed_epsilon
+    if gaussian is not None:
+        flags |= gaussian_flags(*kinds[gaussian], claimed_epsilon, delta, a)
+    return flags
+
+
+def gaussian_kind(claim: Claim, kinds: Sequence[str]) -> str | None:
+    """The kind whose Gaussian-fit bound joins the verdict: the white-box gradient canaries of a full-batch claim
+    (sample rate 1), whose scores are then exactly Gaussian (``arena.auditing``); None otherwise."""
+    full_batch = claim.sample_rate is not None and claim.sample_rate >= 1.0
+    return "gradient" if full_batch and "gradient" in kinds else None
 
 
 def _flat(arch: Architecture, state: State) -> torch.Tensor:
@@ -250,7 +247,7 @@ def _kind(name: str, scores: np.ndarray, truth: np.ndarray, delta: float, alpha:
         one_run=one_run_epsilon(s, t, alpha_bound, delta, seed=seed),
         heldout=heldout_epsilon(s, t, delta, alpha, seed=seed),
         gdp=gdp_estimate(s, t, delta, alpha, seed=seed),
-        alpha_bound=alpha_bound, scores=s, truth=t, fit=gdp_fit(s, t, delta, alpha),
+        alpha_bound=alpha_bound, scores=s, truth=t, fit=gaussian_bound(s, t, delta, alpha_bound),
     )
 
 
@@ -382,11 +379,13 @@ def run_truths(run: CanaryRun) -> dict[str, np.ndarray]:
 
 def analyse(claim: Claim, scores: dict[str, np.ndarray], truths: dict[str, np.ndarray], models: int,
             alpha: float = ALPHA, seed: int = 0, mechanism_epsilon: float | None = None) -> CanaryAudit:
-    """The statistics of an audit from each canary kind's scores and truths (see the module docstring): one-run
-    bounds at α/#kinds (Bonferroni), held-out Clopper–Pearson and Gaussian-DP estimates at α."""
+    """The statistics of an audit from each canary kind's scores and truths (see the module docstring): the
+    verdict's bounds (one-run per kind, the Gaussian fit of the gradient kind of a full-batch claim) each at
+    α/#bounds (Bonferroni), held-out Clopper–Pearson and Gaussian-DP threshold estimates at α."""
     if not scores or sorted(scores) != sorted(truths):
         raise ValueError(f"need scores and truths of the same canary kinds, got {sorted(scores)} and {sorted(truths)}")
-    alpha_bound = alpha / len(scores)
+    gaussian = gaussian_kind(claim, list(scores))
+    alpha_bound = alpha / (len(scores) + (gaussian is not None))
     kinds = []
     for name in scores:
         s, t = np.asarray(scores[name], np.float64), np.asarray(truths[name]).astype(bool)
@@ -398,7 +397,7 @@ def analyse(claim: Claim, scores: dict[str, np.ndarray], truths: dict[str, np.nd
     pld = None
     if claim.noise_multiplier is not None and claim.sample_rate is not None and claim.steps and 0 < claim.delta < 1:
         pld = epsilon_for(float(claim.noise_multiplier), float(claim.sample_rate), int(claim.steps), claim.delta)
-    return CanaryAudit(claim, pld, tuple(kinds), models, alpha, mechanism_epsilon)
+    return CanaryAudit(claim, pld, tuple(kinds), models, alpha, mechanism_epsilon, gaussian)
 
 
 def audit(

@@ -368,3 +368,18 @@ def test_violation_is_flagged_iff_the_bound_exceeds_the_claim_and_needs_a_sound_
     assert (v.alpha, v.lower_bound, v.claimed_epsilon) == (ALPHA, b.epsilon, 2.0)
     with pytest.raises(TypeError, match="sound lower bound"):
         A.violation(A.gdp_estimate(truth * 5.0, truth, DELTA), 1.0)
+
+
+def test_gaussian_bound_hand_computed_cohens_d_and_its_epsilon() -> None:
+    """In [1, 2, 3], out [0, 1, 2]: μ̂ = 1 (means 2 and 1, pooled s = 1), se = √(6/9 + 1/12) = √0.75."""
+    s, t = np.array([1.0, 2, 3, 0, 1, 2]), np.array([1, 1, 1, 0, 0, 0], bool)
+    b = A.gaussian_bound(s, t, 1e-5, alpha=0.05)
+    assert b.mu_hat == pytest.approx(1.0) and b.se == pytest.approx(math.sqrt(0.75))
+    assert b.mu_lo == pytest.approx(1.0 - 1.6448536 * math.sqrt(0.75)) and b.epsilon == 0.0  # no evidence
+    big = np.random.default_rng(0)
+    truth = big.random(50_000) < 0.5
+    scores = big.normal(size=50_000) + 1.0 * truth
+    b = A.gaussian_bound(scores, truth, 1e-5, alpha=0.05)
+    assert abs(b.mu_hat - 1.0) < 4 * b.se and b.epsilon == pytest.approx(A.gdp_epsilon(b.mu_lo, 1e-5))
+    mu, se = A.gaussian_mu_batch(np.stack([scores, -scores]), truth)
+    assert mu[0] == pytest.approx(b.mu_hat) and mu[1] == pytest.approx(-b.mu_hat) and se[0] == pytest.approx(b.se)

@@ -13,9 +13,10 @@ The attack is an auditor (the built-in ``canary-auditor``): its view holds the r
 published initialisation (capability ``parameters``), one black-box query interface per model (``query``) and
 the canaries' design (coordinates and signs, input records), never the bits; it returns one score per canary
 (``CanaryGuess``, higher: included). The game computes, per canary kind, the one-run bound (proved, at α/#kinds:
-Bonferroni), the held-out Clopper–Pearson bound and the Gaussian-DP estimates (at α), and recomputes the claim
-from the mechanism the engine really ran (``arena.canaries``). Metrics: ``eps_one_run`` (the verdict's bound) and
-per kind ``<kind>_eps_one_run``, ``_eps_heldout``, ``_eps_gdp`` (threshold), ``_eps_gdp_fit`` (Gaussian fit),
+Bonferroni; with the gradient canaries' Gaussian-fit bound for a full-batch claim), the held-out Clopper–Pearson
+bound and the Gaussian-DP estimate (at α), and recomputes the claim from the mechanism the engine really ran
+(``arena.canaries``). Metrics: ``empirical_epsilon`` (the verdict's figure), ``eps_one_run`` and per kind
+``<kind>_eps_one_run``, ``_eps_heldout``, ``_eps_gdp`` (threshold), ``_eps_gdp_fit`` (Gaussian fit),
 ``_max_certifiable``, ``_canaries``; ``claimed_epsilon``, ``mechanism_epsilon``, ``models``.
 """
 
@@ -101,14 +102,18 @@ class AuditView(View):
 
 
 METRICS = (
-    Metric("eps_one_run", "audit", True, "one-run ε lower bound (Steinke et al. 2023, 95%, Bonferroni over the "
-           "canary kinds): the verdict's figure", NON_NEGATIVE),
+    Metric("empirical_epsilon", "audit", True, "empirical ε (95 %): the largest of the verdict's lower bounds (one-run "
+           "per kind; the Gaussian fit of the gradient canaries for a full-batch claim), Bonferroni over them",
+           NON_NEGATIVE),
+    Metric("eps_one_run", "audit", True, "one-run ε lower bound (Steinke et al. 2023, proved for any mechanism), the "
+           "largest over the canary kinds", NON_NEGATIVE),
     *(Metric(f"{k}_{e}", "audit", True, f"{k} canaries: {what}", NON_NEGATIVE)
       for k in KINDS for e, what in (
           ("eps_one_run", "one-run ε lower bound (proved)"),
           ("eps_heldout", "held-out Clopper–Pearson ε bound (canaries as independent trials)"),
           ("eps_gdp", "Gaussian-DP ε estimate, held-out threshold (Nasr et al. 2023)"),
-          ("eps_gdp_fit", "Gaussian-DP ε estimate from the fitted score means (Nasr et al. 2023)"),
+          ("eps_gdp_fit", "Gaussian-fit ε bound (Nasr et al. 2023): part of the verdict for gradient canaries "
+                          "under a full-batch claim, where the scores are exactly Gaussian; an estimate otherwise"),
       )),
 )
 
@@ -117,7 +122,9 @@ def audit_metrics(result: CanaryAudit, input_kind: str) -> dict[str, Any]:
     """The row's metrics: every estimator of every kind (None where the kind was not played), the claim, counts."""
     out: dict[str, Any] = {f"{k}_{e}": None for k in KINDS for e in ESTIMATORS}
     out |= {
-        "eps_one_run": result.lower_bound, "claimed_epsilon": result.claim.epsilon, "delta": result.claim.delta,
+        "empirical_epsilon": result.lower_bound, "eps_one_run": max(k.one_run.epsilon for k in result.kinds),
+        "gaussian_in_verdict": result.gaussian is not None,
+        "claimed_epsilon": result.claim.epsilon, "delta": result.claim.delta,
         "mechanism_epsilon": (None if result.mechanism_epsilon is None or not np.isfinite(result.mechanism_epsilon)
                               else result.mechanism_epsilon),
         "mechanism_noise_free": result.mechanism_epsilon is not None and not np.isfinite(result.mechanism_epsilon),
@@ -134,7 +141,7 @@ def audit_metrics(result: CanaryAudit, input_kind: str) -> dict[str, Any]:
             f"{p}_eps_heldout": k.heldout.epsilon, f"{p}_heldout_max_certifiable": k.heldout.max_certifiable,
             f"{p}_eps_gdp": k.gdp.epsilon, f"{p}_gdp_mu_lo": k.gdp.mu_lo,
             f"{p}_eps_gdp_fit": k.fit.epsilon if k.fit else None, f"{p}_gdp_fit_mu": k.fit.mu_hat if k.fit else None,
-            f"{p}_gdp_fit_mu_lo": k.fit.mu_lo if k.fit else None,
+            f"{p}_gdp_fit_mu_lo": k.fit.mu_lo if k.fit else None, f"{p}_gdp_fit_se": k.fit.se if k.fit else None,
             f"{p}_canaries": k.n_canaries, f"{p}_included": k.included,
         }
     return out
@@ -285,9 +292,12 @@ class AuditGame(Game):
                          derive_seed(self.seed, "audit-statistics"), run.mechanism_epsilon)
         metrics = audit_metrics(result, self.spec.input_kind)
         notes = [
-            "eps_one_run is a proved lower bound (one run, Steinke et al. 2023) at confidence "
-            f"{1 - self.spec.alpha:.0%}; eps_heldout treats canaries as independent trials; eps_gdp and "
-            "eps_gdp_fit assume a Gaussian trade-off (exact for the white-box canary in full-batch DP-SGD)",
+            f"empirical_epsilon is the largest of the verdict's bounds (confidence {1 - self.spec.alpha:.0%} "
+            "jointly): the one-run bound of each kind (Steinke et al. 2023, proved for any mechanism)"
+            + (" and the gradient canaries' Gaussian fit (exact for the white-box canary of full-batch DP-SGD)"
+               if result.gaussian else "")
+            + "; eps_heldout treats canaries as independent trials; eps_gdp (one threshold)"
+            + ("" if result.gaussian else " and eps_gdp_fit") + " assume a Gaussian trade-off: estimates",
         ]
         arrays = {}
         for k in truths:

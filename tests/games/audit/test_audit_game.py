@@ -36,13 +36,13 @@ BROKEN_NAMES = ("broken-no-clipping", "broken-quarter-noise", "broken-noise-on-m
 SCENARIO = """
 name: broken
 seeds: [0]
-rank_by: eps_one_run
+rank_by: empirical_epsilon
 tracks:
   - name: digits-audit
     dataset: {name: digits}
     model: {name: logreg}
     training: {epochs: 20, lr: 1.0}
-    game: {name: audit, members: 200, test: 100, models: 16, kind: gradient, canaries: 256}
+    game: {name: audit, members: 200, test: 100, models: 16, kind: gradient, canaries: 512}
     defenses:
       - {name: dpsgd, epsilons: [1], delta: 1.0e-5}
 """ + "".join(f"      - {{name: {n}, epsilons: [1], delta: 1.0e-5}}\n" for n in BROKEN_NAMES) + """    attacks:
@@ -72,10 +72,13 @@ def test_arena_run_flags_every_broken_dpsgd_with_exit_status_3_and_never_the_cor
         assert a.violation, name
         assert a.claimed_epsilon == pytest.approx(correct.claimed_epsilon)  # each claims the correct ε
         assert not a.claim_consistent, name  # the mechanism really run is less private than claimed
-    # the canaries alone refute the gross bugs (the one-run bound above the claim, 95 %): half the steps is
-    # √2 away in μ, beyond what 4,096 canaries can certify, so only the claim check catches it
+    # the canaries alone refute every bug (95 %): the gross ones through the proved one-run bound, half the steps
+    # (√2 away in μ) through the Gaussian fit of 8,192 full-batch gradient canaries
+    for name in BROKEN_NAMES:
+        assert records[name].flagged and records[name].gaussian is not None, name
     for name in ("broken-no-clipping", "broken-quarter-noise", "broken-noise-on-mean", "broken-no-noise"):
-        assert records[name].flagged, name
+        assert max(b.epsilon for _, b in records[name].bounds) > records[name].claimed_epsilon, name
+    assert correct.gaussian is not None and correct.gaussian.epsilon < correct.claimed_epsilon
     # the audit's records list violations first
     assert [a.violation for a in results.audit.games["audit"].records] == [True] * 5 + [False]
 
@@ -129,7 +132,8 @@ def test_the_game_scores_the_auditor_and_rejects_malformed_guesses(played):
     m = outcome.metrics
     assert m["gradient_canaries"] == 32 and m["input_canaries"] == 24 and m["models"] == 4
     assert m["eps_one_run"] == max(m["gradient_eps_one_run"], m["input_eps_one_run"])
-    assert m["gradient_one_run_alpha"] == 0.025  # Bonferroni over the two kinds
+    assert m["gradient_one_run_alpha"] == pytest.approx(0.05 / 3)  # two one-run bounds and the Gaussian fit
+    assert m["gaussian_in_verdict"] and m["empirical_epsilon"] == max(m["eps_one_run"], m["gradient_eps_gdp_fit"])
     assert set(outcome.arrays) == {"gradient_scores", "gradient_truth", "input_scores", "input_truth"}
     assert json.dumps(m)  # a result row must serialise
     with pytest.raises(ValueError, match="shape"):
