@@ -174,7 +174,10 @@ def _mechanism(claim: Mapping[str, Any]) -> tuple[float, float, int] | None:
     sigma, q, steps = claim.get("noise_multiplier"), claim.get("sample_rate"), claim.get("steps")
     if sigma is None or q is None or steps is None:
         return None
-    return float(sigma), float(q), int(steps)
+    sigma, q, steps = float(sigma), float(q), int(steps)
+    if not (math.isfinite(sigma) and sigma >= 0 and 0 < q <= 1 and steps >= 0):
+        return None  # not a mechanism DP-SGD can run: the (ε, δ) region alone, never a crashed report
+    return sigma, q, steps
 
 
 def claim_tradeoff(claim: Mapping[str, Any], relation: Relation = "add_remove") -> ClaimTradeoff:
@@ -182,16 +185,19 @@ def claim_tradeoff(claim: Mapping[str, Any], relation: Relation = "add_remove") 
     added or removed) or "replace_one" (the membership game's member/non-member swap)."""
     _check_relation(relation)
     eps, delta = float(claim["epsilon"]), float(claim["delta"])
+    mech = _mechanism(claim)
     if relation == "replace_one":
         from arena.auditing import replace_one_claim
 
-        restated = replace_one_claim(dict(claim))
+        # PLD under replace-one for a DP-SGD claim, group privacy for a bare one (or one whose σ, q, T cannot be run)
+        restated = replace_one_claim(dict(claim) if mech is not None else {"epsilon": eps, "delta": delta})
         eps, delta = restated.epsilon, restated.delta
-    mech = _mechanism(claim)
     words = "replace-one" if relation == "replace_one" else "add/remove"
     if mech is None:
+        missing = _mechanism_keys(claim)
         return ClaimTradeoff(relation, eps, delta, None, None,
-                             f"no mechanism recorded: only the ({words}) (ε, δ) region")
+                             f"{'no mechanism recorded' if missing else 'mechanism out of range'}: "
+                             f"only the ({words}) (ε, δ) region")
     sigma, q, steps = mech
     mu = gdp_mu(sigma, steps, relation) if q >= 1.0 else None
     if mu is not None:
@@ -199,6 +205,11 @@ def claim_tradeoff(claim: Mapping[str, Any], relation: Relation = "add_remove") 
     else:
         how = f"{words} dp_accounting PLD (σ = {sigma:.4g}, q = {q:.4g}, {steps} steps)"
     return ClaimTradeoff(relation, eps, delta, mech, mu, how)
+
+
+def _mechanism_keys(claim: Mapping[str, Any]) -> bool:
+    """Whether the claim lacks one of DP-SGD's parameters."""
+    return any(claim.get(k) is None for k in ("noise_multiplier", "sample_rate", "steps"))
 
 
 def _check_relation(relation: str) -> None:

@@ -136,3 +136,15 @@ def test_claim_tradeoff_without_mechanism_draws_only_the_region() -> None:
     assert t.mechanism is None and t.f(ALPHA) is None and t.tpr_bound(ALPHA) is None
     assert t.epsilon == pytest.approx(2.0)  # group privacy under replace-one
     np.testing.assert_allclose(t.eps_delta_tpr_bound(0.01), min(math.exp(2.0) * 0.01, 1.0))
+
+
+@pytest.mark.parametrize("bad", [{"sample_rate": 0.0}, {"sample_rate": 1.5}, {"steps": -1},
+                                 {"noise_multiplier": -1.0}, {"noise_multiplier": float("nan")}])
+def test_a_claim_with_impossible_mechanism_parameters_keeps_only_its_region(bad: dict) -> None:
+    claim = {"epsilon": 2.0, "delta": 1e-5, "noise_multiplier": 1.0, "sample_rate": 0.1, "steps": 10} | bad
+    t = claim_tradeoff(claim, "add_remove")
+    assert t.mechanism is None and t.tpr_bound(ALPHA) is None
+    assert "out of range" in t.how
+    np.testing.assert_allclose(t.eps_delta_tpr_bound(ALPHA), 1 - eps_delta_tradeoff(ALPHA, 2.0, 1e-5))
+    r = claim_tradeoff(claim, "replace_one")  # group privacy, not a PLD of parameters that cannot run
+    assert r.mechanism is None and r.epsilon == pytest.approx(4.0)
