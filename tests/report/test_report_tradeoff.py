@@ -49,7 +49,8 @@ def _audit_row(store: RunStore, target: float) -> dict[str, Any]:
         "input_truth": torch.from_numpy(i_truth.astype(np.int8)),
     })
     return {
-        "key": key, "track": AUDIT_TRACK, "game": "audit", "defense": "dpsgd", "defense_label": f"dpsgd(eps={target:g})",
+        "key": key, "track": AUDIT_TRACK, "game": "audit", "defense": "dpsgd",
+        "defense_label": f"dpsgd(eps={target:g})",
         "epsilon": target, "delta": DELTA, "attack": "canary-auditor", "attack_label": "canary-auditor", "seed": 0,
         "status": "ok", "utility": 0.8, "notes": [], "error": None, "seconds": 1.0, "trained_models": 4,
         "claim": _claim(sigma, eps),
