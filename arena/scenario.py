@@ -6,7 +6,7 @@ import codecs
 import re
 import stat
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -33,7 +33,10 @@ class ScenarioError(Exception):
 MAX_TIMEOUT = 7 * 24 * 3600.0
 MAX_RETRIES = 100
 MAX_SEEDS = 10_000
+MAX_SEED = 2**63 - 1
 MAX_TRACKS = 1_000
+MAX_EPOCHS = 100_000
+MAX_LR = 1e4
 
 
 class Strict(BaseModel):
@@ -62,8 +65,8 @@ class AugmentSpec(Strict):
 
 
 class TrainingSpec(Strict):
-    epochs: PositiveInt
-    lr: PositiveFloat = Field(allow_inf_nan=False)
+    epochs: PositiveInt = Field(le=MAX_EPOCHS)
+    lr: PositiveFloat = Field(allow_inf_nan=False, le=MAX_LR)
     batch_size: PositiveInt | None = None
     momentum: float = Field(default=0.0, ge=0.0, lt=1.0)
     solver: Literal["auto", "gradient", "newton"] = "auto"
@@ -75,8 +78,8 @@ class TrainingOverride(Strict):
     """A defense entry's ``training``: the fields it sets replace the track's recipe for that defense's release
     and for the shadow models attacks train with it (DP-SGD wants larger batches and fewer epochs)."""
 
-    epochs: PositiveInt | None = None
-    lr: PositiveFloat | None = Field(default=None, allow_inf_nan=False)
+    epochs: PositiveInt | None = Field(default=None, le=MAX_EPOCHS)
+    lr: PositiveFloat | None = Field(default=None, allow_inf_nan=False, le=MAX_LR)
     batch_size: PositiveInt | None = None
     momentum: float | None = Field(default=None, ge=0.0, lt=1.0)
     augment: AugmentSpec | None = None
@@ -119,7 +122,7 @@ class Track(Strict):
 
 class Scenario(Strict):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
-    seeds: list[NonNegativeInt] = Field(min_length=1, max_length=MAX_SEEDS)
+    seeds: list[Annotated[NonNegativeInt, Field(le=MAX_SEED)]] = Field(min_length=1, max_length=MAX_SEEDS)
     tracks: list[Track] = Field(min_length=1, max_length=MAX_TRACKS)
     timeout: PositiveFloat = Field(default=3600.0, le=MAX_TIMEOUT, allow_inf_nan=False,
                                    description="seconds one matchup may take (at most 7 days)")
@@ -175,7 +178,8 @@ MAX_BYTES = 64 * 1024 * 1024
 """Largest scenario file read at all."""
 
 _DECIMAL = re.compile(r"^(?:0|[1-9][0-9]*)$")
-_FLOAT_WITHOUT_DOT = re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$")
+_FLOAT_WITH_EXPONENT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
+"""YAML 1.2 floats with an exponent that YAML 1.1 reads as strings: ``1e-3`` (no dot), ``1.5e2`` (unsigned exponent)."""
 _BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"), (codecs.BOM_UTF16_LE, "UTF-16"),
          (codecs.BOM_UTF16_BE, "UTF-16"))
 
@@ -189,7 +193,7 @@ def _bool_hint(err: Any) -> str:
 
 class _ScenarioLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """Safe YAML (the C parser where available) that rejects every explicit tag and every repeated key, and reads
-    ``1e-3`` as a number as YAML 1.2 does."""
+    ``1e-3`` and ``1.5e2`` as numbers as YAML 1.2 does."""
 
     def resolve(self, kind: type, value: str | None, implicit: tuple[bool, bool]) -> str:
         """Plain decimal integers (most of a large file) skip the resolver's list of patterns; same tags."""
@@ -229,7 +233,7 @@ def _reject_tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
 
 _ScenarioLoader.add_multi_constructor("tag:yaml.org,2002:python/", _reject_tag)
 _ScenarioLoader.add_multi_constructor("!", _reject_tag)
-_ScenarioLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_WITHOUT_DOT, list("-+0123456789"))
+_ScenarioLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_WITH_EXPONENT, list("-+0123456789."))
 
 
 def _decode(path: Path, raw: bytes) -> str:

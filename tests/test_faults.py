@@ -31,49 +31,92 @@ tracks:
 
 FAULTS = """
 import os
+import signal
 import sys
 import time
+from typing import Literal
 
 from arena.attack import Attack
 from arena.hookspecs import hookimpl
+from arena.params import PluginParams
+from arena_plugins.defenses import NonPrivate
+
+
+def fault(kind):
+    if kind == "exit0":
+        sys.exit(0)
+    if kind == "hard-exit":
+        os._exit(1)
+    if kind == "interrupt":
+        raise KeyboardInterrupt
+    if kind == "killed":  # the process playing it dies of a signal, as under the OOM killer
+        os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(60)
+    while True:  # "greedy": catches everything, timeouts included
+        try:
+            time.sleep(0.05)
+        except BaseException:
+            pass
 
 
 class Exit0(Attack):
     name = "exit0"
 
     def run(self, view):
-        sys.exit(0)
+        fault("exit0")
 
 
 class HardExit(Attack):
     name = "hard-exit"
 
     def run(self, view):
-        os._exit(1)
+        fault("hard-exit")
 
 
 class Interrupt(Attack):
     name = "interrupt"
 
     def run(self, view):
-        raise KeyboardInterrupt
+        fault("interrupt")
 
 
-class Greedy(Attack):  # catches everything, timeouts included
+class Killed(Attack):
+    name = "killed"
+
+    def run(self, view):
+        fault("killed")
+
+
+class Greedy(Attack):
     name = "greedy"
 
     def run(self, view):
-        while True:
-            try:
-                time.sleep(0.05)
-            except BaseException:
-                pass
+        fault("greedy")
+
+
+class FaultyParams(PluginParams):
+    fault: Literal["none", "exit0", "hard-exit", "interrupt", "killed", "greedy"] = "none"
+
+
+class Faulty(NonPrivate):  # the fault strikes while training the release, in the process playing the matchup
+    name = "faulty"
+    Params = FaultyParams
+
+    def fit(self, task):
+        if self.params.fault != "none":
+            fault(self.params.fault)
+        return super().fit(task)
 
 
 @hookimpl
 def register_attacks(register):
-    for cls in (Exit0, HardExit, Interrupt, Greedy):
+    for cls in (Exit0, HardExit, Interrupt, Killed, Greedy):
         register(cls)
+
+
+@hookimpl
+def register_defenses(register):
+    register(Faulty)
 """
 
 LIAR = """
@@ -115,37 +158,63 @@ def attacks_scenario(path: Path, attacks: list[str]) -> Path:
                                               "\n".join(f"      - {{name: {a}}}" for a in attacks)))
 
 
-FAULTY = ["exit0", "hard-exit", "interrupt", "greedy"]
+FAULTY = ["exit0", "hard-exit", "interrupt", "killed", "greedy"]
+DEFENSE_FAULTS = ["exit0", "hard-exit", "interrupt", "killed"]
 
 
-def check_fault_rows(out: Path, timeout: int) -> None:
-    rows = {r["attack"]: r for r in RunStore(out).results()}
-    assert set(rows) == {"threshold-mia", *FAULTY}, "every matchup has its row; the run went on"
-    assert rows["threshold-mia"]["status"] == "ok"
-    assert all(rows[a]["status"] == "failed" for a in FAULTY)
-    assert rows["greedy"]["error"] == f"timeout: exceeded {timeout}s"
+def faults_scenario(path: Path, timeout: int = 10) -> Path:
+    """Two tracks: every faulty attack against an honest release, and every faulty defense (its fault strikes
+    while its release trains) against an honest attack; one honest matchup in each."""
+    attacks = SMALL.replace("      - {name: threshold-mia}",
+                            "\n".join(f"      - {{name: {a}}}" for a in [*FAULTY, "threshold-mia"]))
+    track = attacks[attacks.index("  - name: syn"):].replace("name: syn\n", "name: syn-defenses\n", 1).replace(
+        "      - {name: nonprivate}",
+        "\n".join(f"      - {{name: faulty, fault: {f}}}" for f in DEFENSE_FAULTS) + "\n      - {name: nonprivate}")
+    track = track[:track.index("    attacks:")] + "    attacks:\n      - {name: threshold-mia}\n"
+    return write_scenario(path, attacks.replace("timeout: 10", f"timeout: {timeout}") + track)
+
+
+def check_fault_rows(out: Path, timeout: int) -> dict[tuple[str, str], dict]:
+    """Every matchup has its row (the run went on), the honest ones ok, each faulty one failed with its cause."""
+    rows = {(r["track"], r["defense_label"] if r["track"] == "syn-defenses" else r["attack"]): r
+            for r in RunStore(out).results()}
+    attack_keys = {("syn", a) for a in [*FAULTY, "threshold-mia"]}
+    defense_keys = {("syn-defenses", f"faulty(fault={f})") for f in DEFENSE_FAULTS} | {("syn-defenses", "nonprivate")}
+    assert set(rows) == attack_keys | defense_keys, sorted(rows)
+    assert rows["syn", "threshold-mia"]["status"] == "ok", rows["syn", "threshold-mia"]["error"]
+    assert rows["syn-defenses", "nonprivate"]["status"] == "ok", rows["syn-defenses", "nonprivate"]["error"]
+    for key, row in rows.items():
+        if key[1] not in ("threshold-mia", "nonprivate"):
+            assert row["status"] == "failed", (key, row["error"])
+            assert row["error"], key
+    assert rows["syn", "greedy"]["error"] == f"timeout: exceeded {timeout}s"
+    assert rows["syn", "killed"]["error"] == "worker died: exit code -9"
+    return rows
 
 
 def test_serial_faults_fail_only_their_own_matchups(plugin_dist, tmp_path: Path, capsys) -> None:
     plugin_dist("arena-faults", "arena_faults_plugin", FAULTS)
-    path = attacks_scenario(tmp_path / "faults.yaml", [*FAULTY, "threshold-mia"])
+    path = faults_scenario(tmp_path / "faults.yaml")
     out = tmp_path / "run"
     assert main(["run", str(path), "--out", str(out), "--serial", "--no-report"]) == 1
-    check_fault_rows(out, 10)
-    rows = {r["attack"]: r for r in RunStore(out).results()}
-    assert rows["exit0"]["error"] == "plugin raised SystemExit: 0"
-    assert rows["hard-exit"]["error"] == "worker died: exit code 1"
-    assert rows["interrupt"]["error"].startswith("plugin raised KeyboardInterrupt")
+    rows = check_fault_rows(out, 10)
+    for track, exit0, hard_exit, interrupt, killed in (
+            ("syn", "exit0", "hard-exit", "interrupt", "killed"),
+            ("syn-defenses", "faulty(fault=exit0)", "faulty(fault=hard-exit)", "faulty(fault=interrupt)",
+             "faulty(fault=killed)")):
+        assert rows[track, exit0]["error"] == "plugin raised SystemExit: 0"
+        assert rows[track, hard_exit]["error"] == "worker died: exit code 1"
+        assert rows[track, interrupt]["error"].startswith("plugin raised KeyboardInterrupt")
+        assert rows[track, killed]["error"] == "worker died: exit code -9"
     printed = capsys.readouterr().out
-    assert "1 ok, 0 skipped, 4 failed" in printed
+    assert "2 ok, 0 skipped, 9 failed" in printed
 
 
 def test_ray_faults_fail_only_their_own_matchups(plugin_dist, tmp_path: Path) -> None:
     import ray
 
     plugin_dist("arena-faults", "arena_faults_plugin", FAULTS)
-    path = attacks_scenario(tmp_path / "faults.yaml", [*FAULTY, "threshold-mia"])
-    write_scenario(path, path.read_text().replace("timeout: 10", "timeout: 30"))  # Ray's clock includes start-up
+    path = faults_scenario(tmp_path / "faults.yaml", timeout=30)  # Ray's clock includes start-up
     out = tmp_path / "run"
     try:
         assert main(["run", str(path), "--out", str(out), "--workers", "2", "--no-report"]) == 1

@@ -38,14 +38,29 @@ BAD_NUMBERS = [
     ("retries 1e15", SMALL, ("retries: 0", "retries: 1e15"), "retries"),
     ("retries 1000", SMALL, ("retries: 0", "retries: 1000"), "retries"),
     ("infinite lr", SMALL, ("lr: 0.1", "lr: .inf"), "tracks[0].training.lr"),
+    ("huge lr", SMALL, ("lr: 0.1", "lr: 1e300"), "tracks[0].training.lr"),
+    ("huge lr with a dot", SMALL, ("lr: 0.1", "lr: 1.0e300"), "tracks[0].training.lr: Input should be less than"),
+    ("epochs of centuries", SMALL, ("epochs: 2", "epochs: 1000000000000"), "tracks[0].training.epochs"),
+    ("seed beyond 63 bits", SMALL, ("seeds: [0]", "seeds: [100000000000000000000000000]"), "seeds[0]"),
+    ("negative seed", SMALL, ("seeds: [0]", "seeds: [-1]"), "seeds[0]"),
+    ("infinite retries", SMALL, ("retries: 0", "retries: .inf"), "retries"),
+    ("negative timeout", SMALL, ("timeout: 10", "timeout: -1"), "timeout"),
+    ("game larger than its dataset", SMALL, ("members: 20", "members: 1000000000000000"), "tracks[0].game"),
     ("nan lr", SMALL, ("lr: 0.1", "lr: .nan"), "tracks[0].training.lr"),
     ("infinite l2", SMALL, ("{name: logreg}", "{name: logreg, l2: .inf}"), "tracks[0].model.l2"),
     ("infinite epsilon", DPSGD, ("epsilons: [4]", "epsilons: [.inf]"), "tracks[0].defenses[1].epsilons[0]"),
     ("tiny epsilon", DPSGD, ("epsilons: [4]", "epsilons: [1.0e-300]"), "tracks[0].defenses[1].epsilons[0]"),
-    ("huge epsilon", DPSGD, ("epsilons: [4]", "epsilons: [1.0e300]"), "tracks[0].defenses[1].epsilons[0]"),
+    ("huge epsilon", DPSGD, ("epsilons: [4]", "epsilons: [1.0e300]"),
+     "tracks[0].defenses[1].epsilons[0]: Input should be less than or equal to 1000"),
+    ("nan epsilon", DPSGD, ("epsilons: [4]", "epsilons: [.nan]"), "tracks[0].defenses[1].epsilons[0]"),
+    ("negative epsilon", DPSGD, ("epsilons: [4]", "epsilons: [-1]"), "tracks[0].defenses[1].epsilons[0]"),
     ("infinite output-perturbation epsilon", OUTPUT_PERTURBATION, ("epsilons: [1]", "epsilons: [.inf]"),
      "tracks[0].defenses[0].epsilons[0]"),
     ("infinite clip", DPSGD, ("clip: 1.0", "clip: .inf"), "tracks[0].defenses[1].clip"),
+    ("huge clip", DPSGD, ("clip: 1.0", "clip: 1e300"), "tracks[0].defenses[1].clip"),
+    ("infinite delta", DPSGD, ("delta: 1.0e-5", "delta: .inf"), "tracks[0].defenses[1].delta"),
+    ("nan delta", DPSGD, ("delta: 1.0e-5", "delta: .nan"), "tracks[0].defenses[1].delta"),
+    ("boolean delta", DPSGD, ("delta: 1.0e-5", "delta: true"), "tracks[0].defenses[1].delta"),
     ("tiny delta", DPSGD, ("delta: 1.0e-5", "delta: 1.0e-300"), "tracks[0].defenses[1].delta"),
     ("infinite feature norm", OUTPUT_PERTURBATION, ("epsilons: [1]", "epsilons: [1], feature_norm: .inf"),
      "tracks[0].defenses[0].feature_norm"),
@@ -91,9 +106,10 @@ def test_a_boolean_is_named_as_the_problem(tmp_path, capsys) -> None:
 
 
 def test_numbers_stay_easy_to_write(tmp_path, capsys) -> None:
-    """Strict numbers still take an integer for a float and YAML 1.2 exponents such as 1e-3."""
-    text = DPSGD.replace("lr: 0.1", "lr: 1e-1").replace("epsilons: [4]", "epsilons: [4, 1e1]").replace(
-        "timeout: 10", "timeout: 60")
+    """Strict numbers still take an integer for a float and YAML 1.2 exponents such as 1e-3 and 6.0e1 (YAML 1.1
+    reads both as strings)."""
+    text = DPSGD.replace("lr: 0.1", "lr: 1e-1").replace("epsilons: [4]", "epsilons: [4, 1e1, 2.5e0, .5e1]").replace(
+        "timeout: 10", "timeout: 6.0e1")
     path = write_scenario(tmp_path / "fine.yaml", text)
     assert main(["validate", str(path)]) == 0, capsys.readouterr().err
 
