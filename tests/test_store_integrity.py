@@ -4,9 +4,14 @@ with exit status 2 and left as they were."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +20,7 @@ import torch
 from arena.cli import main
 from arena.store import REJECTED, RunStore, TensorCache
 from tests.test_faults import SMALL
-from tests.conftest import write_scenario
+from tests.conftest import TEST_SECRET, write_scenario
 
 TWO_SEEDS = SMALL.replace("seeds: [0]", "seeds: [0, 1]")
 
@@ -24,13 +29,56 @@ def comparable(store: RunStore) -> dict[str, dict]:
     return {r["key"]: {k: v for k, v in r.items() if k != "seconds"} for r in store.results()}
 
 
+@pytest.fixture(scope="module")
+def finished_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One finished two-matchup run per module (scenario small.yaml beside run/), copied by ``finished``."""
+    root = tmp_path_factory.mktemp("finished")
+    path = write_scenario(root / "small.yaml", TWO_SEEDS)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ARENA_RUN_SECRET", TEST_SECRET)
+        assert main(["run", str(path), "--out", str(root / "run"), "--serial", "--no-report"]) == 0
+    return root
+
+
 @pytest.fixture
-def finished(tmp_path: Path) -> tuple[Path, Path]:
-    """A finished two-matchup run: (scenario, run directory)."""
-    path = write_scenario(tmp_path / "small.yaml", TWO_SEEDS)
-    out = tmp_path / "run"
-    assert main(["run", str(path), "--out", str(out), "--serial", "--no-report"]) == 0
-    return path, out
+def finished(finished_once: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A finished two-matchup run of this test's own: (scenario, run directory)."""
+    shutil.copytree(finished_once / "run", tmp_path / "run", symlinks=True)
+    return write_scenario(tmp_path / "small.yaml", TWO_SEEDS), tmp_path / "run"
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` (relative path -> bytes): what must be the same after a refused command."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _mount(*args: str) -> bool:
+    return subprocess.run(["mount", *args], capture_output=True).returncode == 0
+
+
+@contextlib.contextmanager
+def read_only(root: Path) -> Iterator[None]:
+    """Make ``root`` read-only as a read-only mount would: a read-only bind mount of it onto itself where this
+    process may mount (root), else every file 0444 and every folder 0555 (root ignores modes, so not as root)."""
+    if os.geteuid() == 0:
+        if not _mount("--bind", str(root), str(root)):
+            pytest.skip("cannot bind-mount here")
+        try:
+            if not _mount("-o", "remount,bind,ro", str(root)):
+                pytest.skip("cannot remount read-only here")
+            yield
+        finally:
+            subprocess.run(["umount", str(root)], check=True)
+        return
+    paths = [root, *root.rglob("*")]
+    modes = {p: p.stat().st_mode for p in paths}
+    for p in sorted(paths, key=lambda p: -len(p.parts)):
+        p.chmod(0o555 if p.is_dir() else 0o444)
+    try:
+        yield
+    finally:
+        for p in sorted(paths, key=lambda p: len(p.parts)):
+            p.chmod(modes[p])
 
 
 def test_cache_entries_carry_a_digest_checked_on_read(tmp_path: Path, capsys) -> None:
@@ -100,6 +148,42 @@ def test_a_second_run_into_a_locked_directory_is_refused(finished, capsys) -> No
     assert store.results_path.read_bytes() == before
 
 
+HOLD = """
+import sys
+from arena.store import RunStore
+
+with RunStore(sys.argv[1]).lock():
+    print("held", flush=True)
+    sys.stdin.read()  # until the test closes the pipe or kills this process
+"""
+
+
+def test_a_run_directory_held_by_another_process_is_refused_naming_it(tmp_path: Path, capsys) -> None:
+    """Another process's ``arena run`` holds the directory: a second run is exit 2 naming that process's pid and
+    writes nothing; once the holder is killed the operating system has released the lock (none is left stale)."""
+    path = write_scenario(tmp_path / "small.yaml", SMALL)
+    out = tmp_path / "run"
+    RunStore(out).mark()
+    before = snapshot(out)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert main(["run", str(path), "--out", str(out), "--serial"]) == 2
+        err = capsys.readouterr().err
+        assert f"{out}: in use by another arena run (pid {holder.pid}); wait for it to finish or choose another --out" \
+            in err, err
+        assert "Traceback" not in err
+        assert {k: v for k, v in snapshot(out).items() if k != ".arena-lock"} == \
+               {k: v for k, v in before.items() if k != ".arena-lock"}, "nothing written"
+        assert not (out / "results.jsonl").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    with RunStore(out).lock():  # the killed holder's lock went with it
+        pass
+
+
 def test_a_foreign_results_file_is_refused_and_left_untouched(tmp_path: Path, capsys) -> None:
     path = write_scenario(tmp_path / "small.yaml", SMALL)
     out = tmp_path / "someone-elses"
@@ -137,12 +221,49 @@ def test_a_full_disk_is_a_clear_error(tmp_path: Path, capsys, monkeypatch) -> No
 
 
 def test_a_read_only_run_directory_is_a_clear_error(finished, capsys) -> None:
-    if os.geteuid() == 0:
-        pytest.skip("root writes to read-only directories")
+    """On a read-only run directory ``arena run`` (with matchups still to play) and ``arena report`` are exit 2
+    naming the file they could not write, nothing changes, and ``arena leaderboard`` still reads it."""
     path, out = finished
-    os.chmod(out, 0o555)
-    try:
+    more = write_scenario(path, TWO_SEEDS.replace("seeds: [0, 1]", "seeds: [0, 1, 2]"))
+    before = snapshot(out)
+    with read_only(out):
+        assert main(["run", str(more), "--out", str(out), "--serial"]) == 2
+        err = capsys.readouterr().err
+        assert f"{out / '.arena-lock'}: cannot write the run directory: " in err, err
+        assert "Read-only file system" in err or "Permission denied" in err
         assert main(["report", str(out)]) == 2
-        assert "cannot write the report" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert f"{out / 'report'}" in err and "cannot write the report" in err, err
+        assert main(["leaderboard", str(out)]) == 0
+        assert "threshold-mia" in capsys.readouterr().out
+        assert "Traceback" not in err
+    assert snapshot(out) == before, "nothing written, nothing lost"
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A folder on a 1 MiB file system that is full (root only: it mounts a tmpfs)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if not _mount("-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)):
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        with contextlib.suppress(OSError), open(disk / "filler", "wb") as f:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        yield disk
     finally:
-        os.chmod(out, 0o755)
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_really_full_disk_is_a_clear_error(full_disk: Path, tmp_path: Path, capsys) -> None:
+    path = write_scenario(tmp_path / "small.yaml", SMALL)
+    out = full_disk / "run"
+    assert main(["run", str(path), "--out", str(out), "--serial"]) == 2
+    err = capsys.readouterr().err
+    assert f"{out}" in err and "cannot write the run directory: No space left on device" in err, err
+    assert "Traceback" not in err
+    assert not (out / "results.jsonl").exists()
