@@ -10,15 +10,15 @@ from markupsafe import Markup
 
 from arena.games.audit.audit import KINDS, _mechanism, fmt_or_dash
 
-ESTIMATORS = (("eps_one_run", "one-run ε ≥ (proved)"), ("eps_heldout", "held-out CP ε ≥"),
-              ("eps_gdp", "GDP ε (threshold)"), ("eps_gdp_fit", "GDP ε (fit)"),
+ESTIMATORS = (("eps_one_run", "one-run ε ≥ (proved)"), ("eps_gdp_fit", "Gaussian-fit ε ≥"),
+              ("eps_heldout", "held-out CP ε ≥"), ("eps_gdp", "GDP ε (threshold)"),
               ("max_certifiable", "one-run max certifiable"), ("canaries", "canaries"))
 
 
 def section(ctx: Any) -> Markup:
     """One row per ok matchup of the track: claimed ε, models, and every estimator of every canary kind."""
     kinds = [k for k in KINDS if any((r.get("metrics") or {}).get(f"{k}_canaries") for r in ctx.rows)]
-    headers = ["defense", "attack", "seed", "claimed ε", "models",
+    headers = ["defense", "attack", "seed", "claimed ε", "empirical ε ≥ (95 %)", "models",
                *(f"{k}: {label}" for k in kinds for _, label in ESTIMATORS)]
     rows = []
     for r in ctx.rows:
@@ -26,7 +26,7 @@ def section(ctx: Any) -> Markup:
         if r.get("status") != "ok":
             continue
         cells = [r["defense_label"], r["attack_label"], r["seed"], fmt_or_dash(m.get("claimed_epsilon")),
-                 m.get("models", "—")]
+                 fmt_or_dash(m.get("empirical_epsilon")), m.get("models", "—")]
         for k in kinds:
             for e, _ in ESTIMATORS:
                 v = m.get(f"{k}_{e}")
@@ -60,15 +60,19 @@ def tradeoff_panels(ctx: Any) -> list[Any]:
 
 
 def audit_section(audit: Any, page: Any) -> Markup:
-    """Every audit matchup against its claim, violations first: each kind's one-run bound, the claim check."""
+    """Every audit matchup against its claim, violations first: each kind's one-run bound, the gradient canaries'
+    Gaussian-fit bound where it joins the verdict (full batch), the claim check."""
     fmt = page.fmt
     records = audit.records if audit is not None else ()
     rows, classes = [], []
     for a in records:  # sorted by the rule: violations first
         bounds = "; ".join(f"{k}: {b.epsilon:.3f} ({b.correct}/{b.guesses}, ≤ {b.max_certifiable:.3f})"
                            for k, b in a.bounds)
+        g = a.gaussian
+        fit = "— (subsampled: estimate only)" if g is None else (
+            f"{g.epsilon:.3f} (μ ≥ {g.mu_lo:.4f}; μ̂ = {g.mu_hat:.4f} ± {g.se:.4f})")
         classes.append("violation" if a.violation else "")
         rows.append([a.track, a.defense_label, a.attack, a.seed, fmt(a.claimed_epsilon), f"{a.delta:g}", a.models,
-                     bounds, _mechanism(a), "VIOLATION" if a.violation else "consistent"])
+                     fmt(a.lower_bound), bounds, fit, _mechanism(a), "VIOLATION" if a.violation else "consistent"])
     return page.render("canary-audit-rule.html.j2", audit_rows=rows, audit_classes=classes,
                        missing=list(audit.missing) if audit is not None else [])
