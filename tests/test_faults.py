@@ -4,6 +4,7 @@ A defense whose claim exceeds its configured ε fails; logistic regression witho
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -234,6 +235,9 @@ def test_a_claim_above_the_configured_epsilon_fails_its_matchup(plugin_dist, tmp
     assert row["claim"]["epsilon"] == 1000.0
     printed = capsys.readouterr().out
     assert "claimed ε" in printed and "1000" in printed
+    assert main(["leaderboard", str(out), "--format", "json"]) == 0
+    (board,) = json.loads(capsys.readouterr().out)
+    assert board["claimed_epsilon"] == {"liar(eps=1)": 1000.0}, "the leaderboard shows the claimed ε"
 
 
 def test_claim_problem_allows_the_target_and_below() -> None:
