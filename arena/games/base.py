@@ -9,7 +9,8 @@ context that renders the game's own templates, formats numbers and saves figures
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import importlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -59,6 +60,13 @@ class Game:
     View: ClassVar[type[View]] = View
     metrics: ClassVar[tuple[Metric, ...]] = ()
     template_dir: ClassVar[Path | None] = None
+    audit_rule: ClassVar[str | None] = None
+    """``"module:function"``: the game's audit rule ``function(rows, arrays) -> GameAudit``, imported on first use
+    (so that playing a game never imports its audit or report code); None: no audit rule."""
+    audit_view: ClassVar[str | None] = None
+    """``"module:function"``: its part of the report's DP audit, ``function(audit, page) -> str``."""
+    report_view: ClassVar[str | None] = None
+    """``"module:function"``: its part of a track in the report, ``function(ctx) -> str``."""
 
     def __init__(self, spec: GameSpec, dataset: Dataset, seed: int) -> None:
         self.spec = spec
@@ -106,17 +114,24 @@ class Game:
     @classmethod
     def audit(cls, rows: Sequence[Mapping[str, Any]], arrays: ArrayLoader) -> GameAudit | None:
         """Audit this game's ok rows whose defense claims (ε, δ) (``arrays(key)`` loads a matchup's saved
-        arrays); None when the game has no audit rule."""
-        return None
+        arrays) with its ``audit_rule``; None when the game has none."""
+        return None if cls.audit_rule is None else _resolve(cls.audit_rule)(rows, arrays)
 
     @classmethod
     def audit_section(cls, audit: GameAudit | None, page: Any) -> str:
         """This game's part of the report's DP audit (``page.render(template, **context)`` renders one of its
-        templates, ``page.fmt`` formats a number); default: nothing."""
-        return ""
+        templates, ``page.fmt`` formats a number), by its ``audit_view``; default: nothing."""
+        return "" if cls.audit_view is None else _resolve(cls.audit_view)(audit, page)
 
     @classmethod
     def report_section(cls, ctx: Any) -> str:
-        """This game's part of a track in the report; ``ctx`` is ``arena.report.context.TrackContext`` (the
-        track's board, rows, saved arrays, ``figures.save``, ``render``, ``fmt``); default: nothing."""
-        return ""
+        """This game's part of a track in the report by its ``report_view``; ``ctx`` is
+        ``arena.report.context.TrackContext`` (the track's board, rows, saved arrays, ``figures.save``,
+        ``render``, ``fmt``); default: nothing."""
+        return "" if cls.report_view is None else _resolve(cls.report_view)(ctx)
+
+
+def _resolve(target: str) -> Callable[..., Any]:
+    """The function named by ``"module:function"``."""
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)

@@ -184,6 +184,9 @@ class AuditGame(Game):
     View = AuditView
     metrics = METRICS
     template_dir = Path(__file__).parent / "templates"
+    audit_rule = "arena.games.audit.audit:audit_game"
+    audit_view = "arena.games.audit.sections:audit_section"
+    report_view = "arena.games.audit.sections:section"
     spec: AuditGameSpec
 
     def __init__(self, spec: AuditGameSpec, dataset: Dataset, seed: int) -> None:
@@ -304,21 +307,3 @@ class AuditGame(Game):
             arrays[f"{k}_scores"] = scores[k]
             arrays[f"{k}_truth"] = truths[k].astype(np.int8)
         return Outcome(metrics, notes, arrays)
-
-    @classmethod
-    def audit(cls, rows, arrays):  # noqa: ANN001, ANN206 - see Game.audit
-        from arena.games.audit.audit import audit_game
-
-        return audit_game(rows, arrays)
-
-    @classmethod
-    def audit_section(cls, audit, page) -> str:  # noqa: ANN001 - see Game.audit_section
-        from arena.games.audit.sections import audit_section
-
-        return audit_section(audit, page)
-
-    @classmethod
-    def report_section(cls, ctx) -> str:  # noqa: ANN001 - see Game.report_section
-        from arena.games.audit.sections import section
-
-        return section(ctx)

@@ -67,6 +67,9 @@ class MembershipGame(Game):
     View = MembershipView
     metrics = METRICS
     template_dir = Path(__file__).parent / "templates"
+    audit_rule = "arena.games.membership.audit:audit_game"
+    audit_view = "arena.games.membership.sections:audit_section"
+    report_view = "arena.games.membership.sections:section"
     spec: MembershipGameSpec
 
     def __init__(self, spec: MembershipGameSpec, dataset, seed: int) -> None:  # noqa: ANN001
@@ -143,21 +146,3 @@ class MembershipGame(Game):
             "label": np.asarray(self.dataset.y[self.challenge]).astype(np.int64),
         }
         return Outcome(metrics, notes, arrays)
-
-    @classmethod
-    def audit(cls, rows, arrays):  # noqa: ANN001, ANN206 - see Game.audit
-        from arena.games.membership.audit import audit_game
-
-        return audit_game(rows, arrays)
-
-    @classmethod
-    def audit_section(cls, audit, page) -> str:  # noqa: ANN001 - see Game.audit_section
-        from arena.games.membership.sections import audit_section
-
-        return audit_section(audit, page)
-
-    @classmethod
-    def report_section(cls, ctx) -> str:  # noqa: ANN001 - see Game.report_section
-        from arena.games.membership.sections import section
-
-        return section(ctx)

@@ -209,6 +209,9 @@ class ReconstructionGame(Game):
     View = ReconstructionView
     metrics = METRICS
     template_dir = Path(__file__).parent / "templates"
+    audit_rule = "arena.games.reconstruction.audit:audit_game"
+    audit_view = "arena.games.reconstruction.sections:audit_section"
+    report_view = "arena.games.reconstruction.sections:section"
     spec: ReconstructionGameSpec
 
     def __init__(self, spec: ReconstructionGameSpec, dataset: Dataset, seed: int) -> None:
@@ -347,21 +350,3 @@ class ReconstructionGame(Game):
             mse=a["mse"],
             oracle_mse=a["oracle_mse"],
         )
-
-    @classmethod
-    def audit(cls, rows, arrays):  # noqa: ANN001, ANN206 - see Game.audit
-        from arena.games.reconstruction.audit import audit_game
-
-        return audit_game(rows, arrays)
-
-    @classmethod
-    def audit_section(cls, audit, page) -> str:  # noqa: ANN001 - see Game.audit_section
-        from arena.games.reconstruction.sections import audit_section
-
-        return audit_section(audit, page)
-
-    @classmethod
-    def report_section(cls, ctx) -> str:  # noqa: ANN001 - see Game.report_section
-        from arena.games.reconstruction.sections import section
-
-        return section(ctx)
