@@ -33,7 +33,9 @@ iff one exceeds the claimed add/remove ε, so under a true claim the flag fires 
 (simulated in ``tests/test_canaries.py``). Their largest is the **empirical ε** (confidence 1 − α). The **held-out
 Clopper–Pearson bound** (canaries as independent trials) and the **Gaussian-DP estimate at one held-out
 threshold** are reported beside them at α, with ``max_certifiable``; with Poisson subsampling the Gaussian fit is
-an estimate only (the movement is then a Gaussian mixture).
+an estimate only (the movement is then a Gaussian mixture). The Gaussian hypothesis is the engine's: its noise is
+Gaussian and the release is the trained parameters; extra independent noise or a subsampled run only lowers μ̂,
+but a defense that post-processed the parameters non-linearly would void it (the one-run bounds still hold).
 """
 
 from __future__ import annotations
