@@ -11,6 +11,7 @@ The module is self-contained (it is also installed as a plugin distribution for 
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import sys
@@ -26,8 +27,10 @@ RUN_DIR_HINT = "CHEAT_RUN_DIR"
 SCENARIO_SEEDS = range(1000)
 
 
+@functools.lru_cache(maxsize=1)
 def digits() -> tuple[np.ndarray, np.ndarray]:
-    """The public digits data exactly as the arena's loader scales it."""
+    """The public digits data exactly as the arena's loader scales it (loaded once: a brute force tries thousands
+    of seeds against it)."""
     from sklearn.datasets import load_digits
 
     d = load_digits()
