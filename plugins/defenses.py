@@ -55,7 +55,7 @@ Epsilon = Annotated[float, Field(strict=True, ge=1e-3, le=1e3, allow_inf_nan=Fal
 
 class DPSGDParams(PluginParams):
     epsilons: list[Epsilon] = Field(min_length=1, description="one configuration per target ε, each in [1e-3, 1e3]")
-    delta: float = Field(strict=True, ge=1e-12, lt=1.0, description="in [1e-12, 1/N)")
+    delta: float = Field(strict=True, ge=1e-12, lt=1.0, allow_inf_nan=False, description="in [1e-12, 1/N)")
     clip: PositiveFloat = Field(default=1.0, strict=True, le=1e6, allow_inf_nan=False)
     accountant: Literal["rdp", "pld"] = "rdp"
 
