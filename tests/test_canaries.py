@@ -144,7 +144,7 @@ def test_gaussian_fit_joins_the_verdict_calibrated_at_the_claim_with_power_at_tw
     from arena.auditing import gdp_mu
 
     rng = np.random.default_rng(7)
-    R, m, eps, delta = 400, 4000, 1.0, 1e-5
+    R, m, eps, delta = 300, 2000, 1.0, 1e-5
 
     def experiment(e):
         truth = rng.random((R, m)) < 0.5
