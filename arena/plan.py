@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import functools
 import json
+import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from pydantic import BaseModel, ValidationError
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from arena.data import Dataset
 from arena.defense import Defense
@@ -126,19 +129,130 @@ def architecture(track: Track, dataset: Dataset) -> Architecture:
     return Architecture(cls(cls.Params.model_validate(track.model.options)), dataset.shape, dataset.n_classes)
 
 
+TRAINING_MEMORY_FACTOR = 4
+"""Bytes of training memory per byte of a model's tensors: the weights, their gradients, the optimiser's momentum
+and the per-example work (activations, clipped gradients), counted conservatively low."""
+
+
+def available_memory() -> int:
+    """Bytes this machine can still give (MemAvailable on Linux; physical memory elsewhere)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+class _TooLarge(Exception):
+    """A model build asked for more real memory than its track could ever train with."""
+
+
+class _AllocationGuard(TorchDispatchMode):
+    """Refuses, before it happens, any allocation by a factory op (``empty``, ``zeros``, ``randn``, ``new_empty``,
+    ...) that would take the real (not ``meta``) memory allocated under it past ``limit`` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit, self.total = limit, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        kwargs = kwargs or {}
+        size = _factory_bytes(func, args, kwargs)
+        if size:
+            self.total += size
+            if self.total > self.limit:
+                raise _TooLarge(self.total)
+        return func(*args, **kwargs)
+
+
+def _factory_bytes(func, args, kwargs) -> int:  # noqa: ANN001
+    """Bytes of real memory a factory op is about to allocate; 0 for other ops and for ``meta`` tensors."""
+    schema = func._schema
+    name = schema.name.split("::")[-1]
+    tensors = [a for a in schema.arguments if a.type.kind() == "TensorType"]
+    if tensors and not name.startswith("new_"):
+        return 0  # computes from tensors it is given (a view, an in-place initialiser): bounded by them
+    values = {a.name: (args[i] if i < len(args) else kwargs.get(a.name, a.default_value if a.has_default_value()
+                                                                     else None))
+              for i, a in enumerate(schema.arguments)}
+    size = values.get("size")
+    if not isinstance(size, (list, tuple)):
+        return 0
+    device = values.get("device")
+    if device is None and tensors:
+        device = getattr(args[0], "device", None)
+    if device is not None and torch.device(device).type == "meta":
+        return 0
+    dtype = values.get("dtype")
+    if dtype is None:
+        dtype = getattr(args[0], "dtype", None) if tensors else torch.get_default_dtype()
+    itemsize = dtype.itemsize if isinstance(dtype, torch.dtype) else 8
+    return math.prod(int(s) for s in size) * itemsize
+
+
+def _models_at_once(track: Track, regs: Registries) -> tuple[int, str]:
+    """How many copies of the model one training call holds at least, and why: ``pool_chunk`` when an attack of
+    the track is granted ``training`` (it trains shadow pools, ``pool_chunk`` models per call), else one."""
+    for ref in track.attacks:
+        try:
+            cls = regs.attacks.get(ref.name)
+        except UnknownNameError:
+            continue
+        if "training" in cls.threat_model:
+            return track.pool_chunk, f" x {track.pool_chunk} models at once (pool_chunk: attack {ref.name!r} " \
+                                     "trains shadow models)"
+    return 1, ""
+
+
+def _model_bytes(arch: Architecture, limit: int) -> int:
+    """Bytes of the model's parameters and buffers, counted without allocating them: built on the ``meta`` device,
+    or, for a model whose construction needs real tensors, built for real under a guard that stops it before it
+    allocates more than ``limit`` bytes (``_TooLarge``)."""
+    try:
+        with _AllocationGuard(limit), torch.device("meta"):
+            module = arch.build()
+    except _TooLarge:
+        raise
+    except Exception:  # noqa: BLE001 - e.g. .item() on a meta tensor: count a real build, but within the limit
+        with _AllocationGuard(limit):
+            module = arch.build()
+    tensors = [*module.parameters(), *module.buffers()]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
 def _check_model(
     source: str, where: str, track: Track, dataset: Dataset | None, regs: Registries, problems: list[str]
 ) -> Architecture | None:
-    """The track's architecture when its model is known, valid and builds for the dataset; else problems."""
+    """The track's architecture when its model is known, valid, fits in memory to train and builds for the
+    dataset; else problems. Its size is counted before anything that size is allocated."""
     cls = _lookup(source, f"{where}.model", track.model.name, regs.models, problems)
     if cls is None or _plugin_params(source, f"{where}.model", track.model, cls, problems) is None or dataset is None:
         return None
+    cannot = (f"{source}: {where}.model: model {track.model.name!r} cannot be built for dataset {dataset.name!r} "
+              f"(records of shape {dataset.shape}, {dataset.n_classes} classes)")
+    have = available_memory()
+    copies, why = _models_at_once(track, regs)
     try:
         arch = architecture(track, dataset)
-        arch.template()
+        size = _model_bytes(arch, have // (TRAINING_MEMORY_FACTOR * copies))
+    except _TooLarge as exc:
+        size = exc.args[0]
     except Exception as exc:  # noqa: BLE001 - a plugin's build failure is a problem with this track's model
-        problems.append(f"{source}: {where}.model: model {track.model.name!r} cannot be built for dataset "
-                        f"{dataset.name!r} (records of shape {dataset.shape}, {dataset.n_classes} classes): {exc}")
+        problems.append(f"{cannot}: {exc}")
+        return None
+    need = size * TRAINING_MEMORY_FACTOR * copies
+    if need > have:
+        problems.append(f"{source}: {where}.model: model {track.model.name!r} takes {size / 2**30:.3g} GiB for "
+                        f"dataset {dataset.name!r}; training it needs at least {size / 2**30:.3g} GiB x "
+                        f"{TRAINING_MEMORY_FACTOR} (gradients, optimiser state, per-example work){why} = "
+                        f"{need / 2**30:.3g} GiB, more than the {have / 2**30:.3g} GiB of memory available")
+        return None
+    try:
+        arch.template()
+    except Exception as exc:  # noqa: BLE001
+        problems.append(f"{cannot}: {exc}")
         return None
     return arch
 

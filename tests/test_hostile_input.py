@@ -71,6 +71,8 @@ BAD_NUMBERS = [
     ("synthetic set larger than memory", SMALL, ("n: 300", "n: 10000000000000"), "tracks[0].dataset.n"),
     ("synthetic features larger than memory", SMALL, ("features: 8", "features: 100000000000000"),
      "tracks[0].dataset.features"),
+    ("model larger than memory", SMALL, ("{name: logreg}", "{name: mlp, hidden: [100000000000]}"),
+     "tracks[0].model: model 'mlp' takes 4.1e+03 GiB for dataset 'synthetic'; training it needs at least"),
     ("too many seeds", SMALL, ("seeds: [0]", "seeds: [" + ", ".join(map(str, range(10_001))) + "]"), "seeds"),
     ("duplicate key", SMALL, ("seeds: [0]", "seeds: [0]\nseeds: [1]"), "duplicate key 'seeds' (first given on line"),
     ("duplicate nested key", SMALL, ("lr: 0.1", "lr: 0.1, lr: 0.2"), "duplicate key 'lr'"),
@@ -169,6 +171,77 @@ def test_a_five_megabyte_yaml_validates_in_under_five_seconds(tmp_path, capsys) 
     start = time.process_time()
     assert main(["validate", str(padded)]) == 0
     assert time.process_time() - start < 5.0
+
+
+# ---- models too large to train ------------------------------------------------------------------------------------
+
+REAL_TENSORS = """
+import torch
+from torch import nn
+
+from arena import Model, ModelParams, hookimpl
+
+
+class WideParams(ModelParams):
+    width: int
+
+
+class Wide(Model):  # its construction reads a real value (.item()), which a meta tensor cannot give
+    name = "wide"
+    Params = WideParams
+
+    def build(self, input_shape, n_classes):
+        scale = torch.ones(1).sum().item()
+        layer = nn.Linear(input_shape[0], self.params.width)
+        return nn.Sequential(layer, nn.Linear(self.params.width, n_classes * int(scale)))
+
+
+@hookimpl
+def register_models(register):
+    register(Wide)
+"""
+
+
+def test_a_model_too_large_to_train_is_refused_without_allocating_it(tmp_path, capsys, monkeypatch) -> None:
+    """44 GB of weights (11 billion parameters), on a machine said to have 64 GiB free: the old check built the
+    model for real (allocating it, or failing for want of memory); now it is counted on the meta device and
+    refused, because training it needs about 4 x 44 GB, in well under a second."""
+    import arena.plan
+
+    monkeypatch.setattr(arena.plan, "available_memory", lambda: 64 * 2**30)
+    path = write_scenario(tmp_path / "big.yaml", SMALL.replace("{name: logreg}", "{name: mlp, hidden: [1000000000]}"))
+    assert main(["validate", str(write_scenario(tmp_path / "warm.yaml", SMALL))]) == 0  # imports, plugins: untimed
+    capsys.readouterr()
+    start = time.process_time()
+    err = _run_refused(path, tmp_path / "run", capsys, "tracks[0].model: model 'mlp' takes 41 GiB")
+    assert time.process_time() - start < 2.0
+    assert "x 4 (gradients, optimiser state, per-example work) = 164 GiB, more than the 64 GiB of memory" in err
+
+
+def test_a_shadow_pool_counts_every_model_trained_at_once(tmp_path, capsys, monkeypatch) -> None:
+    """A 44 MB model fits 1 GiB four times over, but not 32 x 4 times: with an attack that trains shadow pools of
+    pool_chunk models per call, it is refused; alone it validates."""
+    import arena.plan
+
+    monkeypatch.setattr(arena.plan, "available_memory", lambda: 2**30)
+    mlp = SMALL.replace("{name: logreg}", "{name: mlp, hidden: [1000000]}")
+    assert main(["validate", str(write_scenario(tmp_path / "alone.yaml", mlp))]) == 0, capsys.readouterr().err
+    pool = write_scenario(tmp_path / "pool.yaml", mlp.replace("{name: threshold-mia}", "{name: lira, shadows: 8}"))
+    err = _run_refused(pool, tmp_path / "run", capsys, "tracks[0].model: model 'mlp' takes")
+    assert "x 32 models at once (pool_chunk: attack 'lira' trains shadow models)" in err
+
+
+def test_a_model_needing_real_tensors_to_build_is_counted_within_the_limit(plugin_dist, tmp_path, capsys) -> None:
+    """A model that cannot be built on the meta device is built for real, but stopped before it allocates more than
+    training could ever use: a 4 TB one is refused at once, a small one validates."""
+    plugin_dist("arena-wide", "arena_wide_plugin", REAL_TENSORS)
+    small = write_scenario(tmp_path / "small.yaml", SMALL.replace("{name: logreg}", "{name: wide, width: 16}"))
+    assert main(["validate", str(small)]) == 0, capsys.readouterr().err
+    huge = write_scenario(tmp_path / "huge.yaml", SMALL.replace("{name: logreg}", "{name: wide, width: 100000000000}"))
+    start = time.process_time()
+    err = _run_refused(huge, tmp_path / "run", capsys, "tracks[0].model: model 'wide' takes")
+    assert time.process_time() - start < 2.0
+    assert "of memory available" in err
 
 
 # ---- data files -------------------------------------------------------------------------------------------------
