@@ -1,8 +1,19 @@
 """Attacks in their own process, holding nothing secret.
 
-``run_attack(attack, view)`` runs ``attack.run`` in a fresh interpreter (``subprocess`` with exec, never
-``fork``, which would copy the game's memory, membership labels and targets included, into the child). What the
-child receives is built from the view's granted items alone:
+``run_attack(attack, view)`` runs ``attack.run`` in a process that never shared the game's memory: never a
+``fork`` of the arena, which would copy its memory, membership labels, targets and run secret included, into the
+child. On Linux it is forked from the arena's *fork server*: an interpreter exec'd (``subprocess``) from the arena
+with the arena's environment less ``ARENA_RUN_SECRET``, its standard output discarded, working directory ``/``,
+that imports torch, NumPy and the arena's own modules (``arena.*``, ``arena_plugins.*``: never a third party's, so
+no plugin's code runs there) and otherwise only receives descriptors: per attack, the attack's pipe, a status
+socket, and the arena's stdout and stderr. It never sees a view, a store or a secret, so neither does what it
+forks; the fork only spares each attack the ~2.5 s of a fresh interpreter importing torch. The arena starts it on
+first use, or just before the arena forks (the serial tournament's matchups then share their parent's); it exits
+when every arena end of its socket is closed, killing what runs. Elsewhere, or with ``ARENA_SANDBOX_EXEC`` set,
+each attack gets a fresh interpreter (``subprocess`` with exec) instead. Either way, the process then takes the
+arena's current environment less the secret, import path, stdout and stderr, Python's, NumPy's and torch's
+random states as a fresh interpreter has them, and everything below holds. What the child receives is built from
+the view's granted items alone:
 
 * plain values: tensors, arrays, numbers, strings, tuples, ``None``, and ``Models`` (only where a view grants
   them, i.e. the ``parameters`` capability);
@@ -18,9 +29,10 @@ Anything else in a view is refused (``TypeError``) rather than sent. The child's
 ``ARENA_RUN_SECRET``; its only open descriptors are the pipe and the standard streams; its working directory is
 ``/``. Run as root, it imports the modules it needs (the attack's, the view's, the model's and the defense's)
 and then drops to the user ``nobody`` (no supplementary groups) before the attack object and its view are
-unpickled; it then cannot read the run directory (mode 0700), the secret (0600), the parent's memory or
-environment (``/proc/<pid>/mem``, ``environ``: another user's), nor signal the parent. It dies with its parent
-(``PR_SET_PDEATHSIG``).
+unpickled; it then cannot read the run directory (mode 0700), the secret (0600), the memory or environment of the
+arena or of its parent (``/proc/<pid>/mem``, ``environ``: another user's), nor signal them. It dies with its
+parent (``PR_SET_PDEATHSIG``); forked, it is killed by the fork server when its arena's end of the status socket
+closes (the arena died, or gave up on it) and when the server exits; its other descriptors are all closed.
 
 What comes back from the child is never unpickled: every message is a JSON header and raw tensor bytes, and the
 guess is rebuilt only as one of the allowed guess classes. An exception, ``sys.exit``, ``os._exit``, a signal
@@ -35,10 +47,12 @@ import importlib
 import json
 import os
 import pickle
+import re
 import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from multiprocessing.connection import Connection
@@ -206,14 +220,13 @@ def run_attack(attack: Any, view: Any, *, timeout: float | None = None,
                  object.__getattribute__(view, "_withheld")),
         "attack": attack,
     })
-    boot = pickle.dumps({"modules": modules, "payload": payload})
+    env = _child_env()
+    boot = pickle.dumps({"modules": modules, "payload": payload, "env": env,
+                         "path": env["PYTHONPATH"].split(os.pathsep)})
     ours, theirs = socket.socketpair()
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
-        child = subprocess.Popen(
-            [sys.executable, "-c", f"from arena.sandbox import _child_main; _child_main({theirs.fileno()})"],
-            pass_fds=(theirs.fileno(),), env=_child_env(), cwd="/", stdin=subprocess.DEVNULL,
-        )
+        child = _fork_child(theirs, modules) or _exec_child(theirs, env)
     finally:
         theirs.close()
     conn = Connection(ours.detach())
@@ -227,7 +240,230 @@ def run_attack(attack: Any, view: Any, *, timeout: float | None = None,
         child.wait()
 
 
-def _serve(conn: Connection, child: subprocess.Popen, handles: dict[str, Any], guesses: tuple[type, ...],
+def _exec_child(theirs: socket.socket, env: dict[str, str]) -> subprocess.Popen:
+    """The attack's process as a fresh interpreter (where no fork server runs)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", f"from arena.sandbox import _child_main; _child_main({theirs.fileno()})"],
+        pass_fds=(theirs.fileno(),), env=env, cwd="/", stdin=subprocess.DEVNULL,
+    )
+
+
+# --- the fork server: an interpreter exec'd holding nothing secret, with the attack's usual imports done ---
+
+PRELOAD = ("arena.games.view",)
+"""Imported by the fork server before its first fork; after that it imports, before forking, the arena's own
+modules (``arena.*``, ``arena_plugins.*``, never a third party's) that an attack's process is to import, so that
+the next one starts with them done."""
+_OWN_MODULE = re.compile(r"(arena|arena_plugins)(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_server_lock = threading.Lock()
+_server: _Server | None = None
+_NO_SERVER = False  # set in the fork server and the attack's processes, which start none
+
+
+class _Server:
+    """The arena's end of a fork server: a ``SOCK_SEQPACKET`` socket taking one message per attack (the attack's
+    pipe, a status socket, the arena's stdout and stderr, as descriptors). Each message is whole, so processes
+    forked from the arena (the serial tournament's) share it; answers come back on each attack's own status
+    socket, never on this one."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            env = _child_env()
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", f"from arena.sandbox import _server_main; _server_main({theirs.fileno()})"],
+                pass_fds=(theirs.fileno(),), env=env, cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            )
+        finally:
+            theirs.close()
+        self.socket = ours
+
+    def spawn(self, conn: socket.socket, modules: list[str]) -> _Forked:
+        status, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        own = [m for m in modules if _OWN_MODULE.fullmatch(m)]
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            socket.send_fds(self.socket, [" ".join(["spawn", *own]).encode()], [conn.fileno(), theirs.fileno(), 1, 2])
+        except BaseException:
+            status.close()
+            raise
+        finally:
+            theirs.close()
+        return _Forked(status)
+
+
+class _Forked:
+    """The attack's process as the fork server made it, seen through its status socket (``subprocess.Popen``'s
+    ``poll``, ``wait``, ``kill``, ``returncode``): the server kills it when asked or when this end closes, reaps
+    it and sends its exit code (negative: the signal that killed it)."""
+
+    def __init__(self, status: socket.socket) -> None:
+        self.status = status
+        self.returncode: int | None = None
+
+    def _read(self, block: bool) -> int | None:
+        if self.returncode is None:
+            self.status.setblocking(block)
+            try:
+                data = self.status.recv(16)
+            except (BlockingIOError, InterruptedError):
+                return None
+            except OSError:
+                data = b""
+            self.returncode = struct.unpack("<i", data)[0] if len(data) == 4 else -9  # no word: the monitor died
+            self.status.close()
+        return self.returncode
+
+    def poll(self) -> int | None:
+        return self._read(block=False)
+
+    def wait(self) -> int:
+        return self._read(block=True)  # type: ignore[return-value]
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(OSError):
+                self.status.setblocking(True)
+                self.status.send(b"k")
+
+
+def _fork_child(theirs: socket.socket, modules: list[str]) -> _Forked | None:
+    """The attack's process forked by this arena's fork server (started on first use); ``None`` where there is
+    none (not Linux, ``ARENA_SANDBOX_EXEC`` set, or it cannot start), and a fresh interpreter is started instead."""
+    global _server
+    if not sys.platform.startswith("linux") or os.environ.get("ARENA_SANDBOX_EXEC") or _NO_SERVER:
+        return None
+    with _server_lock:
+        for _ in range(2):
+            try:
+                if _server is None:
+                    _server = _Server()
+                return _server.spawn(theirs, modules)
+            except OSError:  # it died (killed, or its arena's fork was left with a closed end): start another
+                stale, _server = _server, None
+                if stale is not None:
+                    stale.socket.close()
+    return None
+
+
+def start() -> None:
+    """Start this process's fork server now (it loads in the background): the processes forked from here (the
+    serial tournament's matchups) then share it instead of each starting its own."""
+    global _server
+    if sys.platform.startswith("linux") and not os.environ.get("ARENA_SANDBOX_EXEC") and not _NO_SERVER:
+        with _server_lock:
+            if _server is None:
+                with contextlib.suppress(OSError):
+                    _server = _Server()
+
+
+def _start_before_fork() -> None:
+    """Before this process forks (a serial matchup's process), start the fork server the child will share, unless
+    another thread is busy starting one."""
+    if _server is None and not _NO_SERVER and _server_lock.acquire(blocking=False):
+        _server_lock.release()
+        start()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_start_before_fork)
+
+
+def _server_main(fd: int) -> None:
+    """The fork server: import what attacks need, then fork the attack's process for each message, kill it when
+    its arena asks or closes its status socket, reap it and send its exit code there; on the end of every arena
+    end of the socket (the arena is gone), kill what runs and exit. It reads nothing but descriptors."""
+    import select
+    import signal
+
+    global _NO_SERVER
+    _NO_SERVER = True
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the arena's to handle; the attack still gets it
+    ctl = socket.socket(fileno=fd)
+    for module in PRELOAD:
+        with contextlib.suppress(Exception):
+            importlib.import_module(module)
+    with contextlib.suppress(Exception):
+        _warm_reachable()
+    server = os.getpid()
+    running: dict[int, tuple[socket.socket, int | None]] = {}  # pid: (status socket, pidfd)
+    asked: set[int] = set()  # pids whose arena asked for (or went away before) their end
+    while True:
+        watch: list[Any] = [ctl]
+        for pid, (status, pidfd) in running.items():
+            watch += [status] if pid not in asked else []
+            watch += [pidfd] if pidfd is not None else []
+        polling = any(pidfd is None for _, pidfd in running.values())
+        try:
+            ready = set(select.select(watch, [], [], 0.02 if polling else None)[0])
+        except InterruptedError:
+            continue
+        for pid, (status, pidfd) in list(running.items()):
+            if status in ready:
+                try:
+                    word = status.recv(16)
+                except OSError:
+                    word = b""
+                if not word:
+                    asked.add(pid)
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            if pidfd is None or pidfd in ready:
+                done, st = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    with contextlib.suppress(OSError):
+                        status.send(struct.pack("<i", os.waitstatus_to_exitcode(st)))
+                    status.close()
+                    if pidfd is not None:
+                        os.close(pidfd)
+                    del running[pid]
+                    asked.discard(pid)
+        if ctl not in ready:
+            continue
+        try:
+            message, fds, _, _ = socket.recv_fds(ctl, 1 << 16, 8)
+        except OSError:
+            message, fds = b"", []
+        if not message and not fds:  # every arena end is closed: the arena is gone
+            for pid in running:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            os._exit(0)
+        words = message.decode(errors="replace").split()
+        if words[:1] != ["spawn"] or len(fds) != 4:
+            for f in fds:
+                os.close(f)
+            continue
+        fresh = [m for m in words[1:] if _OWN_MODULE.fullmatch(m) and m not in sys.modules]
+        for module in fresh:
+            with contextlib.suppress(Exception):
+                importlib.import_module(module)
+        if fresh:
+            with contextlib.suppress(Exception):
+                _warm_reachable()
+        conn, status_fd, out, err = fds
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.dup2(out, 1)
+                os.dup2(err, 2)
+                os.closerange(3, conn)
+                os.closerange(conn + 1, 1 << 16)  # the server's socket and every other attack's status
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                _child_main(conn, parent=server)  # exits
+            finally:
+                os._exit(1)
+        for f in (conn, out, err):
+            os.close(f)
+        try:
+            pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            pidfd = None
+        running[pid] = (socket.socket(fileno=status_fd), pidfd)
+
+
+def _serve(conn: Connection, child: Any, handles: dict[str, Any], guesses: tuple[type, ...],
            deadline: float | None, name: str) -> Any:
     while True:
         wait = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -358,21 +594,48 @@ class TrainingProxy(_Proxy):
         return self._call("train_chunks", tensors, n=len(chunks))
 
 
+_REACHABLE: dict[str, bool] = {}
+_SEARCHABLE: dict[str, bool] = {}
+
+
+def _searchable(path: str) -> bool:
+    """Whether others may search ``path`` and each of its ancestors (remembered: the fork server's answers serve
+    every attack's process)."""
+    known = _SEARCHABLE.get(path)
+    if known is None:
+        import stat
+
+        parent = os.path.dirname(path)
+        known = bool(os.stat(path).st_mode & stat.S_IXOTH) and (parent == path or _searchable(parent))
+        _SEARCHABLE[path] = known
+    return known
+
+
 def _reachable(path: str) -> bool:
     """Whether a user who is neither owner nor in the group can list ``path`` (every ancestor searchable)."""
     import stat
 
-    try:
-        parts = [os.path.abspath(path)]
-        while parts[-1] != os.path.dirname(parts[-1]):
-            parts.append(os.path.dirname(parts[-1]))
-        for i, p in enumerate(parts):
-            mode = os.stat(p).st_mode
-            if not mode & stat.S_IXOTH or (i == 0 and not mode & stat.S_IROTH):
-                return False
-    except OSError:
-        return True  # absent: nothing to keep open
-    return True
+    path = os.path.abspath(path)
+    known = _REACHABLE.get(path)
+    if known is None:
+        try:
+            known = bool(os.stat(path).st_mode & stat.S_IROTH) and _searchable(path)
+        except OSError:
+            return True  # absent: nothing to keep open
+        _REACHABLE[path] = known
+    return known
+
+
+def _warm_reachable() -> None:
+    """In the fork server: answer ``_reachable`` for every import directory known so far."""
+    paths = list(sys.path)
+    for module in list(sys.modules.values()):
+        search = getattr(module, "__path__", None)
+        if isinstance(search, list):
+            paths += search
+    for path in paths:
+        if isinstance(path, str) and path:
+            _reachable(path)
 
 
 def keep_code_reachable() -> int:
@@ -431,9 +694,32 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def _child_main(fd: int) -> None:
-    """Entry point of the attack's process."""
-    parent = os.getppid()
+def _forked_as(env: dict[str, str], path: list[str]) -> None:
+    """In a process forked by the fork server: the environment and import path a fresh interpreter would have had
+    (the arena's now, without the secret), no cached import lookups or plugin registries, and the random states
+    of a fresh interpreter (Python's and NumPy's from the system's entropy, torch's at its default seed)."""
+    import random
+
+    os.environ.clear()
+    os.environ.update(env)
+    sys.path[:] = path
+    sys.dont_write_bytecode = True
+    sys.path_importer_cache.clear()
+    importlib.invalidate_caches()
+    plugins = sys.modules.get("arena.plugins")
+    if plugins is not None:
+        plugins.registries.cache_clear()
+    random.seed()
+    np.random.seed()
+    torch.manual_seed(torch.initial_seed())
+
+
+def _child_main(fd: int, *, parent: int | None = None) -> None:
+    """Entry point of the attack's process: a fresh interpreter, or forked by the fork server (its ``parent``)."""
+    global _NO_SERVER
+    _NO_SERVER = True  # an attack that forks starts no fork server
+    forked = parent is not None
+    parent = os.getppid() if parent is None else parent
     conn = Connection(fd)
 
     def fail(exc: BaseException) -> None:
@@ -448,6 +734,8 @@ def _child_main(fd: int) -> None:
 
     try:
         boot = pickle.loads(conn.recv_bytes())  # from the arena: trusted; the payload stays bytes for now
+        if forked:
+            _forked_as(boot["env"], boot["path"])
         for module in boot["modules"]:
             importlib.import_module(module)
         if os.geteuid() == 0:

@@ -168,48 +168,79 @@ class ParamsPeek(Cheat):
         return MembershipGuess(scores=-loss, decisions=-loss > np.median(-loss))
 
 
+def ancestors() -> list[int]:
+    """Our parent, its parent, … up to (not including) init: the arena is one of them (the parent itself, or the
+    parent of the fork server that forked us)."""
+    pids, pid = [], os.getppid()
+    while pid > 1 and pid not in pids:
+        pids.append(pid)
+        with open(f"/proc/{pid}/stat") as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+    return pids
+
+
+def each_ancestor(fn):  # noqa: ANN001, ANN201
+    """``fn(pid)`` for each ancestor until one gives something; the last ``PermissionError`` if all refused."""
+    refused = None
+    for pid in ancestors():
+        try:
+            found = fn(pid)
+        except PermissionError as exc:
+            refused = exc
+            continue
+        if found is not None:
+            return found
+    if refused is not None:
+        raise refused
+    return None
+
+
 class EnvironmentSecret(Cheat):
-    """The run secret may be in the environment (ARENA_RUN_SECRET), ours or the parent's."""
+    """The run secret may be in the environment (ARENA_RUN_SECRET), ours or an ancestor's (the arena's)."""
 
     name = "cheat-env-secret"
 
     def run(self, view):  # noqa: ANN001, ANN201
-        text = os.environ.get("ARENA_RUN_SECRET")
-        if text is None:
-            environ = Path(f"/proc/{os.getppid()}/environ").read_bytes().split(b"\0")
-            text = next((e.split(b"=", 1)[1].decode() for e in environ if e.startswith(b"ARENA_RUN_SECRET=")), None)
+        def from_environ(pid: int) -> str | None:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            return next((e.split(b"=", 1)[1].decode() for e in environ if e.startswith(b"ARENA_RUN_SECRET=")), None)
+
+        text = os.environ.get("ARENA_RUN_SECRET") or each_ancestor(from_environ)
         if text is None:
             return guess(view, None)
         return guess(view, membership_from_secret(view, bytes.fromhex(text)))
 
 
 class ParentMemory(Cheat):
-    """Read the arena process's memory through /proc and search it for the run secret's hex form."""
+    """Read the memory of the arena's process (an ancestor) through /proc and search it for the run secret's hex
+    form."""
 
     name = "cheat-parent-memory"
 
     def run(self, view):  # noqa: ANN001, ANN201
         import re
 
-        pid = os.getppid()
-        with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
-            for line in maps:
-                span, perms = line.split()[:2]
-                if "r" not in perms:
-                    continue
-                lo, hi = (int(x, 16) for x in span.split("-"))
-                if hi - lo > 1 << 28:
-                    continue
-                try:
-                    mem.seek(lo)
-                    chunk = mem.read(hi - lo)
-                except OSError:
-                    continue
-                for hit in re.finditer(rb"[0-9a-f]{64}", chunk):
-                    found = membership_from_secret(view, bytes.fromhex(hit.group().decode()))
-                    if found is not None:
-                        return guess(view, found)
-        return guess(view, None)
+        def from_memory(pid: int) -> np.ndarray | None:
+            with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+                for line in maps:
+                    span, perms = line.split()[:2]
+                    if "r" not in perms:
+                        continue
+                    lo, hi = (int(x, 16) for x in span.split("-"))
+                    if hi - lo > 1 << 28:
+                        continue
+                    try:
+                        mem.seek(lo)
+                        chunk = mem.read(hi - lo)
+                    except OSError:
+                        continue
+                    for hit in re.finditer(rb"[0-9a-f]{64}", chunk):
+                        found = membership_from_secret(view, bytes.fromhex(hit.group().decode()))
+                        if found is not None:
+                            return found
+            return None
+
+        return guess(view, each_ancestor(from_memory))
 
 
 class RunDirectory(Cheat):
@@ -219,8 +250,9 @@ class RunDirectory(Cheat):
 
     def run(self, view):  # noqa: ANN001, ANN201
         candidates = [os.environ.get(RUN_DIR_HINT), os.getcwd()]
-        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
-            candidates += [a.decode(errors="replace") for a in f.read().split(b"\0")]
+        for pid in ancestors():  # the arena's among them
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                candidates += [a.decode(errors="replace") for a in f.read().split(b"\0")]
         for c in filter(None, candidates):
             if (Path(c) / ".arena-run").exists() or (Path(c) / ".arena-secret").exists():
                 return guess(view, membership_from_run_dir(view, Path(c)))
