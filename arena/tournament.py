@@ -160,6 +160,12 @@ def run_ray(
 ) -> None:
     """One Ray task per release, then one per matchup depending on it; rows reach ``on_row`` as they finish.
 
+    A matchup's clock runs from its submission, so it covers the training of its release, as in ``run_serial``.
+    A release is submitted with the first of its matchups to start, so no more releases train than matchups are
+    in flight, each under a running clock. When a matchup times out before its release is done (a defense
+    catching every exception while it trains), the release is stopped with it (``ray.cancel(force=True)`` kills
+    its worker, freeing the CPU for the rest of the run) and its other matchups fail at once.
+
     Without ``address`` a new local Ray instance is started (never one found running on this machine); Ray's own
     start-up warnings reach the terminal only when ``verbose``."""
     import ray
@@ -185,30 +191,50 @@ def run_ray(
         gpus = {m.track.device: gpu_request(m.track.device) for m in todo}
         limit = workers or int(ray.available_resources().get("CPU", 1)) or 1
         run_dir = str(store.root)
-        queue = []
-        for group in _by_release(todo).values():
-            release_ref = release_task.options(num_gpus=gpus[group[0].track.device]).remote(group[0], run_dir)
-            queue.extend((m, release_ref) for m in group)
+        queue = [m for group in _by_release(todo).values() for m in group]
+        releases: dict[str, Any] = {}  # release key -> its task, submitted with its first matchup
+        stopped: set[str] = set()  # releases stopped because a matchup timed out waiting for them
+
+        def release(m: Matchup) -> Any:
+            if m.release_key not in releases:
+                task = release_task.options(num_gpus=gpus[m.track.device])
+                releases[m.release_key] = task.remote(m, run_dir)
+            return releases[m.release_key]
+
+        def stopped_row(m: Matchup, seconds: float) -> dict[str, Any]:
+            return failed_row(m, f"timeout: its release did not finish within {timeout(m):g}s", seconds)
+
         running: dict[Any, tuple[Matchup, float]] = {}
         while queue or running:
             while queue and len(running) < limit:
-                m, release_ref = queue.pop(0)
+                m = queue.pop(0)
+                if m.release_key in stopped:
+                    on_row(stopped_row(m, 0.0))
+                    continue
                 task = matchup_task.options(num_gpus=gpus[m.track.device])
-                running[task.remote(m, run_dir, release_ref)] = (m, time.monotonic())
+                running[task.remote(m, run_dir, release(m))] = (m, time.monotonic())
+            if not running:
+                continue
             on_start(len(running))
             ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
             for ref in ready:
                 m, t0 = running.pop(ref)
                 try:
                     row = ray.get(ref)
-                except Exception as exc:  # noqa: BLE001 - a worker died after its retries
-                    row = failed_row(m, f"worker died: {type(exc).__name__}: {exc}", time.monotonic() - t0)
+                except Exception as exc:  # noqa: BLE001 - a worker died after its retries, or its release was stopped
+                    seconds = time.monotonic() - t0
+                    row = (stopped_row(m, seconds) if m.release_key in stopped else
+                           failed_row(m, f"worker died: {type(exc).__name__}: {exc}", seconds))
                 on_row(row)
             now = time.monotonic()
             for ref, (m, t0) in list(running.items()):
                 if now - t0 > timeout(m):
                     ray.cancel(ref, force=True)
                     running.pop(ref)
+                    own = releases[m.release_key]
+                    if m.release_key not in stopped and not ray.wait([own], timeout=0)[0]:
+                        ray.cancel(own, force=True)
+                        stopped.add(m.release_key)
                     on_row(failed_row(m, f"timeout: exceeded {timeout(m):g}s", now - t0))
     finally:
         if started_here:

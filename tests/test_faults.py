@@ -160,7 +160,7 @@ def attacks_scenario(path: Path, attacks: list[str]) -> Path:
 
 
 FAULTY = ["exit0", "hard-exit", "interrupt", "killed", "greedy"]
-DEFENSE_FAULTS = ["exit0", "hard-exit", "interrupt", "killed"]
+DEFENSE_FAULTS = ["exit0", "hard-exit", "interrupt", "killed", "greedy"]
 
 
 def faults_scenario(path: Path, timeout: int = 10) -> Path:
@@ -189,6 +189,7 @@ def check_fault_rows(out: Path, timeout: int) -> dict[tuple[str, str], dict]:
             assert row["status"] == "failed", (key, row["error"])
             assert row["error"], key
     assert rows["syn", "greedy"]["error"] == f"timeout: exceeded {timeout}s"
+    assert rows["syn-defenses", "faulty(fault=greedy)"]["error"] == f"timeout: exceeded {timeout}s"
     assert rows["syn", "killed"]["error"] == "worker died: exit code -9"
     return rows
 
@@ -208,7 +209,7 @@ def test_serial_faults_fail_only_their_own_matchups(plugin_dist, tmp_path: Path,
         assert rows[track, interrupt]["error"].startswith("plugin raised KeyboardInterrupt")
         assert rows[track, killed]["error"] == "worker died: exit code -9"
     printed = capsys.readouterr().out
-    assert "2 ok, 0 skipped, 9 failed" in printed
+    assert "2 ok, 0 skipped, 10 failed" in printed
 
 
 def test_ray_faults_fail_only_their_own_matchups(plugin_dist, tmp_path: Path) -> None:
@@ -222,6 +223,34 @@ def test_ray_faults_fail_only_their_own_matchups(plugin_dist, tmp_path: Path) ->
     finally:
         ray.shutdown()
     check_fault_rows(out, 30)
+
+
+GREEDY_RELEASE = SMALL.replace("timeout: 10", "timeout: 20").replace(
+    "      - {name: nonprivate}", "      - {name: faulty, fault: greedy}\n      - {name: nonprivate}").replace(
+    "      - {name: threshold-mia}", "      - {name: threshold-mia}\n      - {name: threshold-mia, signal: confidence}")
+
+
+def test_ray_stops_a_release_that_outlives_its_matchups_timeout(plugin_dist, tmp_path: Path, capsys) -> None:
+    """A defense catching every BaseException while it trains keeps its release task busy past the timeout. With one
+    worker, that task held the only CPU for the rest of the run, and every later honest matchup timed out: the
+    release is now stopped with its first matchup, and the matchups queued on it fail at once."""
+    import ray
+
+    plugin_dist("arena-faults", "arena_faults_plugin", FAULTS)
+    path = write_scenario(tmp_path / "greedy.yaml", GREEDY_RELEASE)
+    out = tmp_path / "run"
+    try:
+        assert main(["run", str(path), "--out", str(out), "--workers", "1", "--no-report"]) == 1
+    finally:
+        ray.shutdown()
+    rows = {(r["defense_label"], r["attack_label"]): r for r in RunStore(out).results()}
+    greedy = "faulty(fault=greedy)"
+    first, second = sorted(k for k in rows if k[0] == greedy)
+    errors = {rows[first]["error"], rows[second]["error"]}
+    assert errors == {"timeout: exceeded 20s", "timeout: its release did not finish within 20s"}, errors
+    honest = [row for (defense, _), row in rows.items() if defense == "nonprivate"]
+    assert len(honest) == 2 and all(row["status"] == "ok" for row in honest), [row["error"] for row in honest]
+    assert "2 ok, 0 skipped, 2 failed" in capsys.readouterr().out
 
 
 def test_a_claim_above_the_configured_epsilon_fails_its_matchup(plugin_dist, tmp_path: Path, capsys) -> None:
