@@ -165,14 +165,19 @@ def test_both_norm_strategies_on_odd_layers_equal_per_example_gradients(name, fl
     X, y = torch.randn(K, B, *shape, dtype=torch.float64), torch.randint(0, 4, (K, B))
     valid = torch.rand(K, B) > 0.3
     norms = _norms(module, params, X, y)
+
+    def loss(w, x, t):  # noqa: ANN001, ANN202
+        return nn.functional.cross_entropy(functional_call(module, w, (x[None],)), t[None])
+
+    # each model's per-example gradients of every parameter, formed once (they depend on neither clip nor name)
+    per_example = [vmap(grad(loss), in_dims=(None, 0, 0))({m: q[k] for m, q in params.items()}, X[k], y[k])
+                   for k in range(K)]
     for clip in (0.5 * float(norms.min()), float(norms.median()), 2.0 * float(norms.max())):
         ours = ghost.clipped_sum(plan, params, X, y, valid, clip, 4)
         factor = (clip / norms).clamp(max=1.0) * valid
-        for n, p in params.items():
-            def loss(w, x, t, n=n):  # noqa: ANN001, ANN202
-                return nn.functional.cross_entropy(functional_call(module, w, (x[None],)), t[None])
+        for n in params:
             for k in range(K):
-                g = vmap(grad(loss), in_dims=(None, 0, 0))({m: q[k] for m, q in params.items()}, X[k], y[k])[n]
+                g = per_example[k][n]
                 torch.testing.assert_close(ours[n][k], torch.einsum("b,b...->...", factor[k], g), **TOL, msg=n)
 
 
