@@ -70,9 +70,10 @@ resolves μ to ±z·se (about ±0.01 with 65,536 canaries) where a Clopper–Pea
 millions. With Poisson subsampling (q < 1) the movement is a Gaussian mixture, the hypothesis fails and the figure
 is an estimate only.
 
-**Verdict** (``violation``): flagged iff a lower bound at level α exceeds the claim's ε for the relation the
-experiment plays (the Gaussian-fit bound only where its hypothesis holds: the caller decides, see
-``arena.canaries``); under a true claim the flag fires with probability at most α (simulated in the tests).
+**Verdicts** belong to the games (``arena.games.<game>.audit``): flagged iff a lower bound at level α exceeds the
+claim's ε for the relation the experiment plays (the Gaussian-fit bound only where its hypothesis holds, the
+one-threshold Gaussian-DP estimate never); under a true claim the flag fires with probability at most α
+(simulated in the tests).
 """
 
 from __future__ import annotations
@@ -641,27 +642,3 @@ def gaussian_flags(scores, truth, claimed_epsilon: float, delta: float, alpha: f
     exactly (claimed ε, δ)-DP), for R experiments at once (the calibration tests simulate it)."""
     mu, se = gaussian_mu_batch(scores, truth)
     return mu - norm.isf(alpha) * se > gdp_mu(claimed_epsilon, delta)
-
-
-# ------------------------------------------------------------------------------------------------- verdict
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """Flagged iff the lower bound (confidence 1 − alpha) exceeds the ε of the claim for the relation played;
-    under a true claim it is flagged with probability at most alpha."""
-
-    flagged: bool
-    lower_bound: float
-    claimed_epsilon: float  # for the relation the experiment plays
-    alpha: float
-    method: str
-
-
-def violation(bound: HeldOutBound | OneRunBound | GaussianBound, claimed_epsilon: float) -> Verdict:
-    """The verdict on a claim from a lower bound (``heldout_epsilon``, ``one_run_epsilon``, or ``gaussian_bound``
-    where its hypothesis holds, computed at the claim's δ for the relation played). The Gaussian-DP estimate at
-    one threshold is not accepted: it is not a bound."""
-    if not isinstance(bound, HeldOutBound | OneRunBound | GaussianBound):
-        raise TypeError(f"a verdict needs a sound lower bound, not {type(bound).__name__}")
-    return Verdict(bound.epsilon > claimed_epsilon, bound.epsilon, claimed_epsilon, bound.alpha, bound.method)

@@ -360,16 +360,6 @@ def test_gdp_mu_lower_hand_formula_and_estimate() -> None:
 # ------------------------------------------------------------------------------------------------- verdict
 
 
-def test_violation_is_flagged_iff_the_bound_exceeds_the_claim_and_needs_a_sound_bound() -> None:
-    truth = np.array([1] * 100 + [0] * 100)
-    b = A.heldout_epsilon(truth * 5.0, truth, DELTA)  # 2.57
-    assert A.violation(b, 2.0).flagged and not A.violation(b, 3.0).flagged
-    v = A.violation(b, 2.0)
-    assert (v.alpha, v.lower_bound, v.claimed_epsilon) == (ALPHA, b.epsilon, 2.0)
-    with pytest.raises(TypeError, match="sound lower bound"):
-        A.violation(A.gdp_estimate(truth * 5.0, truth, DELTA), 1.0)
-
-
 def test_gaussian_bound_hand_computed_cohens_d_and_its_epsilon() -> None:
     """In [1, 2, 3], out [0, 1, 2]: μ̂ = 1 (means 2 and 1, pooled s = 1), se = √(6/9 + 1/12) = √0.75."""
     s, t = np.array([1.0, 2, 3, 0, 1, 2]), np.array([1, 1, 1, 0, 0, 0], bool)
