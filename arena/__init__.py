@@ -29,6 +29,7 @@ _EXPORTS = {
     "TrainingProcedure": "arena.procedure",
     "derive_seed": "arena.data",
     "minmax_scale": "arena.data",
+    "available_memory": "arena.data",
     "Track": "arena.scenario",
     "train_pool": "arena.pools",
     "plan_pool": "arena.pools",

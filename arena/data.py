@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar, Literal
 
 import numpy as np
@@ -57,6 +59,17 @@ class DatasetLoader:
     def load(self, params: BaseModel) -> Dataset:
         """Return the dataset for validated ``params``; raise ``ValueError`` naming a bad file or field."""
         raise NotImplementedError
+
+
+def available_memory() -> int:
+    """Bytes this machine can still give (MemAvailable on Linux; physical memory elsewhere)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def minmax_scale(X: np.ndarray) -> np.ndarray:

@@ -14,8 +14,10 @@ from arena.params import PluginParams
 class ModelParams(PluginParams):
     """Parameters every model takes; a model plugin's ``Params`` subclasses it."""
 
-    l2: float = Field(default=0.0, ge=0.0, allow_inf_nan=False,
-                      description="L2 penalty (l2/2)·||w||² on every weight tensor (not on biases or norm scales)")
+    l2: float = Field(default=0.0, ge=0.0, le=1e6, allow_inf_nan=False,
+                      description="L2 penalty (l2/2)·||w||² on every weight tensor (not on biases or norm scales), "
+                                  "in [0, 1e6]: beyond that it only drives every weight to zero (1e300 overflows "
+                                  "the training loss)")
 
 
 class Model:

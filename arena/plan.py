@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ import torch
 from pydantic import BaseModel, ValidationError
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from arena.data import Dataset
+from arena.data import Dataset, available_memory
 from arena.defense import Defense
 from arena.games.base import Game
 from arena.plugins import Registries, registries
@@ -132,17 +131,6 @@ def architecture(track: Track, dataset: Dataset) -> Architecture:
 TRAINING_MEMORY_FACTOR = 4
 """Bytes of training memory per byte of a model's tensors: the weights, their gradients, the optimiser's momentum
 and the per-example work (activations, clipped gradients), counted conservatively low."""
-
-
-def available_memory() -> int:
-    """Bytes this machine can still give (MemAvailable on Linux; physical memory elsewhere)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 class _TooLarge(Exception):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import math
-import os
 import pickle
 import stat
 import struct
@@ -15,7 +14,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 from sklearn.datasets import load_breast_cancer, load_digits, make_classification
 
-from arena import Dataset, DatasetLoader, PluginParams, hookimpl, minmax_scale
+from arena import Dataset, DatasetLoader, PluginParams, available_memory, hookimpl, minmax_scale
 
 
 MAX_FILE_BYTES = 1 << 30
@@ -59,17 +58,6 @@ class SyntheticParams(_Params):
     features: PositiveInt = 20
     classes: PositiveInt = Field(default=2, ge=2)
     seed: int = Field(default=0, ge=0, lt=2**32, description="scikit-learn's random_state")
-
-
-def available_memory() -> int:
-    """Bytes this machine can still give (MemAvailable on Linux; physical memory elsewhere)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def check_fits(field: str, n: int, features: int) -> None:

@@ -33,16 +33,7 @@ class DenseNet(nn.Module):
         return h
 
 
-class BuiltinModelParams(ModelParams):
-    """The built-in models' common parameters: ``l2`` bounded above, since a penalty beyond 1e6 only drives every
-    weight to zero (and 1e300 overflows the training loss)."""
-
-    l2: float = Field(default=0.0, ge=0.0, le=1e6, allow_inf_nan=False,
-                      description="L2 penalty (l2/2)·||w||² on every weight tensor (not on biases or norm scales), "
-                                  "in [0, 1e6]")
-
-
-class LogRegParams(BuiltinModelParams):
+class LogRegParams(ModelParams):
     pass
 
 
@@ -59,7 +50,7 @@ class LogReg(Model):
         return Dense("logreg", math.prod(input_shape), n_classes, (), "relu", self.params.l2)
 
 
-class MLPParams(BuiltinModelParams):
+class MLPParams(ModelParams):
     hidden: list[PositiveInt] = Field(min_length=1, description="width of each hidden layer")
     activation: Activation = "relu"
 
@@ -97,7 +88,7 @@ def _image_shape(input_shape: tuple[int, ...], model: str) -> tuple[int, int, in
     return input_shape  # type: ignore[return-value]
 
 
-class CNNParams(BuiltinModelParams):
+class CNNParams(ModelParams):
     channels: list[PositiveInt] = Field(default=[16, 32], min_length=1, description="filters per conv block")
     hidden: int = Field(default=64, ge=0, description="width of the dense layer before the output (0: none)")
     activation: Activation = "relu"
@@ -180,7 +171,7 @@ class WideResNet(nn.Module):
         return self.head(h.mean(dim=(2, 3)))
 
 
-class WRNParams(BuiltinModelParams):
+class WRNParams(ModelParams):
     depth: int = Field(default=16, ge=10, description="6n + 4 layers (16: WRN-16-w, De et al.'s CIFAR-10 model)")
     width: PositiveInt = Field(default=4, description="widening factor w")
     groups: PositiveInt = Field(default=16, description="GroupNorm groups")
