@@ -16,9 +16,16 @@ from tests.conftest import TINY, write_scenario
 SLOW = TINY.replace("seeds: [0, 1]", "seeds: [0, 1, 2, 3, 4, 5]").replace("epochs: 5", "epochs: 40")
 
 
+def _interruptible() -> None:
+    """In the child before exec: Ctrl-C as a terminal delivers it (default disposition, not blocked), whatever an
+    earlier test left in this process (an ignored or blocked SIGINT is inherited across exec)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def arena(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "arena.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_interruptible)
 
 
 def wait_for_rows(store: RunStore, n: int, proc: subprocess.Popen, limit: float = 120.0) -> None:
