@@ -123,7 +123,8 @@ def test_in_process_reconstruction_targets_follow_from_the_seed_or_the_heap(sett
     exposed = ReconstructionGame(setting.recon.spec, setting.recon.dataset, SCENARIO_SEED)
     seed_cheat = cheaters.ReconstructionSeed(cheaters.ReconstructionSeed.Params())
     assert setting.reconstruction(exposed, seed_cheat, sandbox=False)["success_rate"] == 1.0
-    assert setting.reconstruction(setting.recon, seed_cheat, sandbox=False)["success_rate"] == 0.0
+    keyed = setting.reconstruction(setting.recon, seed_cheat, sandbox=False)  # wrong targets: chance (near-duplicates)
+    assert keyed["success_rate"] <= keyed["kappa"] + CHANCE, keyed
     gc_cheat = cheaters.ReconstructionGc(cheaters.ReconstructionGc.Params())
     assert setting.reconstruction(setting.recon, gc_cheat, sandbox=False)["success_rate"] == 1.0
 
