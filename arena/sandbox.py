@@ -8,7 +8,7 @@ that imports torch, NumPy and the arena's own modules (``arena.*``, ``arena_plug
 no plugin's code runs there) and otherwise only receives descriptors: per attack, the attack's pipe, a status
 socket, and the arena's stdout and stderr. It never sees a view, a store or a secret, so neither does what it
 forks; the fork only spares each attack the ~2.5 s of a fresh interpreter importing torch. The arena starts it on
-first use, or just before the arena forks (the serial tournament's matchups then share their parent's); it exits
+first use, or with ``start()`` (the serial tournament, before forking its matchups, which share it); it exits
 when every arena end of its socket is closed, killing what runs. Elsewhere, or with ``ARENA_SANDBOX_EXEC`` set,
 each attack gets a fresh interpreter (``subprocess`` with exec) instead. Either way, the process then takes the
 arena's current environment less the secret, import path, stdout and stderr, Python's, NumPy's and torch's
@@ -356,18 +356,6 @@ def start() -> None:
             if _server is None:
                 with contextlib.suppress(OSError):
                     _server = _Server()
-
-
-def _start_before_fork() -> None:
-    """Before this process forks (a serial matchup's process), start the fork server the child will share, unless
-    another thread is busy starting one."""
-    if _server is None and not _NO_SERVER and _server_lock.acquire(blocking=False):
-        _server_lock.release()
-        start()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_start_before_fork)
 
 
 def _server_main(fd: int) -> None:

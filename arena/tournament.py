@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
+from arena import sandbox
 from arena.execute import base_row, play_matchup, train_release
 from arena.plan import Matchup, Plan
 from arena.procedure import gpu_request
@@ -53,6 +54,7 @@ def run_serial(
     timeout fails its own matchup and the run goes on; a child that died is played again up to ``retries`` times,
     as Ray does. ``on_start(n)`` is told how many matchups are in flight (here always one) before each starts.
     """
+    sandbox.start()  # the matchups' processes, forked from here, share this fork server
     for group in _by_release(todo).values():
         for m in group:
             on_start(1)

@@ -358,7 +358,8 @@ def test_processes_forked_from_the_arena_share_its_fork_server() -> None:
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
     child = context.Process(target=_parent_of_an_attack, args=(queue,))
-    child.start()  # the arena's fork server is started before the fork, if it was not running
+    sandbox.start()  # as the serial tournament does before its first matchup
+    child.start()
     parent = queue.get(timeout=120)
     child.join(30)
     assert child.exitcode == 0
