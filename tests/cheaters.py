@@ -15,6 +15,7 @@ import functools
 import gc
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -179,6 +180,22 @@ def ancestors() -> list[int]:
     return pids
 
 
+def memory_regions(pid: int, perms: str, largest: int) -> Iterator[bytes]:
+    """The bytes of each mapping of process ``pid`` whose permissions start with ``perms`` and that spans at most
+    ``largest`` bytes (unreadable ones skipped)."""
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+        for line in maps:
+            span, flags = line.split()[:2]
+            lo, hi = (int(x, 16) for x in span.split("-"))
+            if not flags.startswith(perms) or hi - lo > largest:
+                continue
+            try:
+                mem.seek(lo)
+                yield mem.read(hi - lo)
+            except OSError:
+                continue
+
+
 def each_ancestor(fn):  # noqa: ANN001, ANN201
     """``fn(pid)`` for each ancestor until one gives something; the last ``PermissionError`` if all refused."""
     refused = None
@@ -221,23 +238,11 @@ class ParentMemory(Cheat):
         import re
 
         def from_memory(pid: int) -> np.ndarray | None:
-            with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
-                for line in maps:
-                    span, perms = line.split()[:2]
-                    if "r" not in perms:
-                        continue
-                    lo, hi = (int(x, 16) for x in span.split("-"))
-                    if hi - lo > 1 << 28:
-                        continue
-                    try:
-                        mem.seek(lo)
-                        chunk = mem.read(hi - lo)
-                    except OSError:
-                        continue
-                    for hit in re.finditer(rb"[0-9a-f]{64}", chunk):
-                        found = membership_from_secret(view, bytes.fromhex(hit.group().decode()))
-                        if found is not None:
-                            return found
+            for chunk in memory_regions(pid, "r", 1 << 28):
+                for hit in re.finditer(rb"[0-9a-f]{64}", chunk):
+                    found = membership_from_secret(view, bytes.fromhex(hit.group().decode()))
+                    if found is not None:
+                        return found
             return None
 
         return guess(view, each_ancestor(from_memory))

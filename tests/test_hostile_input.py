@@ -291,17 +291,22 @@ def test_the_good_mnist_fixture_loads(tmp_path, capsys) -> None:
     assert main(["validate", str(mnist_scenario(tmp_path, data))]) == 0, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory"])
-def test_mnist_files_that_are_not_regular_are_refused_without_hanging(tmp_path, capsys, kind: str) -> None:
-    data = write_mnist(tmp_path / "mnist")
-    target = data / "train-images-idx3-ubyte"
-    target.unlink()
+def _not_regular(target: Path, kind: str) -> None:
+    """Put a FIFO, a link to /dev/zero or a directory where a data file belongs."""
     if kind == "fifo":
         os.mkfifo(target)
     elif kind == "dev-zero":
         target.symlink_to("/dev/zero")
     else:
         target.mkdir()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory"])
+def test_mnist_files_that_are_not_regular_are_refused_without_hanging(tmp_path, capsys, kind: str) -> None:
+    data = write_mnist(tmp_path / "mnist")
+    target = data / "train-images-idx3-ubyte"
+    target.unlink()
+    _not_regular(target, kind)
     err = _run_refused(mnist_scenario(tmp_path, data), tmp_path / "run", capsys, "not a regular file")
     assert str(target) in err
 
@@ -344,12 +349,7 @@ def test_cifar_batches_that_are_not_regular_are_refused_without_hanging(tmp_path
     data = tmp_path / "cifar"
     data.mkdir()
     target = data / "data_batch_1"
-    if kind == "fifo":
-        os.mkfifo(target)
-    elif kind == "dev-zero":
-        target.symlink_to("/dev/zero")
-    else:
-        target.mkdir()
+    _not_regular(target, kind)
     err = _run_refused(cifar_scenario(tmp_path, data), tmp_path / "run", capsys, "not a regular file")
     assert f"tracks[0].dataset.path: {target}" in err
 

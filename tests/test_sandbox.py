@@ -332,20 +332,12 @@ def test_the_fork_server_is_exec_d_without_the_secret_and_holds_none(monkeypatch
     assert not any(e.startswith(SECRET_ENV.encode() + b"=") for e in environ)
     from tests.conftest import TEST_SECRET
 
+    from tests.cheaters import memory_regions
+
     scanned = 0
-    with open(f"/proc/{server}/maps") as maps, open(f"/proc/{server}/mem", "rb", 0) as mem:
-        for line in maps:
-            span, perms = line.split()[:2]
-            lo, hi = (int(x, 16) for x in span.split("-"))
-            if not perms.startswith("rw") or hi - lo > 1 << 30:
-                continue
-            try:
-                mem.seek(lo)
-                chunk = mem.read(hi - lo)
-            except OSError:
-                continue
-            scanned += len(chunk)
-            assert secret.encode() not in chunk and TEST_SECRET.encode() not in chunk, "a run secret in its memory"
+    for chunk in memory_regions(server, "rw", 1 << 30):
+        scanned += len(chunk)
+        assert secret.encode() not in chunk and TEST_SECRET.encode() not in chunk, "a run secret in its memory"
     assert scanned > 1 << 20, "its memory was read"
 
 
