@@ -24,8 +24,9 @@ record with a wrong label; ``ood``: a uniform-noise input with a random label. S
 **Statistics** (``arena.auditing``), per canary kind, over all K·m canaries: canaries in different models are
 independent runs and within a model the one-run analysis holds, so the whole experiment is one run of a mechanism
 that is (ε, δ)-DP in each canary's bit, and the **one-run bound** of Steinke et al. is a proved lower bound for any
-mechanism. For a **full-batch** claim (sample rate 1) the gradient canaries' scores are exactly Gaussian with one
-variance (the movement of the canary's coordinate is T Gaussian steps, shifted by the canary), so the
+mechanism. For a **full-batch** claim (sample rate 1) the gradient canaries' scores are Gaussian with one variance
+(the movement of the canary's coordinate is T Gaussian steps, shifted by the canary: exactly so where no data
+gradient reaches the coordinate, and measured conservative where one does), so the
 **Gaussian-fit bound** (the parametric form of Nasr et al. 2023's white-box audit) is a bound too, and a far more
 powerful one: it uses every score, not counts at one threshold. The verdict's bounds are the one-run bound of each
 kind and, for a full-batch claim, the gradient kind's Gaussian-fit bound, each at α/#bounds (Bonferroni); flagged
