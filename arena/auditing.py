@@ -64,8 +64,9 @@ so the scores' trade-off is not above Φ(Φ⁻¹(1 − ·) − μ_lo), which an 
 ε < ε(μ_lo, δ) cannot produce: ε ≥ ε(μ_lo, δ). The hypothesis holds *exactly* for the white-box Dirac gradient
 canary of **full-batch** DP-SGD (sample rate 1): its coordinate's final movement is the sum of T steps of
 ±lr·C·bit plus N(0, (lr·σC)²) noise, Gaussian with μ = √T/σ for plain SGD and smaller for any linear optimiser
-(momentum, weight decay, averaging: μ = Σw/(σ√Σw²) ≤ √T/σ by Cauchy–Schwarz). Data gradients on the canary's
-coordinate only add variance (a lower μ̂). It uses every score, not the two counts at one threshold, so it
+(momentum, weight decay, averaging: μ = Σw/(σ√Σw²) ≤ √T/σ by Cauchy–Schwarz). Data gradients that reach the
+canary's coordinate add a drift that weakly couples the canaries; it lowered μ̂ in every case measured (the README
+gives the figures), which is conservative, but that part is measured, not proved. It uses every score, not the two counts at one threshold, so it
 resolves μ to ±z·se (about ±0.01 with 65,536 canaries) where a Clopper–Pearson count at a tail threshold would need
 millions. With Poisson subsampling (q < 1) the movement is a Gaussian mixture, the hypothesis fails and the figure
 is an estimate only.
