@@ -29,7 +29,7 @@ from arena.store import SECRET_ENV, RunStore, challenger_seed
 from arena_plugins.defenses import NonPrivate
 from arena_plugins.membership import LiRA
 from tests import cheaters
-from tests.conftest import architecture
+from tests.conftest import TEST_SECRET, architecture
 
 SCENARIO_SEED = 3
 CHANCE = 0.1
@@ -74,10 +74,12 @@ class Setting:
 @pytest.fixture(scope="module")
 def setting() -> Iterator[Setting]:
     with pytest.MonkeyPatch.context() as mp:
-        mp.delenv(SECRET_ENV, raising=False)
         base = Path(tempfile.mkdtemp(prefix="arena-cheating-"))
         base.chmod(0o755)  # anyone may traverse it: the run directory's own mode must keep the attack out
-        yield Setting(base)
+        mp.setenv(SECRET_ENV, TEST_SECRET)  # one secret, so the honest LiRA's AUC is the same on every machine
+        made = Setting(base)
+        mp.delenv(SECRET_ENV)  # then only the run directory holds it, as in a real run
+        yield made
         shutil.rmtree(base, ignore_errors=True)
 
 
