@@ -28,7 +28,8 @@ import functools
 import math
 
 import numpy as np
-from scipy.stats import norm
+
+from arena.tradeoff import gaussian_tradeoff, gdp_mu
 
 _EPS_GRID = np.linspace(-2.0, 60.0, 6201)
 _DISCRETISATION = 1e-3
@@ -57,17 +58,18 @@ def full_batch_mu(steps: int, noise_multiplier: float) -> float:
     """μ of full-batch DP-SGD: T Gaussian steps of sensitivity 1 (the clip norm) and noise σ compose to √T/σ-GDP."""
     if steps < 0 or not noise_multiplier > 0:
         raise ValueError("need steps >= 0 and noise_multiplier > 0")
-    return math.sqrt(steps) / noise_multiplier
+    return gdp_mu(noise_multiplier, steps)
 
 
 def gdp_bound(mu: float, kappa: float) -> float:
-    """Φ(Φ⁻¹(κ) + μ): Hayes, Mahloujifar & Balle's bound on reconstruction success for a μ-GDP mechanism."""
+    """Φ(Φ⁻¹(κ) + μ) = 1 − G_μ(κ): Hayes, Mahloujifar & Balle's bound on reconstruction success for a μ-GDP
+    mechanism."""
     _check_kappa(kappa)
     if mu < 0:
         raise ValueError("μ must be non-negative")
     if kappa in (0.0, 1.0):
         return kappa
-    return float(norm.cdf(norm.ppf(kappa) + mu))
+    return float(1.0 - gaussian_tradeoff(kappa, mu))
 
 
 @functools.lru_cache(maxsize=64)
