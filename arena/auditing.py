@@ -638,6 +638,13 @@ def gaussian_bound(scores, truth, delta: float, alpha: float = ALPHA) -> Gaussia
     return GaussianBound(eps, float(mu[0]), lo, float(se[0]), alpha, delta, int(t.sum()), int((~t).sum()))
 
 
+def gaussian_kind(sample_rate: float | None, kinds: Sequence[str]) -> str | None:
+    """The kind whose Gaussian-fit bound joins the verdict: the white-box gradient canaries of a full-batch claim
+    (``sample_rate`` 1), whose scores are then Gaussian (``arena.auditing``); None otherwise."""
+    full_batch = sample_rate is not None and float(sample_rate) >= 1.0
+    return "gradient" if full_batch and "gradient" in kinds else None
+
+
 def gaussian_flags(scores, truth, claimed_epsilon: float, delta: float, alpha: float = ALPHA) -> np.ndarray:
     """[R] booleans: the Gaussian-fit bound at level α exceeds ``claimed_epsilon`` (μ_lo above the μ whose GDP is
     exactly (claimed ε, δ)-DP), for R experiments at once (the calibration tests simulate it)."""

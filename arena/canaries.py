@@ -52,7 +52,7 @@ import torch.nn.functional as F
 
 from arena.auditing import (
     ALPHA, GaussianBound, GdpEstimate, HeldOutBound, OneRunBound, epsilon_for, gaussian_bound, gaussian_flags,
-    gdp_estimate, heldout_epsilon, one_run_epsilon, one_run_epsilon_batch,
+    gaussian_kind, gdp_estimate, heldout_epsilon, one_run_epsilon, one_run_epsilon_batch,
 )
 from arena.defense import Claim, Defense, Fit, FitTask
 from arena.engine.architecture import Architecture, State
@@ -195,13 +195,6 @@ def flag_batch(kinds: Sequence[tuple[np.ndarray, np.ndarray]], claimed_epsilon: 
     if gaussian is not None:
         flags |= gaussian_flags(*kinds[gaussian], claimed_epsilon, delta, a)
     return flags
-
-
-def gaussian_kind(claim: Claim, kinds: Sequence[str]) -> str | None:
-    """The kind whose Gaussian-fit bound joins the verdict: the white-box gradient canaries of a full-batch claim
-    (sample rate 1), whose scores are then exactly Gaussian (``arena.auditing``); None otherwise."""
-    full_batch = claim.sample_rate is not None and claim.sample_rate >= 1.0
-    return "gradient" if full_batch and "gradient" in kinds else None
 
 
 def _flat(arch: Architecture, state: State) -> torch.Tensor:
@@ -387,7 +380,7 @@ def analyse(claim: Claim, scores: dict[str, np.ndarray], truths: dict[str, np.nd
     α/#bounds (Bonferroni), held-out Clopper–Pearson and Gaussian-DP threshold estimates at α."""
     if not scores or sorted(scores) != sorted(truths):
         raise ValueError(f"need scores and truths of the same canary kinds, got {sorted(scores)} and {sorted(truths)}")
-    gaussian = gaussian_kind(claim, list(scores))
+    gaussian = gaussian_kind(claim.sample_rate, list(scores))
     alpha_bound = alpha / (len(scores) + (gaussian is not None))
     kinds = []
     for name in scores:

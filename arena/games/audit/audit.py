@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from arena.audit import ArrayLoader, AuditedMatchup, GameAudit, claimed, identity, split_seed
-from arena.auditing import ALPHA, GaussianBound, OneRunBound, gaussian_bound, one_run_epsilon
+from arena.auditing import ALPHA, GaussianBound, OneRunBound, gaussian_bound, gaussian_kind, one_run_epsilon
 
 KINDS = ("gradient", "input")
 
@@ -63,13 +63,12 @@ def audit_row(row: Mapping[str, Any], saved: Mapping[str, Any]) -> CanaryAuditRe
     metrics = row.get("metrics") or {}
     alpha = float(metrics.get("alpha") or ALPHA)
     kinds = [k for k in KINDS if f"{k}_scores" in saved and f"{k}_truth" in saved]
-    rate = (row.get("claim") or {}).get("sample_rate")
-    full_batch = "gradient" in kinds and rate is not None and float(rate) >= 1.0
-    a = alpha / (len(kinds) + full_batch)
+    fitted = gaussian_kind((row.get("claim") or {}).get("sample_rate"), kinds)
+    a = alpha / (len(kinds) + (fitted is not None))
     scores = {k: np.asarray(saved[f"{k}_scores"], np.float64).reshape(-1) for k in kinds}
     truths = {k: np.asarray(saved[f"{k}_truth"]).astype(bool).reshape(-1) for k in kinds}
     bounds = tuple((k, one_run_epsilon(scores[k], truths[k], a, delta, seed=split_seed(row["key"]))) for k in kinds)
-    gaussian = gaussian_bound(scores["gradient"], truths["gradient"], delta, a) if full_batch else None
+    gaussian = None if fitted is None else gaussian_bound(scores[fitted], truths[fitted], delta, a)
     estimates = {f"{k}_{e}": metrics.get(f"{k}_{e}") for k in kinds
                  for e in ("eps_one_run", "eps_heldout", "eps_gdp", "eps_gdp_fit", "max_certifiable", "canaries")}
     return CanaryAuditRecord(
