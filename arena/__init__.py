@@ -1,64 +1,128 @@
 """privacy-arena: a tournament harness for machine-learning privacy.
 
-The public facade: plugins import what they need from here (``from arena import Model, Defense, hookimpl``);
-every other module is private. Names load lazily, so ``import arena`` stays cheap for the command line.
+The public facade. Plugins import what they need from here (``from arena import Model, Defense, hookimpl``); every
+other module is private, and a test holds the built-in plugins to that. Names load lazily on first use, so
+``import arena`` stays cheap for the command line; the ``TYPE_CHECKING`` block tells editors and type checkers
+what each name is.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from arena._version import __version__
 
-_EXPORTS = {
-    "hookimpl": "arena.hookspecs",
-    "PluginParams": "arena.params",
-    "Game": "arena.games.base",
-    "Outcome": "arena.games.base",
-    "GameSpec": "arena.scenario",
-    "View": "arena.games.view",
-    "MembershipView": "arena.games.membership",
-    "ReconstructionView": "arena.games.reconstruction",
-    "AuditView": "arena.games.audit",
-    "CanaryGuess": "arena.games.audit",
-    "gradient_canary_scores": "arena.canaries",
-    "input_canary_scores": "arena.canaries",
-    "Release": "arena.release",
-    "LabelOnly": "arena.release",
-    "TrainingProcedure": "arena.procedure",
-    "derive_seed": "arena.data",
-    "minmax_scale": "arena.data",
-    "available_memory": "arena.data",
-    "Track": "arena.scenario",
-    "train_pool": "arena.pools",
-    "plan_pool": "arena.pools",
-    "ShadowPool": "arena.pools",
-    "PoolData": "arena.pools",
-    "Model": "arena.model",
-    "ModelParams": "arena.model",
-    "Defense": "arena.defense",
-    "FitTask": "arena.defense",
-    "Fit": "arena.defense",
-    "Claim": "arena.defense",
-    "Attack": "arena.attack",
-    "MembershipGuess": "arena.attack",
-    "ReconstructionGuess": "arena.attack",
-    "DatasetLoader": "arena.data",
-    "Dataset": "arena.data",
-    "NoParams": "arena.data",
-    "Metric": "arena.metrics",
-    "Models": "arena.release",
-    "BlackBox": "arena.release",
-    "ThreatModelError": "arena.games.view",
-    "Dense": "arena.engine.dense",
-    "Recipe": "arena.engine.trainer",
-    "DPNoise": "arena.engine.trainer",
-    "train": "arena.engine.trainer",
-    "steps_and_rate": "arena.engine.trainer",
-    "run": "arena.api",
-    "load": "arena.api",
-    "Results": "arena.api",
+if TYPE_CHECKING:
+    # Plugin contracts: what a plugin subclasses or returns
+    # The Python API
+    from arena.api import Results, load, run
+    from arena.contracts.attack import Attack, Capability
+    from arena.contracts.dataset import Dataset, DatasetLoader, available_memory, minmax_scale
+    from arena.contracts.defense import Claim, Defense, Fit, FitTask
+    from arena.contracts.game import Game, Outcome
+    from arena.contracts.metric import Metric
+    from arena.contracts.model import Model, ModelParams
+    from arena.contracts.params import NoParams, PluginParams
+    from arena.contracts.release import BlackBox, LabelOnly, Models, Release
+    from arena.contracts.spec import GameSpec, Track
+    from arena.contracts.view import Grant, ThreatModelError, View
+    from arena.engine.batching import steps_and_rate
+    from arena.engine.dense import Dense, Layers, to_state
+    from arena.engine.laplace import l1_from_l2, laplace, laplace_scale
+    from arena.engine.newton import design, fit_logreg
+    from arena.engine.newton import gradient as logreg_gradient
+    from arena.engine.output_perturbation import clip_rows, fit_penalised, l2_sensitivity
+    from arena.engine.recipe import DPNoise, Recipe
+    from arena.engine.rng import Purpose as RandomPurpose
+    from arena.engine.rng import stream as random_stream
+    from arena.engine.seeds import derive_seed
+
+    # Helpers plugins need: training, privacy accounting, data, shadow pools, canaries
+    from arena.engine.trainer import train
+    from arena.games.audit import AuditView, CanaryGuess
+    from arena.games.audit.canaries import gradient_canary_scores, input_canary_scores
+
+    # The built-in games' views and guesses
+    from arena.games.membership import MembershipGuess, MembershipView
+    from arena.games.membership.pools import PoolData, ShadowPool, plan_pool, train_pool
+    from arena.games.reconstruction import ReconstructionGuess, ReconstructionView
+    from arena.hookspecs import hookimpl
+    from arena.privacy.accounting import Accountant, accountant_label, calibrate_noise
+    from arena.privacy.accounting import epsilon as dpsgd_epsilon
+    from arena.run.procedure import TrainingProcedure
+
+_EXPORTS: dict[str, tuple[str, str]] = {
+    # Plugin contracts: what a plugin subclasses or returns
+    "hookimpl": ("arena.hookspecs", "hookimpl"),
+    "PluginParams": ("arena.contracts.params", "PluginParams"),
+    "NoParams": ("arena.contracts.params", "NoParams"),
+    "Dataset": ("arena.contracts.dataset", "Dataset"),
+    "DatasetLoader": ("arena.contracts.dataset", "DatasetLoader"),
+    "Model": ("arena.contracts.model", "Model"),
+    "ModelParams": ("arena.contracts.model", "ModelParams"),
+    "Defense": ("arena.contracts.defense", "Defense"),
+    "FitTask": ("arena.contracts.defense", "FitTask"),
+    "Fit": ("arena.contracts.defense", "Fit"),
+    "Claim": ("arena.contracts.defense", "Claim"),
+    "Attack": ("arena.contracts.attack", "Attack"),
+    "Capability": ("arena.contracts.attack", "Capability"),
+    "Game": ("arena.contracts.game", "Game"),
+    "Outcome": ("arena.contracts.game", "Outcome"),
+    "GameSpec": ("arena.contracts.spec", "GameSpec"),
+    "Track": ("arena.contracts.spec", "Track"),
+    "View": ("arena.contracts.view", "View"),
+    "Grant": ("arena.contracts.view", "Grant"),
+    "ThreatModelError": ("arena.contracts.view", "ThreatModelError"),
+    "Release": ("arena.contracts.release", "Release"),
+    "Models": ("arena.contracts.release", "Models"),
+    "BlackBox": ("arena.contracts.release", "BlackBox"),
+    "LabelOnly": ("arena.contracts.release", "LabelOnly"),
+    "Metric": ("arena.contracts.metric", "Metric"),
+    "TrainingProcedure": ("arena.run.procedure", "TrainingProcedure"),
+    # The built-in games' views and guesses
+    "MembershipView": ("arena.games.membership", "MembershipView"),
+    "MembershipGuess": ("arena.games.membership", "MembershipGuess"),
+    "ReconstructionView": ("arena.games.reconstruction", "ReconstructionView"),
+    "ReconstructionGuess": ("arena.games.reconstruction", "ReconstructionGuess"),
+    "AuditView": ("arena.games.audit", "AuditView"),
+    "CanaryGuess": ("arena.games.audit", "CanaryGuess"),
+    # The Python API
+    "run": ("arena.api", "run"),
+    "load": ("arena.api", "load"),
+    "Results": ("arena.api", "Results"),
+    # Helpers plugins need: training, privacy accounting, data, shadow pools, canaries
+    "train": ("arena.engine.trainer", "train"),
+    "Recipe": ("arena.engine.recipe", "Recipe"),
+    "DPNoise": ("arena.engine.recipe", "DPNoise"),
+    "steps_and_rate": ("arena.engine.batching", "steps_and_rate"),
+    "Dense": ("arena.engine.dense", "Dense"),
+    "Layers": ("arena.engine.dense", "Layers"),
+    "to_state": ("arena.engine.dense", "to_state"),
+    "fit_logreg": ("arena.engine.newton", "fit_logreg"),
+    "design": ("arena.engine.newton", "design"),
+    "logreg_gradient": ("arena.engine.newton", "gradient"),
+    "clip_rows": ("arena.engine.output_perturbation", "clip_rows"),
+    "fit_penalised": ("arena.engine.output_perturbation", "fit_penalised"),
+    "l2_sensitivity": ("arena.engine.output_perturbation", "l2_sensitivity"),
+    "laplace": ("arena.engine.laplace", "laplace"),
+    "laplace_scale": ("arena.engine.laplace", "laplace_scale"),
+    "l1_from_l2": ("arena.engine.laplace", "l1_from_l2"),
+    "random_stream": ("arena.engine.rng", "stream"),
+    "RandomPurpose": ("arena.engine.rng", "Purpose"),
+    "Accountant": ("arena.privacy.accounting", "Accountant"),
+    "calibrate_noise": ("arena.privacy.accounting", "calibrate_noise"),
+    "dpsgd_epsilon": ("arena.privacy.accounting", "epsilon"),
+    "accountant_label": ("arena.privacy.accounting", "accountant_label"),
+    "derive_seed": ("arena.engine.seeds", "derive_seed"),
+    "minmax_scale": ("arena.contracts.dataset", "minmax_scale"),
+    "available_memory": ("arena.contracts.dataset", "available_memory"),
+    "train_pool": ("arena.games.membership.pools", "train_pool"),
+    "plan_pool": ("arena.games.membership.pools", "plan_pool"),
+    "ShadowPool": ("arena.games.membership.pools", "ShadowPool"),
+    "PoolData": ("arena.games.membership.pools", "PoolData"),
+    "gradient_canary_scores": ("arena.games.audit.canaries", "gradient_canary_scores"),
+    "input_canary_scores": ("arena.games.audit.canaries", "input_canary_scores"),
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -66,7 +130,12 @@ __all__ = ["__version__", *_EXPORTS]
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        module, attr = _EXPORTS[name]
+        value = getattr(importlib.import_module(module), attr)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'arena' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

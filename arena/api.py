@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 import pandas as pd
 
-from arena.scenario import ScenarioError
+from arena.run.scenario import ScenarioError
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_VIOLATION = 0, 1, 2, 3
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
@@ -45,7 +45,7 @@ class Results:
 
     def __init__(self, run_dir: Path | str, keys: frozenset[str] | None = None, warnings: Sequence[str] = (),
                  written: int = 0) -> None:
-        from arena.store import RunStore
+        from arena.run.store import RunStore
 
         self.run_dir = Path(run_dir)
         self.store = RunStore(self.run_dir)
@@ -63,14 +63,14 @@ class Results:
     @cached_property
     def rows(self) -> list[dict[str, Any]]:
         """The latest result row of each matchup (a re-run replaces an earlier failure)."""
-        from arena.leaderboard import latest_rows
+        from arena.results.leaderboard import latest_rows
 
         rows = latest_rows(self.store.results())
         return rows if self.keys is None else [r for r in rows if r["key"] in self.keys]
 
     @cached_property
-    def audit(self):  # noqa: ANN201 - arena.audit.Audit, imported lazily
-        from arena.audit import audit_store
+    def audit(self):  # noqa: ANN201 - arena.results.audit.Audit, imported lazily
+        from arena.results.audit import audit_store
 
         return audit_store(self.store, self.rows)
 
@@ -109,7 +109,7 @@ class Results:
         """The leaderboard's boards: every track (or ``track``), ranked by ``metric`` or the scenarios' ``rank_by``
         (tracks without ``metric`` are left out). Unknown names raise ``UnknownNameError`` listing the known."""
         from arena import leaderboard
-        from arena.audit import saved_arrays, violation_findings
+        from arena.results.audit import saved_arrays, violation_findings
 
         tracks = list(dict.fromkeys(r["track"] for r in self.rows))
         if track is not None and track not in tracks:
@@ -128,13 +128,13 @@ class Results:
     def leaderboard(self, metric: str | None = None, track: str | None = None) -> pd.DataFrame:
         """One row per track × defense × attack: the ranking metric, then every metric's mean with its 95% interval
         (``_low``, ``_high``; 'n/r' where the non-members cannot resolve an FPR), utility and claimed ε."""
-        from arena.leaderboard import long_rows
+        from arena.results.leaderboard import long_rows
 
         return pd.DataFrame(long_rows(self.boards(metric, track)))
 
     def report(self) -> Path:
         """Write ``RUN_DIR/report/index.html`` (and its figures) and return its path."""
-        from arena.report.html import write_report
+        from arena.results.report.html import write_report
 
         return write_report(self.run_dir)
 
@@ -187,13 +187,13 @@ def run(
     into ``out/scenarios/`` as YAML) into the run directory ``out`` (created; re-running resumes) and return its
     ``Results``. Writes the report unless ``report=False``.
 
-    Raises ``ScenarioError`` (all problems of invalid input, before any work), ``arena.store.RunDirError`` (a
+    Raises ``ScenarioError`` (all problems of invalid input, before any work), ``arena.run.store.RunDirError`` (a
     directory the arena did not write, or one another run holds), ``OSError`` (an unwritable directory) and
     ``KeyboardInterrupt`` (finished matchups are kept; run again to resume).
     """
     from arena import tournament
-    from arena.plan import plan
-    from arena.store import RunStore
+    from arena.run.plan import plan
+    from arena.run.store import RunStore
 
     if workers is not None and workers < 1:
         raise ScenarioError(["workers: must be at least 1"])

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from arena import __version__
+from arena._version import __version__
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_VIOLATION, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 RUN_EXIT_STATUS = (
@@ -55,10 +55,9 @@ def _problems(problems: list[str]) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from arena.plan import plan
-    from arena.scenario import ScenarioError
-
     from arena.api import rank_by_problems
+    from arena.run.plan import plan
+    from arena.run.scenario import ScenarioError
 
     try:
         p = plan(args.scenarios)
@@ -74,8 +73,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """``arena run``: ``arena.api.run`` plus what a terminal shows (warnings, the leaderboard, a summary)."""
     from arena import api, leaderboard
-    from arena.scenario import ScenarioError
-    from arena.store import RunDirError
+    from arena.run.scenario import ScenarioError
+    from arena.run.store import RunDirError
 
     if args.workers is not None and args.workers < 1:
         return _problems(["--workers: must be at least 1"])
@@ -129,7 +128,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from arena.report.html import write_report
+    from arena.results.report.html import write_report
 
     try:
         path = write_report(args.run_dir)

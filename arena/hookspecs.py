@@ -40,7 +40,7 @@ def register_games(register: Register) -> None:
 def register_datasets(register: Register) -> None:
     """Register dataset loaders.
 
-    ``register(loader)`` takes an instance of ``arena.data.DatasetLoader`` whose ``name``
+    ``register(loader)`` takes an instance of ``arena.contracts.dataset.DatasetLoader`` whose ``name``
     is what scenario files write under ``dataset: {name: ...}``.
 
     Example::
@@ -71,7 +71,7 @@ def register_models(register: Register) -> None:
 def register_defenses(register: Register) -> None:
     """Register defenses (training procedures that produce a ``Release``).
 
-    ``register(defense_cls)`` takes a subclass of ``arena.defense.Defense``.
+    ``register(defense_cls)`` takes a subclass of ``arena.contracts.defense.Defense``.
 
     Example::
 
@@ -85,7 +85,7 @@ def register_defenses(register: Register) -> None:
 def register_attacks(register: Register) -> None:
     """Register attacks (turn a game's ``View`` into a guess).
 
-    ``register(attack_cls)`` takes a subclass of ``arena.attack.Attack``.
+    ``register(attack_cls)`` takes a subclass of ``arena.contracts.attack.Attack``.
 
     Example::
 
@@ -99,7 +99,7 @@ def register_attacks(register: Register) -> None:
 def register_metrics(register: Register) -> None:
     """Register extra metric declarations shown on the leaderboard.
 
-    ``register(metric)`` takes an ``arena.metrics.Metric`` (name, game, whether higher is better).
+    ``register(metric)`` takes an ``arena.contracts.metric.Metric`` (name, game, whether higher is better).
 
     Example::
 

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 import pluggy
 
 from arena import hookspecs
-from arena.attack import Attack
-from arena.data import DatasetLoader
-from arena.defense import Defense
-from arena.games.base import Game
-from arena.metrics import Metric
-from arena.model import Model
+from arena.contracts.attack import Attack
+from arena.contracts.dataset import DatasetLoader
+from arena.contracts.defense import Defense
+from arena.contracts.game import Game
+from arena.contracts.metric import Metric
+from arena.contracts.model import Model
 from arena.registry import Registry
 
 ENTRY_POINT_GROUP = "arena"

@@ -15,11 +15,12 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 
 from arena.engine import rng
-from arena.engine.ensemble import init_state
-from arena.engine.newton import fit_logreg, gradient
 from arena.engine.dense import Layers as Params
 from arena.engine.dense import softmax, to_layers
-from arena.engine.trainer import Recipe, train
+from arena.engine.ensemble import init_state
+from arena.engine.newton import fit_logreg, gradient
+from arena.engine.recipe import Recipe
+from arena.engine.trainer import train
 from benchmarks.data import architecture, fixed_plus_one, init_layers, random_subsets
 from benchmarks.timing import CPU, Section, Table, compare, ratio
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
 
 from arena.engine import rng
-from arena.engine.trainer import DPNoise, Recipe, choose_engine, steps_and_rate, train
+from arena.engine.batching import steps_and_rate
+from arena.engine.recipe import DPNoise, Recipe
+from arena.engine.trainer import choose_engine, train
 from benchmarks.data import architecture, random_subsets
 from benchmarks.timing import CPU, Section, Table, compare, ratio
 

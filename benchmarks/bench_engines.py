@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from benchmarks.bench_dpsgd import MLP, NOISE, QUICK, FULL, recipe
 from arena.engine.trainer import train
+from benchmarks.bench_dpsgd import FULL, MLP, NOISE, QUICK, recipe
 from benchmarks.data import random_subsets
 from benchmarks.timing import CPU, Section, Table, compare, ratio
 

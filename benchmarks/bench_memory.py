@@ -31,7 +31,8 @@ def train_pool(k: int, epochs: int) -> dict[str, float]:
     batch) for k models in ONE call of the engine; report peak RSS before and after, and the seconds taken."""
     import torch
 
-    from arena.engine.trainer import Recipe, train
+    from arena.engine.recipe import Recipe
+    from arena.engine.trainer import train
     from benchmarks.bench_batched import MLP
     from benchmarks.data import fixed_plus_one
 

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
-from arena.engine.trainer import Recipe, train
+from arena.engine.recipe import Recipe
+from arena.engine.trainer import train
 from benchmarks.bench_dpsgd import MLP, NOISE
 from benchmarks.data import random_subsets
 from benchmarks.timing import CPU, Section, Table, compare, ratio

@@ -12,8 +12,8 @@ from art.attacks.inference.reconstruction import DatabaseReconstruction
 from art.estimators.classification.scikitlearn import ScikitlearnLogisticRegression
 from sklearn.linear_model import LogisticRegression
 
-from arena.engine.newton import fit_logreg
 from arena.engine.dense import Layers as Params
+from arena.engine.newton import fit_logreg
 from arena_plugins.reconstruction import glm_closed_form
 from benchmarks.data import fixed_plus_one
 from benchmarks.timing import Check, Section, Table, compare, ratio

@@ -7,10 +7,12 @@ from functools import cache
 import numpy as np
 import torch
 
-from arena.data import Dataset, NoParams, derive_seed
+from arena.contracts.dataset import Dataset
+from arena.contracts.params import NoParams
 from arena.engine.architecture import Architecture
 from arena.engine.dense import Layers, to_layers
 from arena.engine.ensemble import init_state
+from arena.engine.seeds import derive_seed
 from arena_plugins.datasets import BreastCancer, Digits
 from arena_plugins.models import CNN, MLP, LogReg
 

@@ -16,7 +16,6 @@ from sklearn.datasets import load_breast_cancer, load_digits, make_classificatio
 
 from arena import Dataset, DatasetLoader, PluginParams, available_memory, hookimpl, minmax_scale
 
-
 MAX_FILE_BYTES = 1 << 30
 """Largest data file read or decompressed (MNIST's largest file is 47 MB, a CIFAR-10 batch 31 MB)."""
 SYNTHETIC_BYTES_PER_VALUE = 3 * 8

@@ -11,11 +11,11 @@ from pydantic import BaseModel, Field, PositiveFloat
 
 from arena import Claim, Defense, DPNoise, Fit, FitTask, PluginParams, hookimpl, steps_and_rate, train
 from arena.engine import rng
-from arena.engine.accounting import accountant_label, calibrate_noise
-from arena.engine.laplace import l1_from_l2, laplace, laplace_scale
 from arena.engine.dense import to_state
+from arena.engine.laplace import l1_from_l2, laplace, laplace_scale
 from arena.engine.newton import design, fit_logreg
 from arena.engine.output_perturbation import clip_rows, fit_penalised, l2_sensitivity
+from arena.privacy.accounting import accountant_label, calibrate_noise
 
 
 class NonPrivate(Defense):

@@ -1,7 +1,7 @@
 """Built-in membership attacks: the loss / confidence threshold attack (Yeom et al.), the shadow-model attack
 (Shokri et al. 2017) and the likelihood-ratio attack LiRA (Carlini et al. 2022).
 
-The two shadow attacks share one pool of shadow models per game (``arena_plugins.shadows``).
+The two shadow attacks share one pool of shadow models per game (``arena.train_pool``).
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ import torch
 from pydantic import Field, PositiveFloat, PositiveInt
 
 from arena import Attack, Models, PluginParams, ReconstructionGuess, ReconstructionView, Track, derive_seed, hookimpl
+from arena.engine.dense import Layers
 from arena.engine.newton import gradient
 from arena.engine.output_perturbation import clip_rows
-from arena.engine.dense import Layers
 
 
 def glm_closed_form(

@@ -1,5 +1,5 @@
 """RMIA, the relative membership inference attack of Zarifzadeh, Liu, Cheng & Shokri, "Low-Cost High-Power
-Membership Inference Attacks" (ICML 2024), on the shared shadow pool (``arena_plugins.shadows``).
+Membership Inference Attacks" (ICML 2024), on the shared shadow pool (``arena.train_pool``).
 
 The signal is Pr(x|θ), the target's probability of x's true label (softmax of the logits at a temperature T,
 the paper's signal for classifiers). RMIA tests x against many population records z at once:

@@ -3,9 +3,11 @@ correct algorithm's ε (its accountant's, for the configured target), but trains
 
 from __future__ import annotations
 
-from arena.defense import Claim, Fit, FitTask
-from arena.engine.accounting import accountant_label, calibrate_noise
-from arena.engine.trainer import DPNoise, steps_and_rate, train
+from arena.contracts.defense import Claim, Fit, FitTask
+from arena.engine.batching import steps_and_rate
+from arena.engine.recipe import DPNoise
+from arena.engine.trainer import train
+from arena.privacy.accounting import accountant_label, calibrate_noise
 from arena_plugins.defenses import DPSGD
 
 

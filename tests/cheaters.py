@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from arena import Attack, MembershipGuess, ReconstructionGuess, derive_seed, hookimpl
-from arena.data import permutation
+from arena.engine.seeds import permutation
 
 RUN_DIR_HINT = "CHEAT_RUN_DIR"
 """An environment variable the tests set to the run directory: the path an attacker could learn (argv, docs)."""
@@ -54,7 +54,7 @@ def membership_from_seed(view, seed: int) -> np.ndarray | None:  # noqa: ANN001
 
 def membership_from_secret(view, secret: bytes) -> np.ndarray | None:  # noqa: ANN001
     """With the run's secret, the scenario seed is a small number: try them."""
-    from arena.store import challenger_seed
+    from arena.run.store import challenger_seed
 
     for s in SCENARIO_SEEDS:
         seed = challenger_seed(secret, s)

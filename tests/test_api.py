@@ -12,7 +12,7 @@ import yaml
 
 import arena
 from arena.api import Results, UnknownNameError
-from arena.scenario import ScenarioError
+from arena.run.scenario import ScenarioError
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 TINY = {

@@ -8,7 +8,8 @@ from arena.plugins import PluginLoadError, build_registries, registries
 from arena.registry import RegistryError, UnknownNameError
 
 THIRD_PARTY = """
-from arena.attack import Attack, MembershipGuess
+from arena.contracts.attack import Attack
+from arena.games.membership.guess import MembershipGuess
 from arena.hookspecs import hookimpl
 
 
@@ -123,9 +124,9 @@ def test_unknown_name_suggests_close_matches() -> None:
 DATASET_AND_METRIC = """
 import numpy as np
 
-from arena.data import Dataset, DatasetLoader
+from arena.contracts.dataset import Dataset, DatasetLoader
 from arena.hookspecs import hookimpl
-from arena.metrics import Metric
+from arena.contracts.metric import Metric
 
 
 class Stripes(DatasetLoader):
@@ -148,7 +149,7 @@ def register_metrics(register):
 
 
 def test_third_party_dataset_and_metric_are_usable(plugin_dist, tmp_path) -> None:
-    from arena.plan import plan
+    from arena.run.plan import plan
     from tests.conftest import TINY, write_scenario
 
     plugin_dist("arena-stripes", "arena_stripes_plugin", DATASET_AND_METRIC)

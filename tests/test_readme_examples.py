@@ -9,9 +9,9 @@ from pathlib import Path
 import torch
 
 from arena.cli import main
-from arena.defense import FitTask
+from arena.contracts.defense import FitTask
 from arena.engine.architecture import Architecture
-from arena.engine.trainer import Recipe
+from arena.engine.recipe import Recipe
 from tests.conftest import write_scenario
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()

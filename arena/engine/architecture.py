@@ -15,7 +15,7 @@ from arena.engine import ghost
 from arena.engine.dense import Dense
 
 if TYPE_CHECKING:
-    from arena.model import Model
+    from arena.contracts.model import Model
 
 State = dict[str, torch.Tensor]
 """K models' parameters and buffers by module name, each tensor with a leading model axis [K, ...]."""

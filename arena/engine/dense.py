@@ -12,7 +12,6 @@ from typing import Literal
 
 import torch
 
-
 Layers = list[torch.Tensor]
 """Stacked dense layers [W1, b1, W2, b2, ...], each with a leading model axis."""
 

@@ -8,23 +8,20 @@ tolerance) alone or inside any batch. Dense models (logistic regression, MLPs) t
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-import math
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
 
 from arena.engine import dense as hand
-from arena.engine import rng
+from arena.engine import instruments, rng
 from arena.engine.architecture import Architecture, State
-from arena.engine.augment import Augment, augment
+from arena.engine.batching import Batch, augmented, batches, poisson_batches, steps_and_rate
 from arena.engine.dpsgd import clipped_noisy_gradient
 from arena.engine.ensemble import init_state
 from arena.engine.functional import clipped_sum, examples_per_call, mean_gradient
+from arena.engine.recipe import DPNoise, Recipe
 
 Engine = Literal["auto", "functional", "dense"]
 
@@ -32,131 +29,8 @@ MEMORY_BUDGET = int(float(os.environ.get("ARENA_MEMORY_BUDGET_MB", "1024")) * 2*
 """Bytes one training call may spend on per-example gradients and activations (``ARENA_MEMORY_BUDGET_MB``)."""
 
 
-@dataclass(frozen=True)
-class Recipe:
-    """Optimiser schedule; `batch_size=None` means full-batch gradient descent."""
-
-    epochs: int
-    lr: float
-    momentum: float = 0.0
-    batch_size: int | None = None
-    augment: Augment = field(default_factory=Augment)
-    ema: float = 0.0
-    """Decay of an exponential moving average of the iterates, released instead of the last one (0: off). Free
-    under DP (post-processing) and a large utility gain for DP-SGD (De et al. 2022)."""
-
-    def __post_init__(self) -> None:
-        if self.epochs < 0 or not 0 < self.lr < math.inf or not 0 <= self.momentum < 1:
-            raise ValueError("need epochs >= 0, 0 < lr < inf and 0 <= momentum < 1")
-        if not 0 <= self.ema < 1:
-            raise ValueError("need 0 <= ema < 1")
-        if self.batch_size is not None and self.batch_size < 1:
-            raise ValueError("batch_size must be positive or None")
-
-
-@dataclass(frozen=True, eq=False)
-class GradientCanaries:
-    """White-box gradient canaries of an audit (Nasr et al. 2023; Steinke, Nasr & Jagielski 2023): m per model.
-
-    Canary j of model k is the Dirac gradient ``sign[k, j]·C·e_index[k, j]`` (C the clipping norm, so clipping
-    leaves it unchanged), a coordinate of the flat parameter vector in the module's parameter order. When
-    ``included[k, j]`` (the audit's secret, drawn by the caller), it takes part in every DP-SGD step of model k
-    like an example: sampled with the step's Poisson rate q from the model's own counter stream
-    (``Purpose.CANARY``, so that a model trains alike alone or in a batch) and added to the clipped sum before the
-    noise."""
-
-    index: torch.Tensor  # [K, m] int64
-    sign: torch.Tensor  # [K, m] ±1
-    included: torch.Tensor  # [K, m] bool
-
-    def __post_init__(self) -> None:
-        if self.index.ndim != 2 or self.sign.shape != self.index.shape or self.included.shape != self.index.shape:
-            raise ValueError("need index, sign and included all [K, m]")
-        if not bool(((self.sign == 1) | (self.sign == -1)).all()):
-            raise ValueError("canary signs must be +1 or -1")
-
-    def rows(self, sl: slice) -> GradientCanaries:
-        return GradientCanaries(self.index[sl], self.sign[sl], self.included[sl])
-
-    def contribution(
-        self, seeds: rng.Keys, step: int, q: float, n_params: int, clip: float, dtype: torch.dtype,
-        device: torch.device,
-    ) -> torch.Tensor:
-        """[K, P] the canaries that step ``step`` samples, in module parameter order."""
-        if int(self.index.max()) >= n_params or int(self.index.min()) < 0:
-            raise ValueError(f"canary coordinates must lie in [0, {n_params})")
-        K, m = self.index.shape
-        taken = self.included.to(device)
-        if q < 1.0:
-            taken = taken & rng.bernoulli(seeds, rng.stream(rng.Purpose.CANARY, step), m, q)
-        out = torch.zeros(K, n_params, dtype=dtype, device=device)
-        return out.scatter_add_(1, self.index.to(device), self.sign.to(device, dtype) * clip * taken.to(dtype))
-
-
-@dataclass(frozen=True)
-class DPNoise:
-    """DP-SGD settings: per-example clipping norm C and noise std / C.
-
-    An audit may add ``canaries`` (white-box gradient canaries, see ``GradientCanaries``) and ``present`` [K, n]
-    (row i of model k's data exists only where True; an absent row is never sampled, so input canaries are in or
-    out under add/remove while every model keeps the tensor shape and the public expected batch size q·n)."""
-
-    clip: float
-    noise_multiplier: float
-    canaries: GradientCanaries | None = field(default=None, compare=False, repr=False)
-    present: torch.Tensor | None = field(default=None, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        if self.clip <= 0 or self.noise_multiplier < 0:
-            raise ValueError("need clip > 0 and noise_multiplier >= 0")
-
-    def rows(self, sl: slice) -> DPNoise:
-        """These settings for models ``sl`` of the batch."""
-        if self.canaries is None and self.present is None:
-            return self
-        return DPNoise(self.clip, self.noise_multiplier, self.canaries.rows(sl) if self.canaries is not None else None,
-                       self.present[sl] if self.present is not None else None)
-
-
-@dataclass(frozen=True)
-class Mechanism:
-    """What one DP-SGD ``train`` call really ran: clipping norm, noise std / clip, Poisson rate and steps."""
-
-    clip: float
-    noise_multiplier: float
-    sample_rate: float
-    steps: int
-
-
-@dataclass(eq=False)
-class AuditInstruments:
-    """What an audit inserts into the next DP-SGD ``train`` call of K models made inside ``instrumented``: gradient
-    canaries and row presence (see ``DPNoise``). ``calls`` counts the calls that took them, so an audit can tell a
-    defense that never trained through the engine (and so never met its canaries) from one that did."""
-
-    canaries: GradientCanaries | None = None
-    present: torch.Tensor | None = None
-    calls: int = 0
-    runs: list[Mechanism] = field(default_factory=list)
-    """The mechanism each instrumented call really ran, so an audit can recompute the claim from it."""
-
-
-_INSTRUMENTS: contextvars.ContextVar[AuditInstruments | None] = contextvars.ContextVar("audit", default=None)
-
-
-@contextlib.contextmanager
-def instrumented(instruments: AuditInstruments) -> Iterator[AuditInstruments]:
-    """Within the block, every ``train`` call of DP-SGD (any defense's, unchanged) gets ``instruments``' canaries
-    and presence mask; a non-private ``train`` call raises, since canaries only make sense against a DP claim."""
-    token = _INSTRUMENTS.set(instruments)
-    try:
-        yield instruments
-    finally:
-        _INSTRUMENTS.reset(token)
-
-
 def _with_instruments(dp: DPNoise | None, K: int, n: int, recipe: Recipe) -> DPNoise | None:
-    inst = _INSTRUMENTS.get()
+    inst = instruments.active()
     if inst is None or (inst.canaries is None and inst.present is None):
         return dp
     if dp is None:
@@ -166,80 +40,8 @@ def _with_instruments(dp: DPNoise | None, K: int, n: int, recipe: Recipe) -> DPN
     if inst.present is not None and inst.present.shape != (K, n):
         raise ValueError(f"the audit's presence mask is {tuple(inst.present.shape)}, train got data for ({K}, {n})")
     inst.calls += 1
-    inst.runs.append(Mechanism(dp.clip, dp.noise_multiplier, *reversed(steps_and_rate(n, recipe))))
+    inst.runs.append(instruments.Mechanism(dp.clip, dp.noise_multiplier, *reversed(steps_and_rate(n, recipe))))
     return DPNoise(dp.clip, dp.noise_multiplier, inst.canaries, inst.present)
-
-
-def steps_and_rate(n: int, recipe: Recipe) -> tuple[int, float]:
-    """(optimizer steps, sampling rate q) that `train` uses on n points; q = 1 for full batch.
-
-    The same schedule serves both modes: DP-SGD samples each point with probability q = B/n
-    per step, non-private SGD walks through a fresh shuffle in batches of B.
-    """
-    if recipe.batch_size is None or recipe.batch_size >= n:
-        return recipe.epochs, 1.0
-    return recipe.epochs * math.ceil(n / recipe.batch_size), recipe.batch_size / n
-
-
-def _take(X: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows idx [K, m] of each model's data as ([K, m, d], [K, m]); index_select is fastest."""
-    (K, n, d), m = X.shape, idx.shape[1]
-    flat = (idx + n * torch.arange(K, device=idx.device).unsqueeze(1)).reshape(-1)
-    Xb = X.reshape(K * n, d).index_select(0, flat).reshape(K, m, d)
-    return Xb, y.reshape(-1).index_select(0, flat).reshape(K, m)
-
-
-def _poisson_batch(
-    X: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Each model's sampled points, padded to the largest count, with a validity mask [K, m]."""
-    counts = mask.sum(dim=1)
-    m = int(counts.max())
-    idx = torch.argsort(mask.to(torch.int8), dim=1, descending=True, stable=True)[:, :m]
-    valid = torch.arange(m, device=X.device) < counts.unsqueeze(1)
-    return *_take(X, y, idx), valid
-
-
-Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
-"""One step's inputs [K, B, d], labels [K, B] and validity mask [K, B] (None: every row is real)."""
-
-
-def batches(X: torch.Tensor, y: torch.Tensor, recipe: Recipe, seeds: rng.Keys) -> Iterator[Batch]:
-    """Non-private batches: the whole set, or a fresh per-model shuffle each epoch cut into B."""
-    n = X.shape[1]
-    for epoch in range(recipe.epochs):
-        if recipe.batch_size is None or recipe.batch_size >= n:
-            yield X, y, None
-            continue
-        perm = rng.permutation(seeds, rng.stream(rng.Purpose.SHUFFLE, epoch), n)
-        for start in range(0, n, recipe.batch_size):
-            yield *_take(X, y, perm[:, start : start + recipe.batch_size]), None
-
-
-def poisson_batches(
-    X: torch.Tensor, y: torch.Tensor, recipe: Recipe, seeds: rng.Keys, present: torch.Tensor | None = None
-) -> Iterator[Batch]:
-    """DP-SGD's batches: each point in with probability q at every step, independently (or all of them, q = 1);
-    rows where ``present`` [K, n] is False never (the draws of the other rows are unchanged)."""
-    n = X.shape[1]
-    steps, q = steps_and_rate(n, recipe)
-    for t in range(steps):
-        if q < 1.0:
-            mask = rng.bernoulli(seeds, rng.stream(rng.Purpose.POISSON, t), n, q)
-            yield _poisson_batch(X, y, mask if present is None else mask & present)
-        else:
-            yield X, y, present
-
-
-def augmented(
-    stream: Iterator[Batch], arch: Architecture, aug: Augment, seeds: rng.Keys
-) -> Iterator[Batch]:
-    """``stream`` with each batch's images augmented (model k's draws from its seed and the step alone)."""
-    for t, (Xb, yb, valid) in enumerate(stream):
-        K, B, d = Xb.shape
-        if aug.active and len(arch.input_shape) == 3:
-            Xb = augment(Xb.reshape(K, B, *arch.input_shape), aug, seeds, t).reshape(K, B, d)
-        yield Xb, yb, valid
 
 
 def choose_engine(arch: Architecture, engine: Engine = "auto") -> Literal["functional", "dense"]:

@@ -4,7 +4,7 @@ Games are plugins (hook ``register_games``); each lives in its own folder (``are
 ones are registered by the ``games`` entry point of privacy-arena, like any third-party game.
 """
 
-from arena.games.base import Game, Outcome
-from arena.games.view import ThreatModelError, View
+from arena.contracts.game import Game, Outcome
+from arena.contracts.view import ThreatModelError, View
 
 __all__ = ["Game", "Outcome", "ThreatModelError", "View"]

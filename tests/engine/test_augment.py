@@ -9,7 +9,8 @@ import torch.nn.functional as F
 
 from arena.engine import rng
 from arena.engine.augment import Augment, augment
-from arena.engine.trainer import Recipe, augmented, batches
+from arena.engine.batching import augmented, batches
+from arena.engine.recipe import Recipe
 from tests.conftest import architecture
 
 K, B, C, H, W = 3, 40, 2, 5, 6

@@ -5,10 +5,11 @@ import pytest
 import torch
 
 from arena.engine import rng
-from arena.engine.trainer import (
-    AuditInstruments, DPNoise, GradientCanaries, Recipe, instrumented, steps_and_rate, train,
-)
 from arena.engine.architecture import Architecture
+from arena.engine.batching import steps_and_rate
+from arena.engine.instruments import AuditInstruments, GradientCanaries, instrumented
+from arena.engine.recipe import DPNoise, Recipe
+from arena.engine.trainer import train
 from arena_plugins.models import MLP as MLPModel
 from arena_plugins.models import LogReg
 

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from arena.contracts.release import Models
 from arena.engine.dense import (
     Dense,
     backprop,
@@ -17,7 +18,6 @@ from arena.engine.dense import (
     unflatten_module_order,
 )
 from arena.engine.ensemble import init_state
-from arena.release import Models
 from tests.conftest import architecture
 
 MODEL = architecture("mlp", 5, 3, hidden=[7, 4], activation="tanh", l2=0.1)

@@ -7,7 +7,6 @@ import torch
 from torch.func import functional_call, grad, vmap
 
 from arena.engine import rng
-from arena.engine.dpsgd import clipped_noisy_gradient, clipped_sum, per_example_grad_norms
 from arena.engine.dense import (
     Dense,
     backprop,
@@ -16,8 +15,10 @@ from arena.engine.dense import (
     to_layers,
     unflatten_module_order,
 )
+from arena.engine.dpsgd import clipped_noisy_gradient, clipped_sum, per_example_grad_norms
 from arena.engine.ensemble import init_state
-from arena.engine.trainer import DPNoise, Recipe, train
+from arena.engine.recipe import DPNoise, Recipe
+from arena.engine.trainer import train
 from tests.conftest import architecture
 
 MODEL = architecture("mlp", 6, 4, hidden=[5, 3], activation="relu")

@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from arena.contracts.release import Models
 from arena.engine.architecture import Architecture
 from arena.engine.augment import Augment
 from arena.engine.ensemble import init_state
-from arena.engine.trainer import DPNoise, Recipe, models_per_chunk, train
-from arena.release import Models
+from arena.engine.recipe import DPNoise, Recipe
+from arena.engine.trainer import models_per_chunk, train
 from tests.conftest import architecture
 
 SHAPE = (1, 8, 8)

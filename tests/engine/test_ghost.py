@@ -16,7 +16,8 @@ from arena.engine import trainer as trainer_module
 from arena.engine.architecture import Architecture
 from arena.engine.ensemble import init_state
 from arena.engine.functional import clipped_sum, examples_per_call
-from arena.engine.trainer import DPNoise, Recipe, train
+from arena.engine.recipe import DPNoise, Recipe
+from arena.engine.trainer import train
 from plugins.models import StandardizedConv2d
 from tests.conftest import architecture
 

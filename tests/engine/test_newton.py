@@ -76,7 +76,7 @@ def test_separable_data_without_penalty_fails_loudly():
 @pytest.mark.parametrize("n_classes", [2, 3, 5])
 def test_hessian_matches_autograd(n_classes):
     """The block-assembled Hessian equals autograd's, plus the documented null-direction term I_D ⊗ 11ᵀ/C."""
-    from arena.engine.newton import design, _hessian, _objective
+    from arena.engine.newton import _hessian, _objective, design
 
     g = torch.Generator().manual_seed(n_classes)
     K, n, d, l2 = 2, 15, 3, 0.3

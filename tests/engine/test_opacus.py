@@ -15,7 +15,8 @@ from torch.func import functional_call, grad, vmap
 from arena.engine.architecture import Architecture
 from arena.engine.ensemble import init_state
 from arena.engine.functional import clipped_sum
-from arena.engine.trainer import DPNoise, Recipe, train
+from arena.engine.recipe import DPNoise, Recipe
+from arena.engine.trainer import train
 from tests.conftest import architecture
 
 opacus = pytest.importorskip("opacus")

@@ -4,9 +4,11 @@ import pytest
 import torch
 
 from arena.engine import rng
+from arena.engine.batching import steps_and_rate
 from arena.engine.dense import to_layers
 from arena.engine.ensemble import init_state
-from arena.engine.trainer import DPNoise, Recipe, steps_and_rate, train
+from arena.engine.recipe import DPNoise, Recipe
+from arena.engine.trainer import train
 from tests.conftest import architecture
 
 LOGREG = architecture("logreg", 6, 3, l2=0.01)

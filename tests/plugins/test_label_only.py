@@ -9,15 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from arena.engine.trainer import Recipe
-from arena.games.membership import MembershipGame
-from arena.games.view import ThreatModelError
-from arena.plan import load_dataset
-from arena.procedure import TrainingProcedure
-from arena.release import LabelOnly
-from arena.games.membership import MembershipGameSpec
-from arena.scenario import PluginRef
-from arena.store import TensorCache
+from arena.contracts.release import LabelOnly
+from arena.contracts.spec import PluginRef
+from arena.contracts.view import ThreatModelError
+from arena.engine.recipe import Recipe
+from arena.games.membership import MembershipGame, MembershipGameSpec
+from arena.run.plan import load_dataset
+from arena.run.procedure import TrainingProcedure
+from arena.run.store import TensorCache
 from arena_plugins.defenses import NonPrivate
 from arena_plugins.label_only import LabelOnlyMIA, perturbations, shifts, translate
 from tests.conftest import architecture

@@ -13,14 +13,14 @@ from scipy.stats import norm
 from sklearn.dummy import DummyClassifier
 
 import arena_plugins.membership as membership
-from arena.engine.trainer import Recipe
-from arena.games.membership import MembershipGame
-from arena.plan import load_dataset, plan
-from arena.procedure import TrainingProcedure
-from arena.games.membership import MembershipGameSpec
-from arena.scenario import PluginRef
-from arena.store import RunStore, TensorCache
-from arena.tournament import run
+from arena.contracts.spec import PluginRef
+from arena.engine.recipe import Recipe
+from arena.games.membership import MembershipGame, MembershipGameSpec
+from arena.games.membership.pools import plan_pool
+from arena.run.plan import load_dataset, plan
+from arena.run.procedure import TrainingProcedure
+from arena.run.store import RunStore, TensorCache
+from arena.run.tournament import run
 from arena_plugins.defenses import NonPrivate
 from arena_plugins.membership import (
     LiRA,
@@ -32,7 +32,6 @@ from arena_plugins.membership import (
     one_sided_out,
     true_class_log_odds,
 )
-from arena.pools import plan_pool
 from tests.conftest import architecture
 
 

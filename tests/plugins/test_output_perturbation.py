@@ -5,14 +5,14 @@ import math
 import pytest
 import torch
 
-from arena.defense import FitTask
+from arena.contracts.defense import FitTask
 from arena.engine import rng
+from arena.engine.architecture import Architecture
+from arena.engine.dense import to_layers
 from arena.engine.laplace import laplace
 from arena.engine.newton import design
 from arena.engine.output_perturbation import clip_rows, fit_penalised
-from arena.engine.trainer import Recipe
-from arena.engine.architecture import Architecture
-from arena.engine.dense import to_layers
+from arena.engine.recipe import Recipe
 from arena_plugins.defenses import OutputPerturbation, OutputPerturbationParams
 from tests.conftest import architecture
 

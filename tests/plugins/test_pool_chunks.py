@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from arena.engine.trainer import Recipe
-from arena.procedure import TrainingProcedure
-from arena.store import TensorCache
+from arena.engine.recipe import Recipe
+from arena.games.membership.pools import train_pool
+from arena.run.procedure import TrainingProcedure
+from arena.run.store import TensorCache
 from arena_plugins.defenses import NonPrivate
 from arena_plugins.membership import true_class_log_odds
-from arena.pools import train_pool
 from tests.conftest import architecture
 
 SHADOWS = 64

@@ -10,19 +10,18 @@ import numpy as np
 import pytest
 import torch
 
-from arena import tournament
-from arena.data import Dataset
+from arena.contracts.dataset import Dataset
+from arena.contracts.spec import PluginRef, Track, TrainingSpec
 from arena.engine.newton import design, fit_logreg
 from arena.engine.output_perturbation import clip_rows, fit_penalised
-from arena.engine.trainer import Recipe
-from arena.execute import play_matchup
-from arena.games.reconstruction import ReconstructionGame
-from arena.plan import plan
-from arena.procedure import TrainingProcedure
+from arena.engine.recipe import Recipe
+from arena.games.reconstruction import ReconstructionGame, ReconstructionGameSpec
 from arena.games.reconstruction.grids import GRID_FILE
-from arena.games.reconstruction import ReconstructionGameSpec
-from arena.scenario import PluginRef, Track, TrainingSpec
-from arena.store import SECRET_ENV, RunStore
+from arena.run import tournament
+from arena.run.execute import play_matchup
+from arena.run.plan import plan
+from arena.run.procedure import TrainingProcedure
+from arena.run.store import SECRET_ENV, RunStore
 from arena_plugins import defenses
 from arena_plugins.defenses import NonPrivate, OutputPerturbation
 from arena_plugins.reconstruction import (

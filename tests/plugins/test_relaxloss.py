@@ -16,9 +16,10 @@ from pydantic import ValidationError
 from sklearn.datasets import load_digits
 from sklearn.metrics import roc_auc_score
 
-from arena.defense import FitTask
+from arena.contracts.defense import FitTask
 from arena.engine.ensemble import logits
-from arena.engine.trainer import Recipe, train
+from arena.engine.recipe import Recipe
+from arena.engine.trainer import train
 from arena_plugins.relaxloss import RelaxLoss, RelaxLossParams, relaxloss_objective
 from tests.conftest import architecture, write_scenario
 

@@ -13,17 +13,16 @@ import torch
 from pydantic import ValidationError
 
 import arena_plugins.rmia as rmia
-from arena.engine.trainer import Recipe
-from arena.games.membership import MembershipGame
-from arena.plan import load_dataset
-from arena.procedure import TrainingProcedure
-from arena.games.membership import MembershipGameSpec
-from arena.scenario import PluginRef
-from arena.store import TensorCache
+from arena.contracts.spec import PluginRef
+from arena.engine.recipe import Recipe
+from arena.games.membership import MembershipGame, MembershipGameSpec
+from arena.games.membership.pools import ShadowPool
+from arena.run.plan import load_dataset
+from arena.run.procedure import TrainingProcedure
+from arena.run.store import TensorCache
 from arena_plugins.defenses import NonPrivate
 from arena_plugins.membership import LiRA, ThresholdMIA
 from arena_plugins.rmia import RMIA, offline_log_prob, rmia_scores
-from arena.pools import ShadowPool
 from tests.conftest import architecture
 
 # Hand-made probabilities of the true label (class 0 of 2) for two challenge points x0, x1 and three population

@@ -10,16 +10,15 @@ import pytest
 from sklearn.dummy import DummyClassifier
 
 import arena_plugins.membership as membership
-from arena.engine.trainer import Recipe
-from arena.games.membership import MembershipGame
-from arena.plan import load_dataset
-from arena.procedure import TrainingProcedure
-from arena.games.membership import MembershipGameSpec
-from arena.scenario import PluginRef
-from arena.store import TensorCache
+from arena.contracts.spec import PluginRef
+from arena.engine.recipe import Recipe
+from arena.games.membership import MembershipGame, MembershipGameSpec
+from arena.games.membership.pools import plan_pool
+from arena.run.plan import load_dataset
+from arena.run.procedure import TrainingProcedure
+from arena.run.store import TensorCache
 from arena_plugins.defenses import NonPrivate
 from arena_plugins.membership import ShadowMIA
-from arena.pools import plan_pool
 from tests.conftest import architecture
 
 

@@ -3,7 +3,7 @@ Jagielski 2023.)
 
 Per seed the challenger draws ``members`` records (every model's training set) and ``test`` records (utility),
 and trains ``models`` = K released models of the defense under test in ONE batched call of its own ``fit``
-through ``arena.canaries.train_with_canaries``, with canaries inserted: ``canaries`` white-box gradient canaries
+through ``arena.games.audit.canaries.train_with_canaries``, with canaries inserted: ``canaries`` white-box gradient canaries
 per model (Dirac gradients of norm C added to DP-SGD's clipped sum; ``kind`` gradient or both) and
 ``input_canaries`` black-box input canaries per model (mislabelled or out-of-distribution records; ``kind`` input
 or both), each included in its model independently with probability ½. Those bits are the secret. The canaried
@@ -15,7 +15,7 @@ the canaries' design (coordinates and signs, input records), never the bits; it 
 (``CanaryGuess``, higher: included). The game computes, per canary kind, the one-run bound (proved, at α/#kinds:
 Bonferroni; with the gradient canaries' Gaussian-fit bound for a full-batch claim), the held-out Clopper–Pearson
 bound and the Gaussian-DP estimate (at α), and recomputes the claim from the mechanism the engine really ran
-(``arena.canaries``). Metrics: ``empirical_epsilon`` (the verdict's figure), ``eps_one_run`` and per kind
+(``arena.games.audit.canaries``). Metrics: ``empirical_epsilon`` (the verdict's figure), ``eps_one_run`` and per kind
 ``<kind>_eps_one_run``, ``_eps_heldout``, ``_eps_gdp`` (threshold), ``_eps_gdp_fit`` (Gaussian fit),
 ``_max_certifiable``, ``_canaries``; ``claimed_epsilon``, ``mechanism_epsilon``, ``models``.
 """
@@ -31,19 +31,26 @@ import numpy as np
 import torch
 from pydantic import ConfigDict, Field, NonNegativeInt, PositiveInt
 
-from arena.attack import Attack
-from arena.canaries import (
-    CanaryAudit, CanaryRun, CanarySpec, GradientCanaries, analyse, run_truths, train_with_canaries,
+from arena.contracts.attack import Attack
+from arena.contracts.dataset import Dataset
+from arena.contracts.defense import Claim
+from arena.contracts.game import Game, Outcome
+from arena.contracts.metric import NON_NEGATIVE, Metric
+from arena.contracts.release import BlackBox, Models, Release
+from arena.contracts.spec import GameSpec
+from arena.contracts.view import View
+from arena.engine.seeds import derive_seed, permutation
+from arena.games.audit.canaries import (
+    CanaryAudit,
+    CanaryRun,
+    CanarySpec,
+    GradientCanaries,
+    analyse,
+    run_truths,
+    train_with_canaries,
 )
-from arena.data import Dataset, derive_seed, permutation
-from arena.defense import Claim
-from arena.games.base import Game, Outcome
-from arena.games.view import View
-from arena.metrics import NON_NEGATIVE, Metric
-from arena.procedure import TrainingProcedure
-from arena.release import BlackBox, Models, Release
-from arena.scenario import GameSpec
-from arena.store import content_key, tensor_digest
+from arena.run.procedure import TrainingProcedure
+from arena.run.store import content_key, tensor_digest
 
 KINDS = ("gradient", "input")
 ESTIMATORS = ("eps_one_run", "eps_heldout", "eps_gdp", "eps_gdp_fit")
@@ -184,7 +191,7 @@ class AuditGame(Game):
     View = AuditView
     metrics = METRICS
     template_dir = Path(__file__).parent / "templates"
-    audit_rule = "arena.games.audit.audit:audit_game"
+    audit_rule = "arena.games.audit.rule:audit_game"
     audit_view = "arena.games.audit.sections:audit_section"
     report_view = "arena.games.audit.sections:section"
     spec: AuditGameSpec
@@ -236,7 +243,7 @@ class AuditGame(Game):
         return Release(models=models, utility=float(models.accuracy(Xt, yt).mean()), claim=self.run.claim)
 
     def _train(self, procedure: TrainingProcedure, X: torch.Tensor, y: torch.Tensor) -> CanaryRun:
-        from arena.procedure import resolve_device
+        from arena.run.procedure import resolve_device
 
         device = resolve_device(procedure.device)
         run = train_with_canaries(procedure.defense, procedure.arch, procedure.recipe, X.to(device),

@@ -8,7 +8,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from arena.games.audit.audit import KINDS, _mechanism, fmt_or_dash
+from arena.games.audit.rule import KINDS, _mechanism, fmt_or_dash
 
 ESTIMATORS = (("eps_one_run", "one-run ε ≥ (proved)"), ("eps_gdp_fit", "Gaussian-fit ε ≥"),
               ("eps_heldout", "held-out CP ε ≥"), ("eps_gdp", "GDP ε (threshold)"),

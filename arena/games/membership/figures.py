@@ -11,10 +11,10 @@ import numpy as np
 from matplotlib.figure import Figure
 from sklearn.metrics import roc_curve
 
-from arena.audit import ArrayLoader
+from arena.contracts.metric import tpr_key
 from arena.games.figures import as_image, text
-from arena.leaderboard import NOT_RESOLVABLE, TrackBoard
-from arena.metrics import tpr_key
+from arena.results.audit import ArrayLoader
+from arena.results.leaderboard import NOT_RESOLVABLE, TrackBoard
 
 
 def mean_roc(curves: list[tuple[np.ndarray, np.ndarray]], grid: np.ndarray) -> np.ndarray:

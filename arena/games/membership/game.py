@@ -9,14 +9,15 @@ import numpy as np
 import torch
 from pydantic import ConfigDict, PositiveInt
 
-from arena.attack import Attack, MembershipGuess
-from arena.data import derive_seed, permutation
-from arena.games.base import Game, Outcome
+from arena.contracts.attack import Attack
+from arena.contracts.game import Game, Outcome
+from arena.contracts.release import BlackBox, LabelOnly, Models, Release
+from arena.contracts.spec import GameSpec
+from arena.contracts.view import View
+from arena.engine.seeds import derive_seed, permutation
+from arena.games.membership.guess import MembershipGuess
 from arena.games.membership.metrics import METRICS, membership_metrics
-from arena.games.view import View
-from arena.procedure import TrainingProcedure
-from arena.release import BlackBox, LabelOnly, Models, Release
-from arena.scenario import GameSpec
+from arena.run.procedure import TrainingProcedure
 
 
 class MembershipGameSpec(GameSpec):
@@ -67,7 +68,7 @@ class MembershipGame(Game):
     View = MembershipView
     metrics = METRICS
     template_dir = Path(__file__).parent / "templates"
-    audit_rule = "arena.games.membership.audit:audit_game"
+    audit_rule = "arena.games.membership.rule:audit_game"
     audit_view = "arena.games.membership.sections:audit_section"
     report_view = "arena.games.membership.sections:section"
     spec: MembershipGameSpec

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.metrics import roc_auc_score, roc_curve
 
-from arena.metrics import FPR_LEVELS, UNIT, Metric, tpr_at_fpr, tpr_key
+from arena.contracts.metric import FPR_LEVELS, UNIT, Metric, tpr_at_fpr, tpr_key
 
 METRICS = (
     Metric("auc", "membership", True, "area under the attack's ROC curve (0.5 = chance)", UNIT),

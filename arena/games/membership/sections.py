@@ -20,9 +20,9 @@ import numpy as np
 from markupsafe import Markup
 from scipy.stats import rankdata
 
+from arena.contracts.metric import tpr_key
 from arena.games.membership import figures
-from arena.leaderboard import NOT_RESOLVABLE, score_metrics
-from arena.metrics import tpr_key
+from arena.results.leaderboard import NOT_RESOLVABLE, score_metrics
 
 TOP_RECORDS = 3
 CLASS_LEVELS = (0.01, 0.1)
@@ -103,8 +103,8 @@ def per_class_tpr(seeds: list[dict[str, np.ndarray]]) -> dict[int, tuple[float |
 
 def _dataset(ctx: Any):  # noqa: ANN202 - the track's Dataset, or None
     """The track's dataset, loaded from the scenario kept in the run directory (None if that fails)."""
-    from arena.plan import load_dataset
-    from arena.scenario import ScenarioError, parse_scenario
+    from arena.run.plan import load_dataset
+    from arena.run.scenario import ScenarioError, parse_scenario
 
     for path in sorted((ctx.store.root / "scenarios").glob("*.yaml")):
         try:

@@ -1,7 +1,8 @@
 """The reconstruction game (Balle, Cherubin & Hayes 2022): an informed adversary who knows D⁻ rebuilds the target.
 
-This folder owns the game's spec, view and metrics (``game``), its audit rule (``audit``), its report section
-(``report``, ``grids`` and ``templates/``)."""
+This folder owns the game's spec, view and metrics (``game``), its guess type (``guess``), its bounds on
+reconstruction success (``bounds``), its audit rule (``rule``) and its report section (``sections``, ``grids`` and
+``templates/``)."""
 
 from arena.games.reconstruction.game import (
     METRICS,
@@ -16,6 +17,7 @@ from arena.games.reconstruction.game import (
     reconstruction_metrics,
     row_mse,
 )
+from arena.games.reconstruction.guess import ReconstructionGuess
 
-__all__ = ["METRICS", "ReconstructionGame", "ReconstructionGameSpec", "ReconstructionView", "distinct_rows",
+__all__ = ["METRICS", "ReconstructionGame", "ReconstructionGuess", "ReconstructionGameSpec", "ReconstructionView", "distinct_rows",
            "kappa_estimate", "nearest_neighbours", "pairwise_mse", "prior_mass", "reconstruction_metrics", "row_mse"]

@@ -32,15 +32,17 @@ import numpy as np
 import torch
 from pydantic import ConfigDict, Field, PositiveInt
 
-from arena.attack import Attack, ReconstructionGuess
-from arena.data import Dataset, derive_seed, permutation
-from arena.games.base import Game, Outcome
+from arena.contracts.attack import Attack
+from arena.contracts.dataset import Dataset
+from arena.contracts.game import Game, Outcome
+from arena.contracts.metric import NON_NEGATIVE, UNIT, Metric
+from arena.contracts.release import Models, Release
+from arena.contracts.spec import GameSpec
+from arena.contracts.view import View
+from arena.engine.seeds import derive_seed, permutation
 from arena.games.reconstruction.grids import GRID_FILE, save_grid
-from arena.games.view import View
-from arena.metrics import NON_NEGATIVE, UNIT, Metric
-from arena.procedure import TrainingProcedure
-from arena.release import Models, Release
-from arena.scenario import GameSpec
+from arena.games.reconstruction.guess import ReconstructionGuess
+from arena.run.procedure import TrainingProcedure
 
 
 class ReconstructionGameSpec(GameSpec):
@@ -209,7 +211,7 @@ class ReconstructionGame(Game):
     View = ReconstructionView
     metrics = METRICS
     template_dir = Path(__file__).parent / "templates"
-    audit_rule = "arena.games.reconstruction.audit:audit_game"
+    audit_rule = "arena.games.reconstruction.rule:audit_game"
     audit_view = "arena.games.reconstruction.sections:audit_section"
     report_view = "arena.games.reconstruction.sections:section"
     spec: ReconstructionGameSpec

@@ -8,13 +8,12 @@ where the game wrote them) into ``report/figures/``.
 from __future__ import annotations
 
 import shutil
+from typing import Any
 
 from markupsafe import Markup
 
-from typing import Any
-
-from arena.games.reconstruction.audit import describe_reconstruction
 from arena.games.reconstruction.grids import GRID_FILE, VECTOR_FORMATS
+from arena.games.reconstruction.rule import describe_reconstruction
 
 
 def section(ctx: Any) -> Markup:

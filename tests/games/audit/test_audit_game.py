@@ -14,9 +14,8 @@ import numpy as np
 import pytest
 
 from arena.cli import EXIT_VIOLATION, main
+from arena.contracts.view import ThreatModelError
 from arena.games.audit import AuditGame, AuditGameSpec, CanaryGuess
-from arena.games.view import ThreatModelError
-from arena.store import RunStore
 from tests.conftest import write_scenario
 
 BROKEN_SOURCE = (Path(__file__).resolve().parents[2] / "broken_defenses.py").read_text() + '''
@@ -92,13 +91,14 @@ class _Attack:
 
 @pytest.fixture(scope="module")
 def played():
-    from arena.data import Dataset
+    from sklearn.datasets import load_digits
+
+    from arena.contracts.dataset import Dataset
     from arena.engine.architecture import Architecture
-    from arena.engine.trainer import Recipe
-    from arena.procedure import TrainingProcedure
+    from arena.engine.recipe import Recipe
+    from arena.run.procedure import TrainingProcedure
     from arena_plugins.defenses import DPSGD
     from arena_plugins.models import LogReg
-    from sklearn.datasets import load_digits
 
     d = load_digits()
     data = Dataset("digits", (d.data / 16.0).astype(np.float32), d.target.astype(np.int64), 10, "image", (1, 8, 8))
@@ -148,7 +148,7 @@ def test_a_second_release_comes_from_the_cache_with_the_same_bits(tmp_path, play
     game, _, procedure = played
     from dataclasses import replace
 
-    from arena.store import TensorCache
+    from arena.run.store import TensorCache
 
     cached = replace(procedure, cache=TensorCache(tmp_path))
     first = AuditGame(game.spec, game.dataset, seed=0)
@@ -162,7 +162,7 @@ def test_a_second_release_comes_from_the_cache_with_the_same_bits(tmp_path, play
 
 
 def test_spec_problems_name_the_field():
-    from arena.data import Dataset
+    from arena.contracts.dataset import Dataset
 
     data = Dataset("d", np.zeros((300, 4), np.float32), np.zeros(300, np.int64), 2, "tabular", (4,))
     bad = AuditGameSpec(name="audit", members=100, test=50, kind="both", canaries=0, input_canaries=0)

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from arena.attack import Attack, MembershipGuess
-from arena.engine.trainer import Recipe
-from arena.games.membership import MembershipGame
-from arena.games.view import ThreatModelError
-from arena.plan import load_dataset
-from arena.procedure import TrainingProcedure
-from arena.games.membership import MembershipGameSpec
-from arena.scenario import PluginRef
+from arena.contracts.attack import Attack
+from arena.contracts.spec import PluginRef
+from arena.contracts.view import ThreatModelError
+from arena.engine.recipe import Recipe
+from arena.games.membership import MembershipGame, MembershipGameSpec
+from arena.games.membership.guess import MembershipGuess
+from arena.run.plan import load_dataset
+from arena.run.procedure import TrainingProcedure
 from arena_plugins.defenses import NonPrivate
 from tests.conftest import architecture
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score, roc_curve
 
+from arena.contracts.metric import tpr_at_fpr
 from arena.games.membership.metrics import membership_metrics
-from arena.metrics import tpr_at_fpr
 
 
 def test_hand_computed_case() -> None:

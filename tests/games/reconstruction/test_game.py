@@ -8,20 +8,21 @@ import numpy as np
 import pytest
 import torch
 
-from arena.attack import Attack, ReconstructionGuess
-from arena.data import Dataset
-from arena.engine.trainer import Recipe
+from arena.contracts.attack import Attack
+from arena.contracts.dataset import Dataset
+from arena.contracts.view import ThreatModelError
+from arena.engine.recipe import Recipe
 from arena.games.reconstruction import (
     ReconstructionGame,
+    ReconstructionGameSpec,
     kappa_estimate,
     nearest_neighbours,
     prior_mass,
     reconstruction_metrics,
 )
-from arena.games.view import ThreatModelError
-from arena.procedure import TrainingProcedure
 from arena.games.reconstruction.grids import GRID_FILE
-from arena.games.reconstruction import ReconstructionGameSpec
+from arena.games.reconstruction.guess import ReconstructionGuess
+from arena.run.procedure import TrainingProcedure
 from arena_plugins.defenses import NonPrivate
 from tests.conftest import architecture
 

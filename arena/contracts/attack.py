@@ -1,0 +1,38 @@
+"""The attack contract: a threat model (what it may see) and ``run``, which turns a view into a guess."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import BaseModel
+
+from arena.contracts.params import NoParams
+
+if TYPE_CHECKING:
+    from arena.contracts.spec import Track
+
+Capability = Literal["query", "labels", "parameters", "population", "training", "fixed-set", "prior"]
+"""What a view may grant: ``query`` output probabilities and losses, ``labels`` predicted labels only (the
+label-only threat model), ``parameters`` the weights, ``population`` data from the same distribution,
+``training`` the target's training procedure as a callable, ``fixed-set`` and ``prior`` (reconstruction) D⁻ and
+the prior over targets."""
+
+
+class Attack:
+    """Base class of attack plugins; one instance holds one validated configuration."""
+
+    name: ClassVar[str]
+    version: ClassVar[str] = "1"
+    game: ClassVar[str] = "membership"
+    threat_model: ClassVar[frozenset[Capability]] = frozenset({"query"})
+    Params: ClassVar[type[BaseModel]] = NoParams
+
+    def __init__(self, params: BaseModel) -> None:
+        self.params = params
+
+    def skip_reason(self, track: Track) -> str | None:
+        """Why this attack does not apply to ``track`` (the matchup is then ``skipped``), or None."""
+        return None
+
+    def run(self, view) -> Any:  # noqa: ANN001 - game-specific view
+        raise NotImplementedError

@@ -1,0 +1,122 @@
+"""Trained models as the arena hands them around: batched parameters, and the black-box query interface."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from arena.contracts.defense import Claim
+from arena.engine.architecture import Architecture, State
+from arena.engine.dense import Layers, forward, to_layers
+from arena.engine.ensemble import logits
+
+
+@dataclass(frozen=True)
+class Models:
+    """K trained models of one architecture: their parameters and buffers stacked along a leading model axis."""
+
+    arch: Architecture
+    state: State
+
+    @property
+    def k(self) -> int:
+        return next(iter(self.state.values())).shape[0]
+
+    def logits(self, X: torch.Tensor) -> torch.Tensor:
+        """Logits [K, n, C] for flat records X [n, d] (shared) or [K, n, d] (one set per model)."""
+        dense = self.arch.dense
+        dtype = next(iter(self.state.values())).dtype
+        with torch.no_grad():
+            if dense is not None:  # the hand path: same function, faster than vmap for small dense nets
+                return forward(dense, to_layers(self.state), X.to(dtype))
+            return logits(self.arch, self.state, X.to(dtype))
+
+    def predict_proba(self, X: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self.logits(X), dim=-1)
+
+    def loss(self, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Per-example cross-entropy [K, n]."""
+        logp = torch.log_softmax(self.logits(X), dim=-1)
+        yy = y.expand(logp.shape[:2]) if y.ndim == 1 else y
+        return -logp.gather(-1, yy.unsqueeze(-1)).squeeze(-1)
+
+    def accuracy(self, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Accuracy [K] of each model on (X, y)."""
+        return (self.logits(X).argmax(-1) == y).to(torch.float64).mean(-1)
+
+    def select(self, index: int) -> Models:
+        return Models(self.arch, {k: v[index : index + 1] for k, v in self.state.items()})
+
+    def flat(self) -> torch.Tensor:
+        """[K, P]: each model's trainable parameters, flattened in module order."""
+        names = self.arch.template().trainable
+        return torch.cat([self.state[n].reshape(self.k, -1) for n in names], dim=1)
+
+    def layers(self) -> Layers:
+        """Dense layers [W1 [K,in,out], b1 [K,out], ...] of a logistic regression or MLP (ValueError otherwise)."""
+        if self.arch.dense is None:
+            raise ValueError(f"model {self.arch.model.name!r} is not a stack of dense layers")
+        return to_layers(self.state)
+
+
+@dataclass(frozen=True)
+class Release:
+    """The released model of one (track, defense configuration, seed): parameters, utility and claim."""
+
+    models: Models
+    utility: float
+    claim: Claim | None
+
+
+class BlackBox:
+    """Query access to one released model: output probabilities and losses on points the attacker chooses."""
+
+    def __init__(self, models: Models) -> None:
+        if models.k != 1:
+            raise ValueError("a black box wraps exactly one model")
+        self._models = models
+
+    def predict_proba(self, X: torch.Tensor) -> torch.Tensor:
+        """Probabilities [n, C]."""
+        return self._models.predict_proba(X)[0]
+
+    def log_proba(self, X: torch.Tensor) -> torch.Tensor:
+        """Log-probabilities [n, C]: the same answers as ``predict_proba``, without rounding 1 - p to zero."""
+        return torch.log_softmax(self._models.logits(X), dim=-1)[0]
+
+    def loss(self, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy [n] of each (x, y)."""
+        return self._models.loss(X, y)[0]
+
+
+class LabelOnly:
+    """Label-only query access to one released model (Choquette-Choo et al. 2021): the predicted label of each
+    query, nothing else. The model lives only in the closure behind ``predict``; the instance has no ``__dict__``
+    and answers every other attribute with ``ThreatModelError``, so no probability, logit or parameter is reachable
+    through it short of deliberately bypassing the class (``object.__getattribute__``)."""
+
+    __slots__ = ("_predict",)
+
+    def __init__(self, models: Models) -> None:
+        if models.k != 1:
+            raise ValueError("a label-only interface wraps exactly one model")
+
+        def predict(X: torch.Tensor) -> torch.Tensor:
+            return models.logits(X)[0].argmax(dim=-1)
+
+        object.__setattr__(self, "_predict", predict)
+
+    def predict(self, X: torch.Tensor) -> torch.Tensor:
+        """Predicted labels [n] (int64): the argmax of the model's output on each query in X [n, ...]."""
+        return object.__getattribute__(self, "_predict")(X)
+
+    def __getattribute__(self, name: str) -> object:
+        if name in ("predict", "__class__"):
+            return object.__getattribute__(self, name)
+        from arena.contracts.view import ThreatModelError  # arena.games imports this module
+
+        raise ThreatModelError(f"label-only access answers predict(X) only, not {name!r}")
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("a label-only interface is read-only")

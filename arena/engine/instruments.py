@@ -1,0 +1,94 @@
+"""Audit instruments: what a canary audit inserts into the DP-SGD ``train`` calls made inside ``instrumented``
+(white-box gradient canaries, row presence) and the record of the mechanism each call really ran."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from arena.engine import rng
+
+
+@dataclass(frozen=True, eq=False)
+class GradientCanaries:
+    """White-box gradient canaries of an audit (Nasr et al. 2023; Steinke, Nasr & Jagielski 2023): m per model.
+
+    Canary j of model k is the Dirac gradient ``sign[k, j]·C·e_index[k, j]`` (C the clipping norm, so clipping
+    leaves it unchanged), a coordinate of the flat parameter vector in the module's parameter order. When
+    ``included[k, j]`` (the audit's secret, drawn by the caller), it takes part in every DP-SGD step of model k
+    like an example: sampled with the step's Poisson rate q from the model's own counter stream
+    (``Purpose.CANARY``, so that a model trains alike alone or in a batch) and added to the clipped sum before the
+    noise."""
+
+    index: torch.Tensor  # [K, m] int64
+    sign: torch.Tensor  # [K, m] ±1
+    included: torch.Tensor  # [K, m] bool
+
+    def __post_init__(self) -> None:
+        if self.index.ndim != 2 or self.sign.shape != self.index.shape or self.included.shape != self.index.shape:
+            raise ValueError("need index, sign and included all [K, m]")
+        if not bool(((self.sign == 1) | (self.sign == -1)).all()):
+            raise ValueError("canary signs must be +1 or -1")
+
+    def rows(self, sl: slice) -> GradientCanaries:
+        return GradientCanaries(self.index[sl], self.sign[sl], self.included[sl])
+
+    def contribution(
+        self, seeds: rng.Keys, step: int, q: float, n_params: int, clip: float, dtype: torch.dtype,
+        device: torch.device,
+    ) -> torch.Tensor:
+        """[K, P] the canaries that step ``step`` samples, in module parameter order."""
+        if int(self.index.max()) >= n_params or int(self.index.min()) < 0:
+            raise ValueError(f"canary coordinates must lie in [0, {n_params})")
+        K, m = self.index.shape
+        taken = self.included.to(device)
+        if q < 1.0:
+            taken = taken & rng.bernoulli(seeds, rng.stream(rng.Purpose.CANARY, step), m, q)
+        out = torch.zeros(K, n_params, dtype=dtype, device=device)
+        return out.scatter_add_(1, self.index.to(device), self.sign.to(device, dtype) * clip * taken.to(dtype))
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """What one DP-SGD ``train`` call really ran: clipping norm, noise std / clip, Poisson rate and steps."""
+
+    clip: float
+    noise_multiplier: float
+    sample_rate: float
+    steps: int
+
+
+@dataclass(eq=False)
+class AuditInstruments:
+    """What an audit inserts into the next DP-SGD ``train`` call of K models made inside ``instrumented``: gradient
+    canaries and row presence (see ``DPNoise``). ``calls`` counts the calls that took them, so an audit can tell a
+    defense that never trained through the engine (and so never met its canaries) from one that did."""
+
+    canaries: GradientCanaries | None = None
+    present: torch.Tensor | None = None
+    calls: int = 0
+    runs: list[Mechanism] = field(default_factory=list)
+    """The mechanism each instrumented call really ran, so an audit can recompute the claim from it."""
+
+
+_INSTRUMENTS: contextvars.ContextVar[AuditInstruments | None] = contextvars.ContextVar("audit", default=None)
+
+
+@contextlib.contextmanager
+def instrumented(instruments: AuditInstruments) -> Iterator[AuditInstruments]:
+    """Within the block, every ``train`` call of DP-SGD (any defense's, unchanged) gets ``instruments``' canaries
+    and presence mask; a non-private ``train`` call raises, since canaries only make sense against a DP claim."""
+    token = _INSTRUMENTS.set(instruments)
+    try:
+        yield instruments
+    finally:
+        _INSTRUMENTS.reset(token)
+
+
+def active() -> AuditInstruments | None:
+    """The instruments of the enclosing ``instrumented`` block, or None."""
+    return _INSTRUMENTS.get()

@@ -1,1 +1,0 @@
-"""The HTML report of a run directory (``arena.report.html.write_report``) and the figures it shows."""

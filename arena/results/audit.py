@@ -1,0 +1,174 @@
+"""The DP audit: does a defense leak more than its (ε, δ) claim allows, in the experiment actually played?
+
+This module is the game-agnostic driver: it picks the ok rows whose defense claims (ε, δ), hands each game's rows
+to that game's audit rule (``Game.audit``, in ``arena/games/<game>/audit.py``) and gathers the results. A game's
+rule returns a ``GameAudit``: its records, the violations among them (a violation sets exit status 3), a one-line
+finding per violation, and the matchups it could not audit. The shared statistics live here (Clopper–Pearson
+intervals, the seed of a matchup's selection/evaluation split) and in ``arena.privacy.auditing``.
+
+Everything here is a pure function of result rows and the attacks' saved arrays.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.stats import beta
+
+from arena.privacy.auditing import ALPHA
+from arena.run.store import RunStore
+
+CONFIDENCE = 1 - ALPHA  # 95%
+
+ArrayLoader = Callable[[str], Mapping[str, Any] | None]
+
+
+def scaled(epsilon: float, p: float, delta: float) -> float:
+    """min(1, e^ε·p + δ) without overflow for large ε (e^700·p > 1 for any positive double p)."""
+    if p <= 0.0:
+        return min(1.0, delta)
+    return min(1.0, math.exp(min(epsilon, 700.0)) * p + delta)
+
+
+def clopper_pearson(k: np.ndarray | int, n: int, confidence: float = CONFIDENCE) -> tuple[np.ndarray, np.ndarray]:
+    """Two-sided exact (Clopper–Pearson) interval for a binomial proportion, k successes of n; vectorised over k.
+
+    The same interval as ``scipy.stats.binomtest(k, n).proportion_ci(confidence, method="exact")``.
+    """
+    k = np.asarray(k, dtype=np.float64)
+    alpha = 1.0 - confidence
+    with np.errstate(invalid="ignore"):
+        low = np.where(k > 0, beta.ppf(alpha / 2, k, n - k + 1), 0.0)
+        high = np.where(k < n, beta.ppf(1 - alpha / 2, k + 1, n - k), 1.0)
+    return low, high
+
+
+def split_seed(key: str) -> int:
+    """The seed of a matchup's selection/evaluation split: fixed by its key, independent of its scores."""
+    return zlib.crc32(key.encode("utf-8"))
+
+
+@dataclass(frozen=True)
+class AuditedMatchup:
+    """The columns every audit record shares: which matchup, and the (ε, δ) its defense claims."""
+
+    key: str
+    track: str
+    defense_label: str
+    attack: str
+    seed: int
+    claimed_epsilon: float
+    delta: float
+
+
+def claimed(row: Mapping[str, Any]) -> tuple[float, float]:
+    """The (ε, δ) a row's defense achieved and claims."""
+    return float(row["claim"]["epsilon"]), float(row["claim"]["delta"])
+
+
+def identity(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The columns that name a matchup in every audit record."""
+    return {"key": row["key"], "track": row["track"], "defense_label": row["defense_label"],
+            "attack": row["attack_label"], "seed": row["seed"]}
+
+
+@dataclass(frozen=True)
+class GameAudit:
+    """One game's audit of a run: its records, the violations among them (each sets exit status 3) with a
+    one-line finding per violating matchup key, lines for the command line, the claiming matchups it could not
+    audit, and how many matchups its verdict covers (``tested``, the count in the run's summary)."""
+
+    game: str
+    records: tuple[Any, ...] = ()
+    violations: tuple[Any, ...] = ()
+    findings: Mapping[str, str] = field(default_factory=dict)
+    lines: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+    tested: int = 0
+
+
+@dataclass(frozen=True)
+class Audit:
+    """Every auditable matchup of a run, per game; ``audit.<game>`` is that game's records."""
+
+    games: Mapping[str, GameAudit]
+
+    def __getattr__(self, name: str) -> tuple[Any, ...]:
+        games = self.__dict__.get("games") or {}
+        if name in games:
+            return games[name].records
+        raise AttributeError(f"{type(self).__name__!r} has no attribute {name!r} (games audited: {sorted(games)})")
+
+    @property
+    def violations(self) -> tuple[Any, ...]:
+        return tuple(v for g in self.games.values() for v in g.violations)
+
+    @property
+    def missing_arrays(self) -> tuple[str, ...]:
+        """Keys of claiming matchups whose saved arrays were not found."""
+        return tuple(k for g in self.games.values() for k in g.missing)
+
+    @property
+    def tested(self) -> int:
+        return sum(g.tested for g in self.games.values())
+
+    def violation_keys(self) -> frozenset[str]:
+        return frozenset(a.key for a in self.violations)
+
+
+def _claims(row: Mapping[str, Any]) -> bool:
+    claim = row.get("claim") or {}
+    return row.get("status") == "ok" and claim.get("epsilon") is not None and claim.get("delta") is not None
+
+
+def _registered_games() -> Mapping[str, Any]:
+    from arena.plugins import registries
+
+    return {e.name: e.obj for e in registries().games}
+
+
+def audit_rows(rows: Sequence[Mapping[str, Any]], arrays: ArrayLoader,
+               games: Mapping[str, Any] | None = None) -> Audit:
+    """Audit every ok matchup whose defense claims (ε, δ): each game (``games``, name → ``Game`` class; default:
+    the registered ones) audits its own rows; ``arrays(key)`` returns a matchup's saved arrays."""
+    games = _registered_games() if games is None else games
+    claiming: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        if _claims(row):
+            claiming.setdefault(row["game"], []).append(row)
+    out: dict[str, GameAudit] = {}
+    for name in sorted(games):
+        found = games[name].audit(claiming.get(name, []), arrays)
+        if found is not None:
+            out[name] = found
+    return Audit(out)
+
+
+def saved_arrays(store: RunStore) -> ArrayLoader:
+    """The loader of a run directory's per-matchup arrays (as numpy), None for a matchup that saved none."""
+
+    def load(key: str) -> Mapping[str, Any] | None:
+        saved = store.load_arrays(key)
+        return None if saved is None else {k: v.numpy() for k, v in saved.items()}
+
+    return load
+
+
+def audit_store(store: RunStore, rows: list[dict[str, Any]]) -> Audit:
+    """Audit ``rows`` of a run directory, reading scores from its artifact cache."""
+    return audit_rows(rows, saved_arrays(store))
+
+
+def violation_findings(audit: Audit) -> dict[str, str]:
+    """Matchup key → a one-line finding for each violation (for the leaderboard and the run summary)."""
+    return {k: v for g in audit.games.values() for k, v in g.findings.items()}
+
+
+def audit_lines(audit: Audit) -> list[str]:
+    """Every game's lines for the command line (each game puts its violations first)."""
+    return [line for g in audit.games.values() for line in g.lines]

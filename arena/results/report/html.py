@@ -1,0 +1,157 @@
+"""``RUN_DIR/report/index.html``: one self-contained page (figures embedded as PNG, no scripts), rendered from the
+Jinja2 templates in ``arena/report/templates/`` with autoescape on; every figure is also written as SVG and PDF
+under ``RUN_DIR/report/figures/``.
+
+Sections: DP violations (if any); per track the leaderboard tables (ranking metric, the metrics beside it, their
+intervals), heatmaps and privacy-utility curves, then the track's game section (the registered game's ``report_section``,
+rendered from the game's own templates); the DP audit (each game's ``audit_section``); notes; the scenarios as
+run; per-matchup timings. The core page template names no game.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from markupsafe import Markup
+
+from arena._version import __version__
+from arena.results import leaderboard
+from arena.results.audit import Audit, audit_rows, saved_arrays, violation_findings
+from arena.results.leaderboard import TrackBoard
+from arena.results.report import plots
+from arena.results.report.context import Page, TrackContext, fmt, render, template_dirs
+from arena.run.store import RunStore
+
+
+def registered_games() -> Mapping[str, Any]:
+    """Game name → the registered ``Game`` class (whose ``report_section`` renders its part of a track)."""
+    from arena.plugins import registries
+
+    return {e.name: e.obj for e in registries().games}
+
+
+FIGURES = "report/figures"
+
+
+def _frame_rows(df, index_name: str) -> tuple[list[str], list[list[str]]]:  # noqa: ANN001 - a DataFrame
+    """A DataFrame as headers and formatted cells."""
+    headers = [index_name, *map(str, df.columns)]
+    body = [[str(idx), *(fmt(v) for v in df.loc[idx].tolist())] for idx in df.index]
+    return headers, body
+
+
+def board_section(board: TrackBoard, ctx: TrackContext, flagged: set[tuple[str, str]]) -> Markup:
+    """One track's leaderboard: tables, heatmaps (or the number, for a single cell) and privacy-utility curves."""
+    cells = board.cells.copy()
+    cells.insert(0, "utility", [fmt(u) for u in board.utility])
+    main = (["defense", *map(str, cells.columns)], [[d, *map(str, rec)] for d, rec in zip(cells.index, cells.values)])
+    beside = []
+    for m in board.beside:
+        grid = board.grids[m]
+        beside.append((m, (["defense", *map(str, grid.cells.columns)],
+                           [[d, *map(str, rec)] for d, rec in zip(grid.cells.index, grid.cells.values)])))
+    intervals = []
+    for m in board.shown:
+        if m in board.grids:
+            table = leaderboard.interval_table(board, m)
+            intervals.append((m, (["defense", *map(str, table.columns)],
+                                  [[d, *map(str, rec)] for d, rec in zip(table.index, table.values)])))
+    heatmaps, single = [], []
+    for m in board.shown:
+        grid = board.grids.get(m)
+        if grid is None:
+            continue
+        if grid.means.size <= 1:  # one defense, one attack: the number says it all
+            d, a = grid.means.index[0], grid.means.columns[0]
+            single.append((m, grid.cells.loc[d, a], grid.intervals.get((d, a))))
+            continue
+        png = ctx.figures.save(plots.heatmap(board, m, flagged), f"{board.track}-heatmap-{m}")
+        heatmaps.append((m, png))
+    pu = ctx.figures.save(plots.privacy_utility(board, ctx.rows), f"{board.track}-privacy-utility")
+    return render(
+        "board.html.j2", board=board, main=main, beside=beside, intervals=intervals, heatmaps=heatmaps,
+        single=single, privacy_utility=pu,
+        attack_ranking=_frame_rows(board.attack_ranking, "attack"),
+        defense_ranking=_frame_rows(board.defense_ranking, "defense"),
+    )
+
+
+def audit_section(audit: Audit, games: Mapping[str, Any]) -> Markup:
+    """The DP audit: each registered game's part (``Game.audit_section``), in the order of their names."""
+    parts = [Markup(game.audit_section(audit.games.get(name), Page(template_dirs(game))))
+             for name, game in sorted(games.items())]
+    return render("audit.html.j2", parts=[p for p in parts if p])
+
+
+def render_page(store: RunStore) -> str:
+    """The whole page for the run directory of ``store`` (figures written under ``report/figures/``)."""
+    rows = leaderboard.latest_rows(store.results())
+    games = registered_games()
+    arrays = saved_arrays(store)
+    audit = audit_rows(rows, arrays, games)
+    findings = violation_findings(audit)
+    memo: dict[str, Any] = {}
+
+    def cached(key: str) -> Any:
+        if key not in memo:
+            memo[key] = arrays(key)
+        return memo[key]
+
+    boards = leaderboard.build(rows, violation_findings(audit), rank_by=leaderboard.rank_by_of(store.root),
+                               arrays=cached)
+    figures_dir = store.root / FIGURES
+    if figures_dir.exists():
+        shutil.rmtree(figures_dir)  # figures of tracks no longer in the run must not linger
+    figures = plots.Figures(figures_dir)
+    tracks = []
+    for board in boards:
+        track_rows = [r for r in rows if r["track"] == board.track]
+        game = games.get(board.game)
+        ctx = TrackContext(board, track_rows, store, cached, figures, audit, templates=template_dirs(game))
+        flagged = {(a.defense_label, a.attack) for a in audit.violations if a.track == board.track}
+        tracks.append({"board": board_section(board, ctx, flagged),
+                       "section": Markup(game.report_section(ctx)) if game is not None else Markup("")})
+    notes: dict[tuple[str, str], int] = {}
+    for r in rows:
+        for note in r.get("notes") or []:
+            notes[r["track"], note] = notes.get((r["track"], note), 0) + 1
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "skipped", "failed")}
+    scenarios = [(p.name, p.read_text(encoding="utf-8")) for p in sorted((store.root / "scenarios").glob("*.yaml"))]
+    timings = [[r["track"], r["defense_label"], r["attack_label"], r["seed"], r["status"], fmt(r.get("seconds"), 2),
+                r.get("trained_models", "—")] for r in rows]
+    return render(
+        "page.html.j2",
+        name=store.root.resolve().name,
+        version=__version__,
+        generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        n_rows=len(rows),
+        counts=counts,
+        violations=[f"{a.track} {a.defense_label} vs {a.attack} seed {a.seed}: {findings[a.key]}"
+                    for a in audit.violations],
+        n_audited=audit.tested,
+        tracks=tracks,
+        audit=audit_section(audit, games),
+        notes=[(t, n, c) for (t, n), c in notes.items()],
+        scenarios=scenarios,
+        timings=timings,
+        total_seconds=sum(r.get("seconds") or 0.0 for r in rows),
+        figure_files=[p.name for p in figures.written],
+        figures_dir=FIGURES,
+    )
+
+
+def write_report(run_dir: Path | str) -> Path:
+    """Write ``run_dir/report/index.html`` (and ``report/figures/``) and return the page's path."""
+    store = RunStore(run_dir)
+    if not store.results_path.exists():
+        raise FileNotFoundError(f"{run_dir}: no results.jsonl here")
+    page = render_page(store)
+    store.write_text("report/index.html", page)
+    path = store.root / "report" / "index.html"
+    path.chmod(0o644)  # a page to be read (and served) by others, unlike the private temporary file it came from
+    return path
+

@@ -1,0 +1,169 @@
+"""Playing one matchup: rebuild its plugins from plain data, train or fetch the release, play the game, make a row.
+
+The same functions run in-process (``--serial``) and inside Ray workers, so both give identical rows.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import time
+import traceback
+from typing import Any
+
+import numpy as np
+import torch
+
+from arena._version import __version__
+from arena.engine.augment import Augment
+from arena.engine.recipe import Recipe
+from arena.plugins import registries
+from arena.run import sandbox
+from arena.run.plan import Matchup, architecture, load_dataset
+from arena.run.procedure import TrainingProcedure
+from arena.run.store import RunStore, challenger_seed
+
+
+def recipe(training: dict[str, Any]) -> Recipe:
+    """The engine's recipe from a defense configuration's effective ``training`` section (JSON form)."""
+    aug = training.get("augment") or {}
+    return Recipe(epochs=training["epochs"], lr=training["lr"], momentum=training["momentum"],
+                  batch_size=training["batch_size"], augment=Augment(aug.get("crop", 0), aug.get("flip", False)),
+                  ema=training.get("ema", 0.0))
+
+
+def procedure_for(matchup: Matchup, store: RunStore) -> TrainingProcedure:
+    """The defense configuration of ``matchup`` bound to its track, caching into the run directory."""
+    regs = registries()
+    dataset = load_dataset(matchup.track.dataset)
+    cls = regs.defenses.get(matchup.defense.name)
+    defense = cls(cls.Params.model_validate(matchup.defense.params))
+    return TrainingProcedure(
+        defense,
+        architecture(matchup.track, dataset),
+        recipe(matchup.defense.training),
+        solver=matchup.defense.training["solver"],
+        device=matchup.track.device,
+        cache=store.cache,
+        chunk=matchup.track.pool_chunk,
+    )
+
+
+def base_row(matchup: Matchup) -> dict[str, Any]:
+    """The identifying columns of a result row."""
+    regs = registries()
+    return {
+        "key": matchup.key,
+        "release_key": matchup.release_key,
+        "scenario": matchup.scenario,
+        "track": matchup.track.name,
+        "game": matchup.track.game.name,
+        "defense": matchup.defense.name,
+        "defense_label": matchup.defense.label,
+        "defense_params": matchup.defense.params,
+        "epsilon": matchup.defense.epsilon,
+        "delta": matchup.defense.delta,
+        "attack": matchup.attack.name,
+        "attack_label": matchup.attack.label,
+        "attack_params": matchup.attack.params,
+        "seed": matchup.seed,
+        "versions": {
+            "arena": __version__,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "defense": f"{regs.defenses.entry(matchup.defense.name).distribution} "
+            f"{regs.defenses.entry(matchup.defense.name).version} / {matchup.defense.name} v{matchup.defense.version}",
+            "attack": f"{regs.attacks.entry(matchup.attack.name).distribution} "
+            f"{regs.attacks.entry(matchup.attack.name).version} / {matchup.attack.name} v{matchup.attack.version}",
+        },
+    }
+
+
+def _finite(v: float) -> float | None:
+    return float(v) if math.isfinite(v) else None
+
+
+def metric_info(game: str) -> dict[str, dict[str, Any]]:
+    """Each registered metric of ``game``: its direction and range (None for an infinite end), written into every
+    row so that a leaderboard of the run never needs the plugins to know how to read its numbers."""
+    return {
+        e.name: {"higher_is_better": bool(e.obj.higher_is_better),
+                 "bounds": [_finite(e.obj.bounds[0]), _finite(e.obj.bounds[1])]}
+        for e in registries().metrics
+        if e.obj.game == game
+    }
+
+
+def game_for(matchup: Matchup, dataset: Any, store: RunStore) -> Any:
+    """The registered game of the matchup's track, set up on ``dataset`` with the challenger's seed: the run's
+    secret keyed by the matchup's scenario seed (the row keeps the scenario seed; nothing an attack sees reveals
+    the secret)."""
+    seed = challenger_seed(store.secret(), matchup.seed)
+    return registries().games.get(matchup.track.game.name)(matchup.track.game, dataset, seed)
+
+
+def train_release(matchup: Matchup, run_dir: str) -> dict[str, Any]:
+    """Train (or find in the cache) the released model shared by every attack on this defense and seed."""
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    store = RunStore(run_dir)
+    procedure = procedure_for(matchup, store)
+    game = game_for(matchup, load_dataset(matchup.track.dataset), store)
+    release = game.release(procedure)
+    return {"utility": release.utility, "trained": procedure.stats.trained, "seconds": time.perf_counter() - start}
+
+
+CLAIM_TOLERANCE = 1e-9
+"""Relative slack when comparing a claimed ε with its target (accountants search σ numerically)."""
+
+
+def claim_problem(claim: Any, target: float | None) -> str | None:
+    """Why a release's claim breaks its configuration's target ε, or None: a configuration labelled ε = 1 must not
+    release a model claiming ε = 1000 (it would pass the audit against its own weaker claim)."""
+    if target is None:
+        return None
+    if claim is None:
+        return f"the defense is configured for ε = {target:g} but its release claims nothing"
+    if not claim.epsilon <= target * (1 + CLAIM_TOLERANCE):
+        return f"the release claims ε = {claim.epsilon:g}, above its configuration's target ε = {target:g}"
+    return None
+
+
+def play_matchup(matchup: Matchup, run_dir: str) -> dict[str, Any]:
+    """Play one matchup and return its result row; a plugin's exception fails this matchup only."""
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    row = base_row(matchup)
+    row["metric_info"] = metric_info(matchup.track.game.name)
+    row.update(status="ok", utility=None, metrics={}, notes=[], claim=None, error=None, traceback=None)
+    try:
+        store = RunStore(run_dir)
+        regs = registries()
+        attack_cls = regs.attacks.get(matchup.attack.name)
+        attack = attack_cls(attack_cls.Params.model_validate(matchup.attack.params))
+        reason = attack.skip_reason(matchup.track)
+        if reason is not None:
+            row.update(status="skipped", error=reason)
+        else:
+            procedure = procedure_for(matchup, store)
+            dataset = load_dataset(matchup.track.dataset)
+            game = game_for(matchup, dataset, store)
+            release = game.release(procedure)
+            row.update(utility=release.utility, claim=release.claim.as_dict() if release.claim else None)
+            broken = claim_problem(release.claim, matchup.defense.epsilon)
+            if broken is not None:
+                row.update(status="failed", error=f"claim: {broken}")
+            else:
+                view = game.view(attack, release, procedure)
+                outcome = game.score(attack, sandbox.run_attack(attack, view, guesses=sandbox.guess_types(game)))
+                row.update(metrics=outcome.metrics, notes=outcome.notes)
+                if outcome.arrays:
+                    store.save_arrays(matchup.key, {k: torch.from_numpy(np.ascontiguousarray(v))
+                                                    for k, v in outcome.arrays.items()})
+                game.save_artifacts(outcome, store.artifact_dir(matchup.key))
+    except sandbox.AttackFailed as exc:  # the attack's own process raised, exited or died
+        row.update(status="failed", error=str(exc), traceback=exc.child_traceback)
+    except Exception as exc:  # noqa: BLE001 - isolation: any plugin failure fails this matchup only
+        row.update(status="failed", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+    row["seconds"] = round(time.perf_counter() - start, 4)
+    return row

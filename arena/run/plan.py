@@ -1,0 +1,404 @@
+"""Validation and planning: scenario files → checked tracks → matchups, each keyed by what determines it.
+
+All problems of all files are collected before any work starts; nothing is written anywhere here.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ValidationError
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from arena.contracts.dataset import Dataset, available_memory
+from arena.contracts.defense import Defense
+from arena.contracts.game import Game
+from arena.contracts.spec import GameSpec, PluginRef, Scenario, Track, TrainingOverride, TrainingSpec
+from arena.engine.architecture import Architecture, has_batch_norm
+from arena.plugins import Registries, registries
+from arena.registry import UnknownNameError
+from arena.run.scenario import ScenarioError, parse_scenario, pydantic_problems
+from arena.run.store import content_key
+
+
+@dataclass(frozen=True)
+class DefenseConfig:
+    """One expanded defense configuration of a track (e.g. dpsgd at one ε), with the recipe it trains by."""
+
+    name: str
+    params: dict[str, Any]
+    version: str
+    epsilon: float | None
+    delta: float | None
+    label: str
+    training: dict[str, Any]
+    """The track's training recipe with this entry's ``training`` override applied (JSON form)."""
+
+
+@dataclass(frozen=True)
+class AttackConfig:
+    name: str
+    params: dict[str, Any]
+    version: str
+    label: str
+
+
+def config_label(
+    name: str, params: BaseModel, epsilon: float | None = None, recipe: dict[str, Any] | None = None
+) -> str:
+    """'name', or 'name(eps=2, k=v, training.batch_size=256)' listing ε, every optional parameter set away from its
+    default and every recipe field a defense entry overrides."""
+    optional = {k for k, f in type(params).model_fields.items() if not f.is_required()}
+    changed = params.model_dump(mode="json", exclude_defaults=True, include=optional)
+    changed.pop("epsilons", None)
+    changed.update({f"training.{k}": v for k, v in (recipe or {}).items()})
+    parts = ([f"eps={epsilon:g}"] if epsilon is not None else []) + [f"{k}={v}" for k, v in sorted(changed.items())]
+    return f"{name}({', '.join(parts)})" if parts else name
+
+
+@dataclass(frozen=True)
+class Matchup:
+    """(track, defense configuration, attack, seed): the unit of scheduling, caching, resuming and reporting."""
+
+    scenario: str
+    track: Track
+    defense: DefenseConfig
+    attack: AttackConfig
+    seed: int
+    data_fingerprint: str
+
+    def track_identity(self) -> dict[str, Any]:
+        """The parts of the track that determine a release (not the lists of other defenses and attacks)."""
+        return {
+            **self.track.model_dump(mode="json", include={"name", "dataset", "model", "training", "game", "device"}),
+            "data": self.data_fingerprint,
+        }
+
+    @property
+    def release_key(self) -> str:
+        defense = {"name": self.defense.name, "params": self.defense.params, "version": self.defense.version,
+                   "training": self.defense.training}
+        return content_key({"track": self.track_identity(), "defense": defense, "seed": self.seed})
+
+    @property
+    def key(self) -> str:
+        attack = {"name": self.attack.name, "params": self.attack.params, "version": self.attack.version}
+        return content_key({"release": self.release_key, "attack": attack})
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every matchup of the scenarios given, in a stable order, plus the scenarios themselves."""
+
+    scenarios: tuple[tuple[Path, Scenario], ...]
+    matchups: tuple[Matchup, ...]
+
+
+@functools.lru_cache(maxsize=16)
+def _load_dataset_cached(name: str, params_json: str) -> Dataset:
+    loader = registries().datasets.get(name)
+    return loader.load(loader.Params.model_validate(json.loads(params_json)))
+
+
+def load_dataset(ref: PluginRef) -> Dataset:
+    """The dataset a track names (cached per process)."""
+    loader = registries().datasets.get(ref.name)
+    params = loader.Params.model_validate(ref.options)
+    return _load_dataset_cached(ref.name, params.model_dump_json())
+
+
+def architecture(track: Track, dataset: Dataset) -> Architecture:
+    """The track's model (a registered model plugin with its parameters) bound to the dataset's shape."""
+    cls = registries().models.get(track.model.name)
+    return Architecture(cls(cls.Params.model_validate(track.model.options)), dataset.shape, dataset.n_classes)
+
+
+TRAINING_MEMORY_FACTOR = 4
+"""Bytes of training memory per byte of a model's tensors: the weights, their gradients, the optimiser's momentum
+and the per-example work (activations, clipped gradients), counted conservatively low."""
+
+
+class _TooLarge(Exception):
+    """A model build asked for more real memory than its track could ever train with."""
+
+
+class _AllocationGuard(TorchDispatchMode):
+    """Refuses, before it happens, any allocation by a factory op (``empty``, ``zeros``, ``randn``, ``new_empty``,
+    ...) that would take the real (not ``meta``) memory allocated under it past ``limit`` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit, self.total = limit, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        kwargs = kwargs or {}
+        size = _factory_bytes(func, args, kwargs)
+        if size:
+            self.total += size
+            if self.total > self.limit:
+                raise _TooLarge(self.total)
+        return func(*args, **kwargs)
+
+
+def _factory_bytes(func, args, kwargs) -> int:  # noqa: ANN001
+    """Bytes of real memory a factory op is about to allocate; 0 for other ops and for ``meta`` tensors."""
+    schema = func._schema
+    name = schema.name.split("::")[-1]
+    tensors = [a for a in schema.arguments if a.type.kind() == "TensorType"]
+    if tensors and not name.startswith("new_"):
+        return 0  # computes from tensors it is given (a view, an in-place initialiser): bounded by them
+    values = {a.name: (args[i] if i < len(args) else kwargs.get(a.name, a.default_value if a.has_default_value()
+                                                                     else None))
+              for i, a in enumerate(schema.arguments)}
+    size = values.get("size")
+    if not isinstance(size, (list, tuple)):
+        return 0
+    device = values.get("device")
+    if device is None and tensors:
+        device = getattr(args[0], "device", None)
+    if device is not None and torch.device(device).type == "meta":
+        return 0
+    dtype = values.get("dtype")
+    if dtype is None:
+        dtype = getattr(args[0], "dtype", None) if tensors else torch.get_default_dtype()
+    itemsize = dtype.itemsize if isinstance(dtype, torch.dtype) else 8
+    return math.prod(int(s) for s in size) * itemsize
+
+
+def _models_at_once(track: Track, regs: Registries) -> tuple[int, str]:
+    """How many copies of the model one training call holds at least, and why: ``pool_chunk`` when an attack of
+    the track is granted ``training`` (it trains shadow pools, ``pool_chunk`` models per call), else one."""
+    for ref in track.attacks:
+        try:
+            cls = regs.attacks.get(ref.name)
+        except UnknownNameError:
+            continue
+        if "training" in cls.threat_model:
+            return track.pool_chunk, f" x {track.pool_chunk} models at once (pool_chunk: attack {ref.name!r} " \
+                                     "trains shadow models)"
+    return 1, ""
+
+
+def _model_bytes(arch: Architecture, limit: int) -> int:
+    """Bytes of the model's parameters and buffers, counted without allocating them: built on the ``meta`` device,
+    or, for a model whose construction needs real tensors, built for real under a guard that stops it before it
+    allocates more than ``limit`` bytes (``_TooLarge``)."""
+    try:
+        with _AllocationGuard(limit), torch.device("meta"):
+            module = arch.build()
+    except _TooLarge:
+        raise
+    except Exception:  # noqa: BLE001 - e.g. .item() on a meta tensor: count a real build, but within the limit
+        with _AllocationGuard(limit):
+            module = arch.build()
+    tensors = [*module.parameters(), *module.buffers()]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _check_model(
+    source: str, where: str, track: Track, dataset: Dataset | None, regs: Registries, problems: list[str]
+) -> Architecture | None:
+    """The track's architecture when its model is known, valid, fits in memory to train and builds for the
+    dataset; else problems. Its size is counted before anything that size is allocated."""
+    cls = _lookup(source, f"{where}.model", track.model.name, regs.models, problems)
+    if cls is None or _plugin_params(source, f"{where}.model", track.model, cls, problems) is None or dataset is None:
+        return None
+    cannot = (f"{source}: {where}.model: model {track.model.name!r} cannot be built for dataset {dataset.name!r} "
+              f"(records of shape {dataset.shape}, {dataset.n_classes} classes)")
+    have = available_memory()
+    copies, why = _models_at_once(track, regs)
+    try:
+        arch = architecture(track, dataset)
+        size = _model_bytes(arch, have // (TRAINING_MEMORY_FACTOR * copies))
+    except _TooLarge as exc:
+        size = exc.args[0]
+    except Exception as exc:  # noqa: BLE001 - a plugin's build failure is a problem with this track's model
+        problems.append(f"{cannot}: {exc}")
+        return None
+    need = size * TRAINING_MEMORY_FACTOR * copies
+    if need > have:
+        problems.append(f"{source}: {where}.model: model {track.model.name!r} takes {size / 2**30:.3g} GiB for "
+                        f"dataset {dataset.name!r}; training it needs at least {size / 2**30:.3g} GiB x "
+                        f"{TRAINING_MEMORY_FACTOR} (gradients, optimiser state, per-example work){why} = "
+                        f"{need / 2**30:.3g} GiB, more than the {have / 2**30:.3g} GiB of memory available")
+        return None
+    try:
+        arch.template()
+    except Exception as exc:  # noqa: BLE001
+        problems.append(f"{cannot}: {exc}")
+        return None
+    return arch
+
+
+def _training(
+    source: str, prefix: str, base: TrainingSpec, ref: PluginRef, problems: list[str]
+) -> tuple[dict[str, Any], TrainingSpec | None]:
+    """Split a defense entry's ``training`` override from its plugin parameters; return (parameters, recipe)."""
+    options = ref.options
+    override = options.pop("training", None)
+    if override is None:
+        return options, base
+    try:
+        return options, TrainingOverride.model_validate(override).apply(base)
+    except ValidationError as exc:
+        problems.extend(pydantic_problems(source, f"{prefix}.training", exc))
+        return options, None
+
+
+def _overridden(base: TrainingSpec, recipe: TrainingSpec) -> dict[str, Any]:
+    """The recipe fields a defense entry set away from the track's, for its label."""
+    old, new = base.model_dump(mode="json"), recipe.model_dump(mode="json")
+    return {k: v for k, v in new.items() if old[k] != v}
+
+
+def _plugin_params(
+    source: str, prefix: str, ref: PluginRef, cls: type, problems: list[str], options: dict[str, Any] | None = None
+) -> BaseModel | None:
+    try:
+        return cls.Params.model_validate(ref.options if options is None else options)
+    except ValidationError as exc:
+        problems.extend(pydantic_problems(source, prefix, exc))
+        return None
+
+
+def _lookup(source: str, prefix: str, name: str, registry, problems: list[str]):  # noqa: ANN001, ANN202
+    try:
+        return registry.get(name)
+    except UnknownNameError as exc:
+        problems.append(f"{source}: {prefix}.name: {exc}")
+        return None
+
+
+def _game_spec(source: str, prefix: str, track: Track, game: type[Game], problems: list[str]) -> GameSpec | None:
+    """The track's ``game:`` validated by the registered game's ``Spec`` (errors at ``tracks[i].game.<field>``)."""
+    if isinstance(track.game, game.Spec):
+        return track.game
+    try:
+        return game.Spec.model_validate({"name": track.game.name, **track.game.options})
+    except ValidationError as exc:
+        problems.extend(pydantic_problems(source, prefix, exc))
+        return None
+
+
+def _check_track(
+    source: str, where: str, track: Track, regs: Registries, problems: list[str], local: bool = True
+) -> tuple[Track, Dataset | None, list[DefenseConfig], list[AttackConfig]]:
+    """Check one track; append problems; return what the plan needs when it is sound: the track with its game's
+    spec validated, its dataset, its defense and attack configurations."""
+    dataset = None
+    loader = _lookup(source, f"{where}.dataset", track.dataset.name, regs.datasets, problems)
+    if loader is not None and _plugin_params(source, f"{where}.dataset", track.dataset, loader, problems):
+        try:
+            dataset = load_dataset(track.dataset)
+        except (ValueError, OSError) as exc:
+            problems.append(f"{source}: {where}.dataset.{_field_of(exc)}")
+    game = _lookup(source, f"{where}.game", track.game.name, regs.games, problems)
+    spec = _game_spec(source, f"{where}.game", track, game, problems) if game is not None else None
+    if spec is None:
+        game = None
+    else:
+        track = track.model_copy(update={"game": spec})
+        if dataset is not None:
+            for field, msg in game.problems(spec, dataset):
+                problems.append(f"{source}: {where}.game{('.' + field) if field else ''}: {msg}")
+    if local and track.device == "cuda" and not torch.cuda.is_available():
+        problems.append(f"{source}: {where}.device: 'cuda' requested but torch.cuda.is_available() is False")
+    arch = _check_model(source, where, track, dataset, regs, problems)
+    if arch is not None and track.training.solver == "newton" and (arch.dense is None or arch.dense.hidden):
+        problems.append(f"{source}: {where}.training.solver: 'newton' applies to logistic regression only")
+    elif arch is not None and track.training.solver == "newton" and not arch.l2 > 0:
+        problems.append(f"{source}: {where}.training.solver: 'newton' needs model.l2 > 0: without a penalty the "
+                        "optimum may not exist (separable data) and the Newton system is singular (constant "
+                        "features); use solver 'auto' or 'gradient', or set model.l2")
+
+    defenses: list[DefenseConfig] = []
+    for j, ref in enumerate(track.defenses):
+        prefix = f"{where}.defenses[{j}]"
+        cls = _lookup(source, prefix, ref.name, regs.defenses, problems)
+        options, training = _training(source, prefix, track.training, ref, problems)
+        params = _plugin_params(source, prefix, ref, cls, problems, options) if cls else None
+        if params is None or training is None:
+            continue
+        if cls.per_example_gradients and arch is not None and has_batch_norm(arch):
+            problems.append(f"{source}: {where}.model: model {track.model.name!r} has BatchNorm layers, which mix "
+                            f"examples in a batch, so defense {cls.name!r} ({prefix}) cannot clip per-example "
+                            "gradients; use a GroupNorm model (e.g. norm: group)")
+        for config in cls.expand(params):
+            defense: Defense = cls(config)
+            if game is not None:
+                for field, msg in defense.validate_for(game.train_size(track.game)):
+                    problems.append(f"{source}: {prefix}.{field}: {msg}")
+            eps = defense.target_epsilon()
+            defenses.append(
+                DefenseConfig(cls.name, config.model_dump(mode="json"), cls.version, eps, defense.target_delta(),
+                              config_label(cls.name, config, eps, _overridden(track.training, training)),
+                              training.model_dump(mode="json"))
+            )
+    labels = [d.label for d in defenses]
+    if len(set(labels)) != len(labels):
+        problems.append(f"{source}: {where}.defenses: the same defense configuration appears twice")
+
+    attacks: list[AttackConfig] = []
+    for j, ref in enumerate(track.attacks):
+        prefix = f"{where}.attacks[{j}]"
+        cls = _lookup(source, prefix, ref.name, regs.attacks, problems)
+        params = _plugin_params(source, prefix, ref, cls, problems) if cls else None
+        if params is None:
+            continue
+        if cls.game != track.game.name:
+            problems.append(f"{source}: {prefix}.name: attack {cls.name!r} plays the {cls.game!r} game, "
+                            f"but this track plays {track.game.name!r}")
+        elif game is not None and not cls.threat_model <= game.capabilities:
+            missing = ", ".join(sorted(cls.threat_model - game.capabilities))
+            problems.append(f"{source}: {prefix}.name: attack {cls.name!r} needs {missing}, "
+                            f"which the {game.name!r} game does not grant")
+        attacks.append(AttackConfig(cls.name, params.model_dump(mode="json"), cls.version,
+                                    config_label(cls.name, params)))
+    if len({a.label for a in attacks}) != len(attacks):
+        problems.append(f"{source}: {where}.attacks: the same attack configuration appears twice")
+    return track, dataset, defenses, attacks
+
+
+def _field_of(exc: Exception) -> str:
+    """Loader errors start with the field they concern ('path: ...'); default to the dataset's name."""
+    text = str(exc)
+    return text if ":" in text.split(" ")[0] else f"name: {text}"
+
+
+def plan(paths: list[Path], local: bool = True) -> Plan:
+    """Validate every file completely, then expand into matchups; raise ``ScenarioError`` with all problems.
+
+    ``local``: the matchups run on this machine, so a ``cuda`` track needs a GPU here (on a cluster the
+    workers check instead)."""
+    regs = registries()
+    problems: list[str] = []
+    parsed: list[tuple[Path, Scenario]] = []
+    for path in paths:
+        try:
+            parsed.append((path, parse_scenario(path)))
+        except ScenarioError as exc:
+            problems.extend(exc.problems)
+    names = [s.name for _, s in parsed]
+    for path, scenario in parsed:
+        if names.count(scenario.name) > 1:
+            problems.append(f"{path}: name: scenario name {scenario.name!r} is used by more than one file")
+    matchups: list[Matchup] = []
+    for path, scenario in parsed:
+        for i, track in enumerate(scenario.tracks):
+            track, dataset, defenses, attacks = _check_track(str(path), f"tracks[{i}]", track, regs, problems, local)
+            if dataset is None:
+                continue
+            fingerprint = dataset.fingerprint()
+            for defense in defenses:
+                for attack in attacks:
+                    for seed in scenario.seeds:
+                        matchups.append(Matchup(scenario.name, track, defense, attack, seed, fingerprint))
+    if problems:
+        raise ScenarioError(problems)
+    return Plan(tuple(parsed), tuple(matchups))

@@ -1,0 +1,185 @@
+"""The training procedure as a callable: a defense configuration bound to a track's model and recipe, cached.
+
+Released models and every attacker's shadow models go through ``TrainingProcedure``, so they share one code
+path and one content-addressed cache: identical requests train once per run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from arena.contracts.defense import Claim, Defense, FitTask
+from arena.contracts.release import Models
+from arena.engine.architecture import Architecture
+from arena.engine.recipe import Recipe
+from arena.run.store import TensorCache, content_key, tensor_digest
+
+Solver = Literal["auto", "gradient", "newton"]
+Device = Literal["cpu", "cuda", "auto"]
+_STATE = "state."
+GPU_SHARE = 0.25
+"""Fraction of a GPU each task of a ``cuda`` track requests: four matchups or pool chunks share one GPU."""
+
+Chunk = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+"""One independently trained part of a pool: X [k, n, d], y [k, n], init seeds [k], train seeds [k]."""
+
+
+def resolve_device(device: Device) -> str:
+    """The torch device this process trains on: ``auto`` takes CUDA when this worker has it; ``cuda`` without a
+    GPU is an error naming the field, raised where the work runs (a cluster's driver may have no GPU)."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device: 'cuda' requested but torch.cuda.is_available() is False on this worker")
+    return device
+
+
+def gpu_request(device: Device) -> float:
+    """GPUs a Ray task of a track on ``device`` asks for (``auto`` asks when the cluster has any)."""
+    if device == "cuda":
+        return GPU_SHARE
+    if device == "auto":
+        import ray
+
+        return GPU_SHARE if ray.is_initialized() and ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+    return 0.0
+
+
+def _inside_ray_worker() -> bool:
+    ray = sys.modules.get("ray")
+    return bool(ray and ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE)
+
+
+@dataclass
+class TrainingStats:
+    """How many models this procedure trained and how many it found in the cache (tests and timings read it)."""
+
+    trained: int = 0
+    cached: int = 0
+    calls: int = 0
+    tasks: int = 0
+    """Pool chunks dispatched as Ray tasks."""
+    nodes: set[str] = field(default_factory=set)
+    """Ray nodes those tasks ran on."""
+
+
+@dataclass
+class TrainingProcedure:
+    """``defense`` with ``arch`` and ``recipe`` bound; call it with data and seeds to get trained models."""
+
+    defense: Defense
+    arch: Architecture
+    recipe: Recipe
+    solver: Solver = "auto"
+    device: Device = "cpu"
+    cache: TensorCache | None = None
+    chunk: int = 32
+    """Models per independently scheduled and cached part of a shadow pool (``train_chunks``)."""
+    stats: TrainingStats = field(default_factory=TrainingStats)
+
+    def identity(self) -> dict:
+        """Everything that determines the trained models apart from data and seeds."""
+        return {
+            "defense": self.defense.name,
+            "defense_version": self.defense.version,
+            "params": self.defense.params.model_dump(mode="json"),
+            "arch": self.arch.identity(),
+            "recipe": {**self.recipe.__dict__, "augment": self.recipe.augment.__dict__},
+            "solver": self.solver,
+        }
+
+    def __call__(
+        self,
+        X: torch.Tensor,
+        y: torch.Tensor,
+        init_seeds: Sequence[int] | torch.Tensor,
+        train_seeds: Sequence[int] | torch.Tensor,
+    ) -> tuple[Models, Claim | None]:
+        """Train K models, model k on (X[k], y[k]); X is [K, n, d], y [K, n]."""
+        init = torch.as_tensor(init_seeds, dtype=torch.int64)
+        train = torch.as_tensor(train_seeds, dtype=torch.int64)
+        if X.ndim != 3 or y.shape != X.shape[:2] or len(init) != X.shape[0] or len(train) != X.shape[0]:
+            raise ValueError("training procedure needs X [K, n, d], y [K, n] and K init and train seeds")
+        self.stats.calls += 1
+        key = content_key({**self.identity(), "data": tensor_digest(X, y, init, train)})
+        if self.cache is None:
+            models, claim, _ = self._fit(X, y, init, train)
+            return models, claim
+        with self.cache.lock("models", key):
+            if (hit := self.cache.get("models", key)) is not None:
+                self.stats.cached += X.shape[0]
+                return self._models(hit), self._claim(hit)
+            models, claim, tensors = self._fit(X, y, init, train)
+            self.cache.put("models", key, tensors)
+            return models, claim
+
+    def train_chunks(self, chunks: Sequence[Chunk]) -> list[Models]:
+        """Train each chunk as its own cached unit. Inside a Ray worker, with a cache, every chunk is its own Ray
+        task (a GPU share on ``cuda`` tracks), so a pool spreads over a cluster's workers and a chunk finished
+        before a crash is never retrained; elsewhere the chunks train here, one after another."""
+        if len(chunks) > 1 and self.cache is not None and _inside_ray_worker():
+            import ray
+
+            gpus = gpu_request(self.device)
+            task = ray.remote(num_cpus=1, num_gpus=gpus, scheduling_strategy="SPREAD")(_train_chunk)
+            refs = [task.remote(self, *chunk) for chunk in chunks]
+            self.stats.tasks += len(refs)
+            if gpus:  # a task holding a GPU share waits on others needing one: work from the back meanwhile
+                for chunk in reversed(chunks):
+                    self(*chunk)
+            for trained, node in ray.get(refs):
+                self.stats.trained += trained
+                self.stats.nodes.add(node)
+        return [self(*chunk)[0] for chunk in chunks]
+
+    def _fit(
+        self, X: torch.Tensor, y: torch.Tensor, init: torch.Tensor, train: torch.Tensor
+    ) -> tuple[Models, Claim | None, dict[str, torch.Tensor]]:
+        """Train through the defense; also return the tensors the cache stores."""
+        device = resolve_device(self.device)
+        task = FitTask(
+            arch=self.arch,
+            recipe=self.recipe,
+            X=X.to(device, torch.float32),
+            y=y.to(device, torch.int64),
+            init_seeds=init.to(device),
+            train_seeds=train.to(device),
+            solver=self.solver,
+        )
+        fit = self.defense.fit(task)
+        self.stats.trained += X.shape[0]
+        tensors = {f"{_STATE}{name}": t.detach().cpu().contiguous() for name, t in fit.state.items()}
+        if fit.claim is not None:
+            tensors["claim"] = torch.frombuffer(bytearray(json.dumps(fit.claim.as_dict()).encode()), dtype=torch.uint8)
+        return self._models(tensors), fit.claim, tensors
+
+    def _models(self, tensors: dict[str, torch.Tensor]) -> Models:
+        state = {k[len(_STATE):]: v for k, v in tensors.items() if k.startswith(_STATE)}
+        template = self.arch.template()
+        order = [*template.trainable, *template.buffers]
+        if sorted(state) != sorted(order):
+            raise ValueError(f"defense {self.defense.name!r} returned tensors {sorted(state)}, "
+                             f"the model has {sorted(order)}")
+        return Models(self.arch, {k: state[k] for k in order})
+
+    @staticmethod
+    def _claim(tensors: dict[str, torch.Tensor]) -> Claim | None:
+        if "claim" not in tensors:
+            return None
+        return Claim(**json.loads(bytes(tensors["claim"].tolist()).decode()))
+
+
+def _train_chunk(procedure: TrainingProcedure, *chunk: torch.Tensor) -> tuple[int, str]:
+    """Ray task: train (or find) one chunk in the shared cache; return (models trained, the node it ran on)."""
+    import ray
+
+    torch.set_num_threads(1)
+    procedure.stats = TrainingStats()
+    procedure(*chunk)
+    return procedure.stats.trained, ray.get_runtime_context().get_node_id()

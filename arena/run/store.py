@@ -1,0 +1,346 @@
+"""The run directory: results.jsonl (appended atomically, torn tail ignored, foreign lines set aside), a
+content-addressed tensor cache verified on every read, a marker saying the directory is the arena's, and a lock
+held while a run uses it."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from arena._version import __version__
+from arena.engine.seeds import derive_seed
+
+RESULTS = "results.jsonl"
+REJECTED = "results.rejected.jsonl"
+MARKER = ".arena-run"
+LOCK = ".arena-lock"
+SECRET = ".arena-secret"
+SECRET_ENV = "ARENA_RUN_SECRET"
+SECRET_BYTES = 32
+DIGEST = "sha256"
+STATUSES = ("ok", "skipped", "failed")
+
+
+class RunDirError(Exception):
+    """The run directory cannot be used: another run holds it, or it is not an arena run directory."""
+
+
+def content_key(obj: object) -> str:
+    """Stable hash of a JSON-serialisable description (keys sorted)."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def tensor_digest(*tensors: torch.Tensor | np.ndarray) -> str:
+    """Hash of tensor contents, shapes and dtypes."""
+    h = hashlib.sha256()
+    for t in tensors:
+        a = t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
+        h.update(f"{a.dtype}{a.shape}".encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()[:24]
+
+
+def _atomic_write(path: Path, write) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def tensors_sha256(tensors: dict[str, torch.Tensor]) -> str:
+    """SHA-256 over every tensor's name, dtype, shape and bytes, in name order: what a cache entry must still hold."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def warn(message: str) -> None:
+    """One line on stderr: what the arena noticed and what it does about it."""
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def challenger_seed(secret: bytes, scenario_seed: int) -> int:
+    """The 63-bit seed of the challenger's randomness (splits, challenge order, targets, hidden initialisations)
+    for one scenario seed: a hash of the run's secret and that seed, so that nothing an attack sees (its view's
+    seeds, the pool seed, the data) lets it be rebuilt, while the run directory reproduces it."""
+    return derive_seed("challenger", secret.hex(), int(scenario_seed))
+
+
+def parse_secret(text: str, source: str) -> bytes:
+    """32 bytes from 64 hexadecimal digits; ``RunDirError`` naming ``source`` otherwise."""
+    text = text.strip()
+    if len(text) != 2 * SECRET_BYTES or not all(c in "0123456789abcdefABCDEF" for c in text):
+        raise RunDirError(f"{source}: a run secret is {2 * SECRET_BYTES} hexadecimal digits "
+                          f"({SECRET_BYTES} bytes), got {len(text)} characters")
+    return bytes.fromhex(text)
+
+
+class TensorCache:
+    """Tensors stored by content key as safetensors files (never pickles) with their SHA-256 in the file's
+    metadata; writes are atomic, reads verified (a damaged entry is a miss, so it is computed again)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def path(self, kind: str, key: str) -> Path:
+        return self.root / kind / f"{key}.safetensors"
+
+    def get(self, kind: str, key: str) -> dict[str, torch.Tensor] | None:
+        """The entry's tensors, or None when it is absent, unreadable, truncated or fails its digest (warned)."""
+        path = self.path(kind, key)
+        if not path.exists():
+            return None
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                expected = (f.metadata() or {}).get(DIGEST)
+                tensors = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 - safe_open has no iter
+        except Exception as exc:  # noqa: BLE001 - any failure to read a cache file means: compute it again
+            warn(f"{path}: unreadable cache entry ({type(exc).__name__}: {exc}); computing it again")
+            return None
+        if expected is None or tensors_sha256(tensors) != expected:
+            warn(f"{path}: cache entry fails its {DIGEST} check (corrupted or altered); computing it again")
+            return None
+        return tensors
+
+    @contextlib.contextmanager
+    def lock(self, kind: str, key: str) -> Iterator[None]:
+        """Exclusive lock on one entry across processes, so concurrent workers train it once; a dead holder's
+        lock is released by the operating system."""
+        path = self.root / ".locks" / kind / f"{key}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def put(self, kind: str, key: str, tensors: dict[str, torch.Tensor]) -> None:
+        flat = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
+        digest = {DIGEST: tensors_sha256(flat)}
+        _atomic_write(self.path(kind, key), lambda tmp: save_file(flat, tmp, metadata=digest))
+
+
+def row_problem(obj: object) -> str | None:
+    """Why a parsed line of results.jsonl is not a result row of the arena, or None."""
+    if not isinstance(obj, dict):
+        return f"a JSON {type(obj).__name__}, not a result row"
+    if not isinstance(obj.get("key"), str) or not obj["key"]:
+        return "a JSON object without a matchup 'key'"
+    if obj.get("status") not in STATUSES:
+        return f"'status' is {obj.get('status')!r}, not one of {', '.join(STATUSES)}"
+    for name, kind in (("metrics", dict), ("seed", int), ("track", str), ("defense_label", str),
+                       ("attack_label", str)):
+        if name in obj and not isinstance(obj[name], kind):
+            return f"{name!r} is not a {kind.__name__}"
+    return None
+
+
+@dataclass
+class ResultsFile:
+    """results.jsonl read line by line: the rows, and the complete lines that are not rows (1-based numbers)."""
+
+    rows: list[dict] = field(default_factory=list)
+    rejected: list[tuple[int, str, bytes]] = field(default_factory=list)  # (line, why, the line's bytes)
+    kept: list[bytes] = field(default_factory=list)  # the good lines, as written
+
+
+def read_results(path: Path) -> ResultsFile:
+    """Parse every complete line; a torn last line (a kill during a write) is neither a row nor an error."""
+    out = ResultsFile()
+    if not path.exists():
+        return out
+    lines = path.read_bytes().split(b"\n")[:-1]  # the part after the last newline is a torn tail, or empty
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            out.rejected.append((number, f"not JSON ({type(exc).__name__})", raw))
+            continue
+        problem = row_problem(obj)
+        if problem is None:
+            out.rows.append(obj)
+            out.kept.append(raw)
+        else:
+            out.rejected.append((number, problem, raw))
+    return out
+
+
+class RunStore:
+    """One run directory: the scenario as run, results.jsonl, the cache and per-matchup artifacts."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root)
+        self.cache = TensorCache(self.root / "cache")
+        self.artifacts = TensorCache(self.root / "artifacts")
+        self._reported: set[int] = set()
+        self._secret: bytes | None = None
+
+    def secret(self) -> bytes:
+        """The run's 32-byte secret, which keys every random choice of the challenger (``challenger_seed``).
+
+        Drawn from ``os.urandom`` when the run directory gets its secret (or taken from ``ARENA_RUN_SECRET``, 64
+        hex digits, to reproduce a run elsewhere), kept in ``RUN_DIR/.arena-secret`` (mode 0600, written
+        atomically, never in results or reports) and read back on resume. The run directory is made mode 0700.
+        Raises ``RunDirError`` for a malformed ``ARENA_RUN_SECRET`` or secret file, or one that differs from
+        ``ARENA_RUN_SECRET``."""
+        if self._secret is not None:
+            return self._secret
+        path = self.root / SECRET
+        given = os.environ.get(SECRET_ENV)
+        wanted = parse_secret(given, SECRET_ENV) if given is not None else None  # checked before any write
+        if not path.exists():
+            self.root.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):  # a directory we may not chmod is still usable
+                self.root.chmod(0o700)
+            body = (wanted if wanted is not None else os.urandom(SECRET_BYTES)).hex() + "\n"
+            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=f"{SECRET}.", suffix=".tmp")  # mode 0600
+            try:
+                with os.fdopen(fd, "w") as f:
+                    f.write(body)
+                    f.flush()
+                    os.fsync(f.fileno())
+                with contextlib.suppress(FileExistsError):  # another process made it first: theirs holds
+                    os.link(tmp, path)
+            finally:
+                os.unlink(tmp)
+        secret = parse_secret(path.read_text(encoding="ascii", errors="replace"), str(path))
+        if wanted is not None and wanted != secret:
+            raise RunDirError(f"{SECRET_ENV} differs from the secret of the existing run directory {self.root} "
+                              f"({path}); unset it to resume this run, or choose another --out")
+        self._secret = secret
+        return secret
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the run directory for this process: a second run into it raises ``RunDirError`` naming the holder.
+        The operating system releases the lock when the holder exits, however it exits."""
+        path = self.root / LOCK
+        handle = open(path, "a+")  # noqa: SIM115 - held for the whole run
+        try:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() or "unknown"
+                raise RunDirError(f"{self.root}: in use by another arena run (pid {holder}); wait for it to "
+                                  "finish or choose another --out") from None
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"{os.getpid()}\n")
+            handle.flush()
+            yield
+        finally:
+            handle.close()
+
+    def check_ours(self) -> None:
+        """Refuse (``RunDirError``) a directory whose results.jsonl the arena did not write, before touching it.
+        A directory with the arena's marker, without results.jsonl, or whose every line is a result row is ours."""
+        if (self.root / MARKER).exists() or not self.results_path.exists():
+            return
+        read = read_results(self.results_path)
+        if read.rejected:
+            line, why, _ = read.rejected[0]
+            raise RunDirError(f"{self.results_path}: not an arena results file (line {line}: {why}) and no "
+                              f"{MARKER} marker; choose another --out")
+
+    def mark(self) -> None:
+        """Make sure the run's secret exists (``secret``), then write the marker that says this directory is an
+        arena run directory (once)."""
+        self.secret()
+        if not (self.root / MARKER).exists():
+            self.write_json(MARKER, {"arena": __version__})
+
+    def set_aside(self) -> list[str]:
+        """Move every line of results.jsonl that is not a result row to results.rejected.jsonl and rewrite
+        results.jsonl with the rows alone (atomically), so nothing is ever appended after a bad line; return one
+        message per line moved. Call with the run lock held."""
+        read = read_results(self.results_path)
+        if not read.rejected:
+            return []
+        with open(self.root / REJECTED, "a", encoding="utf-8") as f:
+            for line, why, raw in read.rejected:
+                f.write(json.dumps({"line": line, "reason": why, "text": raw.decode("utf-8", "replace")}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        body = b"".join(raw + b"\n" for raw in read.kept)
+        _atomic_write(self.results_path, lambda tmp: Path(tmp).write_bytes(body))
+        return [f"{self.results_path}: line {line}: {why}; moved to {REJECTED}" for line, why, _ in read.rejected]
+
+    @property
+    def results_path(self) -> Path:
+        return self.root / RESULTS
+
+    def artifact_dir(self, key: str) -> Path:
+        return self.root / "artifacts" / key
+
+    def save_arrays(self, key: str, arrays: dict[str, torch.Tensor]) -> None:
+        """Keep one matchup's arrays (scores and membership, targets and reconstructions) outside the model cache,
+        so nothing reachable from an attacker's training procedure holds another matchup's secret."""
+        self.artifacts.put(key, "arrays", arrays)
+
+    def load_arrays(self, key: str) -> dict[str, torch.Tensor] | None:
+        return self.artifacts.get(key, "arrays")
+
+    def write_json(self, name: str, obj: object) -> None:
+        text = json.dumps(obj, indent=2, sort_keys=True, default=str)
+        _atomic_write(self.root / name, lambda tmp: Path(tmp).write_text(text))
+
+    def write_text(self, name: str, text: str) -> None:
+        _atomic_write(self.root / name, lambda tmp: Path(tmp).write_text(text))
+
+    def append_result(self, row: dict) -> None:
+        """Append one finished matchup as a single line, flushed and fsynced before returning."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        line = json.dumps(row, sort_keys=True, default=str) + "\n"
+        self._repair_tail()
+        with open(self.results_path, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _repair_tail(self) -> None:
+        """Drop a torn last line (a kill during a write) so the next append starts on a fresh line."""
+        path = self.results_path
+        if not path.exists() or path.stat().st_size == 0:
+            return
+        data = path.read_bytes()
+        if data.endswith(b"\n"):
+            return
+        cut = data.rfind(b"\n") + 1
+        with open(path, "r+b") as f:
+            f.truncate(cut)
+
+    def results(self) -> list[dict]:
+        """Every complete result row; a torn last line is ignored, and each line that is not a row is skipped
+        with a warning naming its number (once per store)."""
+        read = read_results(self.results_path)
+        for line, why, _ in read.rejected:
+            if line not in self._reported:
+                self._reported.add(line)
+                warn(f"{self.results_path}: line {line}: {why}; skipped")
+        return read.rows

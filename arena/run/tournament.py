@@ -1,0 +1,293 @@
+"""Running a plan: skip what the run directory already holds, train each release once, play matchups on Ray.
+
+Rows are appended to results.jsonl as matchups finish, so a killed run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import multiprocessing.context
+import multiprocessing.process
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
+
+from arena.run import sandbox
+from arena.run.execute import base_row, play_matchup, train_release
+from arena.run.plan import Matchup, Plan
+from arena.run.procedure import gpu_request
+from arena.run.progress import Progress
+from arena.run.store import RunStore
+
+FINISHED = {"ok", "skipped"}
+
+
+def pending(plan: Plan, store: RunStore) -> list[Matchup]:
+    """Matchups whose key has no finished (ok or skipped) row yet; failed ones are played again."""
+    done = {row["key"] for row in store.results() if row.get("status") in FINISHED}
+    return [m for m in plan.matchups if m.key not in done]
+
+
+def _by_release(matchups: list[Matchup]) -> dict[str, list[Matchup]]:
+    groups: dict[str, list[Matchup]] = {}
+    for m in matchups:
+        groups.setdefault(m.release_key, []).append(m)
+    return groups
+
+
+def run_serial(
+    todo: list[Matchup],
+    store: RunStore,
+    on_row: Callable[[dict], None],
+    on_start: Callable[[int], None],
+    timeout: Callable[[Matchup], float],
+    retries: int = 0,
+) -> None:
+    """One matchup after another, each in its own child process; releases come from the shared cache.
+
+    A child that exits (``sys.exit``, ``os._exit``, a signal), raises ``KeyboardInterrupt`` or outlives its
+    timeout fails its own matchup and the run goes on; a child that died is played again up to ``retries`` times,
+    as Ray does. ``on_start(n)`` is told how many matchups are in flight (here always one) before each starts.
+    """
+    sandbox.start()  # the matchups' processes, forked from here, share this fork server
+    for group in _by_release(todo).values():
+        for m in group:
+            on_start(1)
+            for _ in range(retries + 1):
+                row, died = play_in_child(m, str(store.root), timeout(m))
+                if not died:
+                    break
+            on_row(row)
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    """Fork where the platform has it (the child starts at once with everything imported), else spawn."""
+    return multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+
+
+def play_in_child(matchup: Matchup, run_dir: str, limit: float) -> tuple[dict[str, Any], bool]:
+    """Play one matchup in a child process; return its row and whether the child died without answering.
+
+    The parent enforces ``limit`` by killing the child, so a plugin that catches every ``BaseException`` cannot
+    outlive it. A Ctrl-C of the user reaches the parent (the child ignores SIGINT): the child is killed and the
+    ``KeyboardInterrupt`` goes on up.
+    """
+    t0 = time.monotonic()
+    reader, writer = _context().Pipe(duplex=False)
+    child = _context().Process(target=_child, args=(matchup, run_dir, writer))
+    with _sigint_held():
+        child.start()
+    writer.close()
+    try:
+        answered = reader.poll(limit)
+        message = reader.recv() if answered else None
+    except EOFError:
+        message = None
+    except BaseException:
+        _kill(child)
+        raise
+    finally:
+        reader.close()
+    seconds = time.monotonic() - t0
+    if message is None:
+        timed_out = not answered
+        _kill(child)
+        if timed_out:
+            return failed_row(matchup, f"timeout: exceeded {limit:g}s", seconds), False
+        return failed_row(matchup, f"worker died: exit code {child.exitcode}", seconds), True
+    child.join(5.0)
+    _kill(child)
+    kind, payload = message
+    return (payload if kind == "row" else failed_row(matchup, payload, seconds)), False
+
+
+@contextmanager
+def _sigint_held() -> Iterator[None]:
+    """Hold a Ctrl-C back while forking: one landing during the fork would be raised inside an at-fork hook, which
+    Python ignores. It is delivered, as KeyboardInterrupt, once the child exists."""
+    mask = getattr(signal, "pthread_sigmask", None)
+    if mask is None:
+        yield
+        return
+    mask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        mask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _kill(child: multiprocessing.process.BaseProcess) -> None:
+    """Stop a child for good and reap it."""
+    if child.is_alive():
+        child.kill()
+    child.join()
+
+
+def _child(matchup: Matchup, run_dir: str, writer: Any) -> None:
+    """The child's side: play, send ('row', row) or ('error', message) for an exit or interrupt a plugin raised."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent answers the user's Ctrl-C
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # held back by the parent while forking
+    try:
+        message: tuple[str, Any] = ("row", play_matchup(matchup, run_dir))
+    except BaseException as exc:  # noqa: BLE001 - sys.exit or KeyboardInterrupt raised by plugin code
+        message = ("error", f"plugin raised {type(exc).__name__}: {exc}")
+    writer.send(message)
+    writer.close()
+
+
+def failed_row(matchup: Matchup, error: str, seconds: float) -> dict[str, Any]:
+    row = base_row(matchup)
+    row.update(status="failed", utility=None, metrics={}, notes=[], claim=None, error=error, traceback=None,
+               seconds=round(seconds, 4))
+    return row
+
+
+def run_ray(
+    todo: list[Matchup],
+    store: RunStore,
+    on_row: Callable[[dict], None],
+    *,
+    on_start: Callable[[int], None],
+    workers: int | None,
+    address: str | None,
+    timeout: Callable[[Matchup], float],
+    retries: int,
+    verbose: bool = False,
+) -> None:
+    """One Ray task per release, then one per matchup depending on it; rows reach ``on_row`` as they finish.
+
+    A matchup's clock runs from its submission, so it covers the training of its release, as in ``run_serial``.
+    A release is submitted with the first of its matchups to start, so no more releases train than matchups are
+    in flight, each under a running clock. When a matchup times out before its release is done (a defense
+    catching every exception while it trains), the release is stopped with it (``ray.cancel(force=True)`` kills
+    its worker, freeing the CPU for the rest of the run) and its other matchups fail at once.
+
+    Without ``address`` a new local Ray instance is started (never one found running on this machine); Ray's own
+    start-up warnings reach the terminal only when ``verbose``."""
+    import ray
+
+    started_here = not ray.is_initialized()
+    if started_here:
+        level = logging.INFO if verbose else logging.ERROR
+        logging.getLogger("ray").setLevel(level)
+        if address:
+            ray.init(address=address, log_to_driver=verbose, logging_level=level)
+        else:
+            ray.init(
+                address="local",
+                num_cpus=workers or os.cpu_count(),
+                include_dashboard=False,
+                log_to_driver=verbose,
+                logging_level=level,
+                object_store_memory=128 * 1024 * 1024,
+            )
+    try:
+        release_task = ray.remote(num_cpus=1, max_retries=retries)(_release_or_error)
+        matchup_task = ray.remote(num_cpus=1, max_retries=retries)(_play_after)
+        gpus = {m.track.device: gpu_request(m.track.device) for m in todo}
+        limit = workers or int(ray.available_resources().get("CPU", 1)) or 1
+        run_dir = str(store.root)
+        queue = [m for group in _by_release(todo).values() for m in group]
+        releases: dict[str, Any] = {}  # release key -> its task, submitted with its first matchup
+        stopped: set[str] = set()  # releases stopped because a matchup timed out waiting for them
+
+        def release(m: Matchup) -> Any:
+            if m.release_key not in releases:
+                task = release_task.options(num_gpus=gpus[m.track.device])
+                releases[m.release_key] = task.remote(m, run_dir)
+            return releases[m.release_key]
+
+        def stopped_row(m: Matchup, seconds: float) -> dict[str, Any]:
+            return failed_row(m, f"timeout: its release did not finish within {timeout(m):g}s", seconds)
+
+        running: dict[Any, tuple[Matchup, float]] = {}
+        while queue or running:
+            while queue and len(running) < limit:
+                m = queue.pop(0)
+                if m.release_key in stopped:
+                    on_row(stopped_row(m, 0.0))
+                    continue
+                task = matchup_task.options(num_gpus=gpus[m.track.device])
+                running[task.remote(m, run_dir, release(m))] = (m, time.monotonic())
+            if not running:
+                continue
+            on_start(len(running))
+            ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
+            for ref in ready:
+                m, t0 = running.pop(ref)
+                try:
+                    row = ray.get(ref)
+                except Exception as exc:  # noqa: BLE001 - a worker died after its retries, or its release was stopped
+                    seconds = time.monotonic() - t0
+                    row = (stopped_row(m, seconds) if m.release_key in stopped else
+                           failed_row(m, f"worker died: {type(exc).__name__}: {exc}", seconds))
+                on_row(row)
+            now = time.monotonic()
+            for ref, (m, t0) in list(running.items()):
+                if now - t0 > timeout(m):
+                    ray.cancel(ref, force=True)
+                    running.pop(ref)
+                    own = releases[m.release_key]
+                    if m.release_key not in stopped and not ray.wait([own], timeout=0)[0]:
+                        ray.cancel(own, force=True)
+                        stopped.add(m.release_key)
+                    on_row(failed_row(m, f"timeout: exceeded {timeout(m):g}s", now - t0))
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def _release_or_error(matchup: Matchup, run_dir: str) -> dict[str, Any]:
+    """Prefetch the release; an exception is left for the matchups to report as their own failure."""
+    try:
+        return train_release(matchup, run_dir)
+    except Exception as exc:  # noqa: BLE001
+        return {"error": repr(exc)}
+
+
+def _play_after(matchup: Matchup, run_dir: str, release: dict[str, Any]) -> dict[str, Any]:
+    return play_matchup(matchup, run_dir)
+
+
+def run(
+    plan: Plan,
+    store: RunStore,
+    *,
+    serial: bool = False,
+    workers: int | None = None,
+    address: str | None = None,
+    progress: TextIO | None = None,
+    verbose: bool = False,
+) -> list[dict[str, Any]]:
+    """Play every pending matchup of ``plan`` into ``store``; return the rows written by this call."""
+    todo = pending(plan, store)
+    meter = Progress(len(todo), progress or sys.stderr)
+    written: list[dict[str, Any]] = []
+
+    def on_row(row: dict[str, Any]) -> None:
+        store.append_result(row)
+        written.append(row)
+        meter.finished(row)
+
+    if not todo:
+        return written
+    limits: dict[str, float] = {}
+    for _, s in plan.scenarios:  # two files may share a scenario name: the longer limit holds
+        limits[s.name] = max(limits.get(s.name, 0.0), s.timeout)
+
+    def timeout(m: Matchup) -> float:
+        return limits[m.scenario]
+
+    retries = max(s.retries for _, s in plan.scenarios)
+    if serial:
+        run_serial(todo, store, on_row, meter.started, timeout, retries)
+    else:
+        run_ray(todo, store, on_row, on_start=meter.started, workers=workers, address=address, timeout=timeout,
+                retries=retries, verbose=verbose)
+    return written

@@ -1,0 +1,372 @@
+"""arena.run.sandbox: the attack's process holds its view alone, answers come back as data, failures are the attack's."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from arena.contracts.attack import Attack
+from arena.contracts.release import BlackBox, LabelOnly
+from arena.contracts.view import View
+from arena.engine.recipe import Recipe
+from arena.games.membership.guess import MembershipGuess
+from arena.run.procedure import TrainingProcedure
+from arena.run.sandbox import SECRET_ENV, AttackFailed, decode, encode, run_attack
+from arena.run.store import TensorCache
+from arena_plugins.defenses import NonPrivate
+from tests.conftest import architecture
+
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="the user change needs root (README, Reliability)")
+
+
+class Probe(Attack):
+    """Reports what its process can see, as the scores of a guess (1.0 = yes)."""
+
+    name = "probe"
+
+    def run(self, view):  # noqa: ANN001, ANN201
+        def can(fn) -> float:  # noqa: ANN001
+            try:
+                fn()
+            except OSError:
+                return 0.0
+            return 1.0
+
+        facts = [
+            float(os.geteuid() != 0),
+            can(lambda: os.listdir(os.environ["PROBE_DIR"])),
+            float(SECRET_ENV in os.environ),
+            can(lambda: open(f"/proc/{os.getppid()}/environ", "rb").read()),
+            float(os.getcwd() == "/"),
+            float(len(os.listdir("/proc/self/fd"))),
+            can(lambda: os.kill(os.getppid(), 0)),
+        ]
+        return MembershipGuess(scores=np.array(facts), decisions=np.zeros(len(facts), dtype=bool))
+
+
+class Queries(Attack):
+    name = "queries"
+    threat_model = frozenset({"query", "labels", "training"})
+
+    def run(self, view):  # noqa: ANN001, ANN201
+        X = view.X
+        p = view.model.predict_proba(X)
+        logp = view.model.log_proba(X)
+        loss = view.model.loss(X, view.y)
+        labels = view.labels_model.predict(X)
+        models, _ = view.train(X[None], view.y[None], [1], [2])
+        (chunk,) = view.train.train_chunks([(X[None], view.y[None], torch.tensor([1]), torch.tensor([2]))])
+        mine = models.predict_proba(X)[0]
+        scores = torch.cat([p.reshape(-1), logp.reshape(-1), loss, labels.double(), mine.reshape(-1),
+                            chunk.predict_proba(X)[0].reshape(-1), torch.tensor([view.train.chunk])])
+        return MembershipGuess(scores=scores.numpy(), decisions=np.ones(3, dtype=bool))
+
+
+class Peek(Attack):
+    name = "peek"
+
+    def run(self, view):  # noqa: ANN001, ANN201
+        return view.model._models
+
+
+class Exits(Attack):
+    name = "exits"
+
+    def run(self, view):  # noqa: ANN001, ANN201
+        sys.exit(view.how)
+
+
+class HardExit(Attack):
+    name = "hard-exit"
+
+    def run(self, view):  # noqa: ANN001, ANN201
+        os._exit(3)
+
+
+class Raises(Attack):
+    name = "raises"
+
+    def run(self, view):  # noqa: ANN001, ANN201
+        raise ValueError("no luck")
+
+
+class Sleeps(Attack):
+    name = "sleeps"
+
+    def run(self, view):  # noqa: ANN001, ANN201
+        Path(view.pidfile).write_text(str(os.getpid()))
+        while True:
+            try:
+                time.sleep(0.05)
+            except BaseException:  # noqa: BLE001, S110 - the hostile kind
+                pass
+
+
+class Forger(Attack):
+    """Sends the arena a pickle that would run a command if it were unpickled."""
+
+    name = "forger"
+
+    def run(self, view):  # noqa: ANN001, ANN201
+        import gc
+        import pickle
+        from multiprocessing.connection import Connection
+
+        class Boom:
+            def __reduce__(self):  # noqa: ANN204
+                return (os.system, (f"touch {view.marker}",))
+
+        conn = next(o for o in gc.get_objects() if isinstance(o, Connection))
+        conn.send_bytes(pickle.dumps(Boom()))
+        time.sleep(5)
+
+
+@dataclasses.dataclass(frozen=True)
+class PerModel:
+    scores: dict[str, np.ndarray]
+    note: str | None = None
+
+
+class Several(Attack):
+    name = "several"
+
+    def run(self, view):  # noqa: ANN001, ANN201
+        return PerModel({f"m{i}": m.predict_proba(view.X).numpy() for i, m in enumerate(view.models)}, "two")
+
+
+class NotAGuess(Attack):
+    name = "not-a-guess"
+
+    def run(self, view):  # noqa: ANN001, ANN201
+        return {"scores": [1, 2]}
+
+
+@pytest.fixture(scope="module")
+def released(tmp_path_factory) -> tuple[TrainingProcedure, BlackBox, LabelOnly, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    X, y = torch.rand(20, 4, generator=g), torch.randint(0, 3, (20,), generator=g)
+    proc = TrainingProcedure(NonPrivate(NonPrivate.Params()), architecture("logreg", 4, 3, l2=1e-2),
+                             Recipe(epochs=1, lr=0.1, batch_size=8), cache=TensorCache(tmp_path_factory.mktemp("c")))
+    models, _ = proc(X[None], y[None], [7], [8])
+    return proc, BlackBox(models), LabelOnly(models), X, y
+
+
+@pytest.fixture
+def shared() -> Iterator[Path]:
+    """A directory the attack's process may write (pytest's own temporary directories are root's alone)."""
+    path = Path(tempfile.mkdtemp())
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def view_of(attack: Attack, **common) -> View:  # noqa: ANN003
+    return View(attack.name, attack.threat_model, common, {})
+
+
+@ROOT_ONLY
+def test_the_attacks_process_is_nobody_without_the_secret_the_run_directory_or_the_parent(monkeypatch) -> None:
+    run = Path(tempfile.mkdtemp())  # mode 0700, as a run directory; /tmp lets anyone traverse
+    (run / "is_member").write_text("1 0 1")
+    monkeypatch.chdir(run)
+    monkeypatch.setenv("PROBE_DIR", str(run))
+    monkeypatch.setenv(SECRET_ENV, "ab" * 32)
+    facts = run_attack(Probe(Probe.Params()), view_of(Probe(Probe.Params()))).scores
+    not_root, lists_run, has_secret, reads_parent_env, at_root_dir, fds, signals_parent = facts
+    assert not_root == 1.0, "the attack runs as nobody"
+    assert lists_run == 0.0, "the run directory is not readable"
+    assert has_secret == 0.0, "ARENA_RUN_SECRET is not in the attack's environment"
+    assert reads_parent_env == 0.0, "the arena's environment is another user's"
+    assert at_root_dir == 1.0
+    assert signals_parent == 0.0, "the attack cannot signal the arena"
+    assert fds <= 16, "no descriptor of the arena's but the pipe, the standard streams and import directories"
+
+
+def test_queries_labels_and_training_are_answered_by_the_arena(released) -> None:
+    proc, box, labels, X, y = released
+    attack = Queries(Queries.Params())
+    view = View(attack.name, attack.threat_model, {"X": X, "y": y},
+                {"query": {"model": box}, "labels": {"labels_model": labels}, "training": {"train": proc}})
+    assert np.array_equal(run_attack(attack, view).scores, attack.run(view).scores), "the same answers as in-process"
+
+
+def test_interfaces_inside_lists_and_guesses_with_dicts_of_arrays(released) -> None:
+    _, box, _, X, _ = released
+    attack = Several(Several.Params())
+    view = View(attack.name, attack.threat_model, {"X": X}, {"query": {"models": [box, box]}})
+    guess = run_attack(attack, view, guesses=(PerModel,))
+    assert guess.note == "two" and sorted(guess.scores) == ["m0", "m1"]
+    assert np.array_equal(guess.scores["m1"], box.predict_proba(X).numpy())
+
+
+def test_the_query_interface_has_no_parameters_behind_it(released) -> None:
+    _, box, *_ = released
+    view = View("peek", frozenset({"query"}), {}, {"query": {"model": box}})
+    with pytest.raises(AttackFailed, match=r"^ThreatModelError: QueryProxy answers predict_proba, log_proba, "
+                                           r"loss only, not '_models'"):
+        run_attack(Peek(Peek.Params()), view)
+
+
+@pytest.mark.parametrize(("attack", "how", "message"), [
+    (Exits, 0, r"^plugin raised SystemExit: 0$"),
+    (Exits, "bye", r"^plugin raised SystemExit: bye$"),
+    (HardExit, None, r"^worker died: exit code 3$"),
+    (Raises, None, r"^ValueError: no luck$"),
+    (NotAGuess, None, r"returned dict, not one of MembershipGuess, ReconstructionGuess"),
+])
+def test_exits_and_exceptions_in_the_attack_are_its_failure(attack, how, message) -> None:  # noqa: ANN001
+    a = attack(attack.Params())
+    with pytest.raises(AttackFailed, match=message) as info:
+        run_attack(a, view_of(a, how=how))
+    if attack is Raises:
+        assert "in run" in info.value.child_traceback and "ValueError: no luck" in info.value.child_traceback
+
+
+def test_a_timeout_kills_an_attack_that_catches_everything(shared: Path) -> None:
+    a = Sleeps(Sleeps.Params())
+    pidfile = shared / "pid"
+    t0 = time.monotonic()
+    with pytest.raises(AttackFailed, match="timeout"):
+        run_attack(a, view_of(a, pidfile=str(pidfile)), timeout=6)
+    assert time.monotonic() - t0 < 15
+    pid = int(pidfile.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_what_the_attack_sends_is_never_unpickled(shared: Path) -> None:
+    a = Forger(Forger.Params())
+    marker = shared / "pwned"
+    with pytest.raises(AttackFailed, match="malformed message"):
+        run_attack(a, view_of(a, marker=str(marker)))
+    assert not marker.exists()
+
+
+def test_a_view_item_the_sandbox_does_not_know_is_refused_before_anything_starts() -> None:
+    a = Raises(Raises.Params())
+    with pytest.raises(TypeError, match="view item 'store' \\(object\\) cannot be handed"):
+        run_attack(a, view_of(a, store=object()))
+
+
+def test_the_attacks_process_dies_with_the_arena(shared: Path) -> None:
+    pidfile = shared / "pid"
+    script = textwrap.dedent(f"""
+        from arena.contracts.view import View
+        from arena.run.sandbox import run_attack
+        from tests.run.sandbox.test_sandbox import Sleeps
+        a = Sleeps(Sleeps.Params())
+        run_attack(a, View(a.name, a.threat_model, {{"pidfile": {str(pidfile)!r}}}, {{}}))
+    """)
+    arena = subprocess.Popen([sys.executable, "-c", script], cwd=Path(__file__).parents[3])
+    deadline = time.monotonic() + 60
+    while not pidfile.exists() or not pidfile.read_text():
+        assert time.monotonic() < deadline and arena.poll() is None
+        time.sleep(0.1)
+    os.kill(arena.pid, signal.SIGKILL)
+    arena.wait()
+    pid = int(pidfile.read_text())
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    pytest.fail("the attack's process outlived the arena")
+
+
+def test_messages_carry_tensors_of_every_dtype_exactly() -> None:
+    tensors = {"f": torch.randn(3, 2), "d": np.arange(4.0), "b": np.array([True, False]), "i": torch.arange(5),
+               "e": torch.empty(0, 3), "s": torch.tensor(2.5, dtype=torch.float64)}
+    header, back = decode(encode({"op": "x"}, tensors))
+    assert header == {"op": "x"}
+    for k, v in tensors.items():
+        assert torch.equal(back[k], torch.as_tensor(v)), k
+    with pytest.raises(TypeError, match="numbers only"):
+        encode({}, {"o": np.array([object()])})
+
+
+# --- the fork server the attacks' processes are forked from (Linux) ---
+
+FORK_SERVER = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux's")
+
+
+class Parent(Attack):
+    """Reports its parent's pid."""
+
+    name = "parent"
+
+    def run(self, view):  # noqa: ANN001, ANN201
+        return MembershipGuess(scores=np.array([float(os.getppid())]), decisions=np.zeros(1, dtype=bool))
+
+
+def _parent_of_an_attack(queue) -> None:  # noqa: ANN001
+    a = Parent(Parent.Params())
+    queue.put(int(run_attack(a, view_of(a)).scores[0]))
+
+
+@FORK_SERVER
+def test_the_fork_server_is_exec_d_without_the_secret_and_holds_none(monkeypatch) -> None:
+    from arena import sandbox
+
+    secret = "cd" * 32
+    monkeypatch.setenv(SECRET_ENV, secret)
+    a = Parent(Parent.Params())
+    parent = int(run_attack(a, view_of(a)).scores[0])
+    server = sandbox._server.process.pid
+    assert parent == server, "the attack's process is the fork server's child, not the arena's"
+    assert os.readlink(f"/proc/{server}/exe") == os.path.realpath(sys.executable), "a fresh interpreter (exec)"
+    assert Path(f"/proc/{server}/cwd").resolve() == Path("/")
+    environ = Path(f"/proc/{server}/environ").read_bytes().split(b"\0")
+    assert not any(e.startswith(SECRET_ENV.encode() + b"=") for e in environ)
+    from tests.cheaters import memory_regions
+    from tests.conftest import TEST_SECRET
+
+    scanned = 0
+    for chunk in memory_regions(server, "rw", 1 << 30):
+        scanned += len(chunk)
+        assert secret.encode() not in chunk and TEST_SECRET.encode() not in chunk, "a run secret in its memory"
+    assert scanned > 1 << 20, "its memory was read"
+
+
+@FORK_SERVER
+def test_processes_forked_from_the_arena_share_its_fork_server() -> None:
+    import multiprocessing
+
+    from arena import sandbox
+
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_parent_of_an_attack, args=(queue,))
+    sandbox.start()  # as the serial tournament does before its first matchup
+    child.start()
+    parent = queue.get(timeout=120)
+    child.join(30)
+    assert child.exitcode == 0
+    assert parent == sandbox._server.process.pid, "a serial matchup's attack comes from its parent's fork server"
+
+
+@ROOT_ONLY
+def test_without_the_fork_server_each_attack_gets_a_fresh_interpreter_as_isolated(monkeypatch) -> None:
+    run = Path(tempfile.mkdtemp())
+    monkeypatch.chdir(run)
+    monkeypatch.setenv("PROBE_DIR", str(run))
+    monkeypatch.setenv(SECRET_ENV, "ab" * 32)
+    monkeypatch.setenv("ARENA_SANDBOX_EXEC", "1")
+    a = Parent(Parent.Params())
+    assert int(run_attack(a, view_of(a)).scores[0]) == os.getpid(), "exec'd by the arena itself"
+    facts = run_attack(Probe(Probe.Params()), view_of(Probe(Probe.Params()))).scores
+    assert list(facts[[0, 1, 2, 3, 4, 6]]) == [1.0, 0.0, 0.0, 0.0, 1.0, 0.0] and facts[5] <= 16
+    shutil.rmtree(run, ignore_errors=True)

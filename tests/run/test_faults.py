@@ -1,0 +1,349 @@
+"""Faults are matchup failures: a plugin that exits, kills its process, raises KeyboardInterrupt or outlives its
+timeout while catching every BaseException fails its own matchup, serially as under Ray, and the run goes on.
+A defense whose claim exceeds its configured ε fails; logistic regression without a penalty trains."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from arena.cli import main
+from arena.run.store import RunStore
+from tests.conftest import write_scenario
+
+SMALL = """
+name: small
+seeds: [0]
+timeout: 10
+retries: 0
+tracks:
+  - name: syn
+    dataset: {name: synthetic, n: 300, features: 8}
+    model: {name: logreg}
+    training: {epochs: 2, batch_size: 32, lr: 0.1}
+    game: {name: membership, members: 20, test: 50}
+    defenses:
+      - {name: nonprivate}
+    attacks:
+      - {name: threshold-mia}
+"""
+
+FAULTS = """
+import os
+import signal
+import sys
+import time
+from typing import Literal
+
+from arena.contracts.attack import Attack
+from arena.hookspecs import hookimpl
+from arena.contracts.params import PluginParams
+from arena_plugins.defenses import NonPrivate
+
+
+def fault(kind):
+    if kind == "exit0":
+        sys.exit(0)
+    if kind == "hard-exit":
+        os._exit(1)
+    if kind == "interrupt":
+        raise KeyboardInterrupt
+    if kind == "killed":  # the process playing it dies of a signal, as under the OOM killer
+        os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(60)
+    while True:  # "greedy": catches everything, timeouts included
+        try:
+            time.sleep(0.05)
+        except BaseException:
+            pass
+
+
+class Exit0(Attack):
+    name = "exit0"
+
+    def run(self, view):
+        fault("exit0")
+
+
+class HardExit(Attack):
+    name = "hard-exit"
+
+    def run(self, view):
+        fault("hard-exit")
+
+
+class Interrupt(Attack):
+    name = "interrupt"
+
+    def run(self, view):
+        fault("interrupt")
+
+
+class Killed(Attack):
+    name = "killed"
+
+    def run(self, view):
+        fault("killed")
+
+
+class Greedy(Attack):
+    name = "greedy"
+
+    def run(self, view):
+        fault("greedy")
+
+
+class FaultyParams(PluginParams):
+    fault: Literal["none", "exit0", "hard-exit", "interrupt", "killed", "greedy"] = "none"
+
+
+class Faulty(NonPrivate):  # the fault strikes while training the release, in the process playing the matchup
+    name = "faulty"
+    Params = FaultyParams
+
+    def fit(self, task):
+        if self.params.fault != "none":
+            fault(self.params.fault)
+        return super().fit(task)
+
+
+@hookimpl
+def register_attacks(register):
+    for cls in (Exit0, HardExit, Interrupt, Killed, Greedy):
+        register(cls)
+
+
+@hookimpl
+def register_defenses(register):
+    register(Faulty)
+"""
+
+LIAR = """
+from pydantic import BaseModel, ConfigDict, Field
+
+from arena.contracts.defense import Claim, Defense, Fit
+from arena.engine.trainer import train
+from arena.hookspecs import hookimpl
+
+
+class LiarParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    epsilons: list[float] = Field(min_length=1)
+
+
+class Liar(Defense):
+    name = "liar"
+    Params = LiarParams
+
+    def target_epsilon(self):
+        return self.params.epsilons[0]
+
+    def target_delta(self):
+        return 1e-5
+
+    def fit(self, task):
+        state = train(task.arch, task.X, task.y, task.recipe, task.init_seeds, task.train_seeds)
+        return Fit(state, Claim(epsilon=1000.0, delta=1e-5, accountant="made up", target_epsilon=1.0))
+
+
+@hookimpl
+def register_defenses(register):
+    register(Liar)
+"""
+
+
+def attacks_scenario(path: Path, attacks: list[str]) -> Path:
+    return write_scenario(path, SMALL.replace("      - {name: threshold-mia}",
+                                              "\n".join(f"      - {{name: {a}}}" for a in attacks)))
+
+
+FAULTY = ["exit0", "hard-exit", "interrupt", "killed", "greedy"]
+DEFENSE_FAULTS = ["exit0", "hard-exit", "interrupt", "killed", "greedy"]
+
+
+def faults_scenario(path: Path, timeout: int = 10) -> Path:
+    """Two tracks: every faulty attack against an honest release, and every faulty defense (its fault strikes
+    while its release trains) against an honest attack; one honest matchup in each."""
+    attacks = SMALL.replace("      - {name: threshold-mia}",
+                            "\n".join(f"      - {{name: {a}}}" for a in [*FAULTY, "threshold-mia"]))
+    track = attacks[attacks.index("  - name: syn"):].replace("name: syn\n", "name: syn-defenses\n", 1).replace(
+        "      - {name: nonprivate}",
+        "\n".join(f"      - {{name: faulty, fault: {f}}}" for f in DEFENSE_FAULTS) + "\n      - {name: nonprivate}")
+    track = track[:track.index("    attacks:")] + "    attacks:\n      - {name: threshold-mia}\n"
+    return write_scenario(path, attacks.replace("timeout: 10", f"timeout: {timeout}") + track)
+
+
+def check_fault_rows(out: Path, timeout: int) -> dict[tuple[str, str], dict]:
+    """Every matchup has its row (the run went on), the honest ones ok, each faulty one failed with its cause."""
+    rows = {(r["track"], r["defense_label"] if r["track"] == "syn-defenses" else r["attack"]): r
+            for r in RunStore(out).results()}
+    attack_keys = {("syn", a) for a in [*FAULTY, "threshold-mia"]}
+    defense_keys = {("syn-defenses", f"faulty(fault={f})") for f in DEFENSE_FAULTS} | {("syn-defenses", "nonprivate")}
+    assert set(rows) == attack_keys | defense_keys, sorted(rows)
+    assert rows["syn", "threshold-mia"]["status"] == "ok", rows["syn", "threshold-mia"]["error"]
+    assert rows["syn-defenses", "nonprivate"]["status"] == "ok", rows["syn-defenses", "nonprivate"]["error"]
+    for key, row in rows.items():
+        if key[1] not in ("threshold-mia", "nonprivate"):
+            assert row["status"] == "failed", (key, row["error"])
+            assert row["error"], key
+    assert rows["syn", "greedy"]["error"] == f"timeout: exceeded {timeout}s"
+    assert rows["syn-defenses", "faulty(fault=greedy)"]["error"] == f"timeout: exceeded {timeout}s"
+    assert rows["syn", "killed"]["error"] == "worker died: exit code -9"
+    return rows
+
+
+def test_serial_faults_fail_only_their_own_matchups(plugin_dist, tmp_path: Path, capsys) -> None:
+    plugin_dist("arena-faults", "arena_faults_plugin", FAULTS)
+    path = faults_scenario(tmp_path / "faults.yaml")
+    out = tmp_path / "run"
+    assert main(["run", str(path), "--out", str(out), "--serial", "--no-report"]) == 1
+    rows = check_fault_rows(out, 10)
+    for track, exit0, hard_exit, interrupt, killed in (
+            ("syn", "exit0", "hard-exit", "interrupt", "killed"),
+            ("syn-defenses", "faulty(fault=exit0)", "faulty(fault=hard-exit)", "faulty(fault=interrupt)",
+             "faulty(fault=killed)")):
+        assert rows[track, exit0]["error"] == "plugin raised SystemExit: 0"
+        assert rows[track, hard_exit]["error"] == "worker died: exit code 1"
+        assert rows[track, interrupt]["error"].startswith("plugin raised KeyboardInterrupt")
+        assert rows[track, killed]["error"] == "worker died: exit code -9"
+    printed = capsys.readouterr().out
+    assert "2 ok, 0 skipped, 10 failed" in printed
+
+
+def test_ray_faults_fail_only_their_own_matchups(plugin_dist, tmp_path: Path) -> None:
+    import ray
+
+    plugin_dist("arena-faults", "arena_faults_plugin", FAULTS)
+    path = faults_scenario(tmp_path / "faults.yaml", timeout=30)  # Ray's clock includes start-up
+    out = tmp_path / "run"
+    try:
+        assert main(["run", str(path), "--out", str(out), "--workers", "2", "--no-report"]) == 1
+    finally:
+        ray.shutdown()
+    check_fault_rows(out, 30)
+
+
+GREEDY_RELEASE = SMALL.replace("timeout: 10", "timeout: 20").replace(
+    "      - {name: nonprivate}",
+    "      - {name: nonprivate}\n      - {name: faulty, fault: greedy}\n      - {name: faulty}").replace(
+    "      - {name: threshold-mia}", "      - {name: threshold-mia}\n      - {name: threshold-mia, signal: confidence}")
+
+
+def test_ray_stops_a_release_that_outlives_its_matchups_timeout(plugin_dist, tmp_path: Path, capsys) -> None:
+    """A defense catching every BaseException while it trains keeps its release task busy past the timeout. With one
+    worker, that task held the only CPU for the rest of the run, and every later honest matchup timed out; trained
+    ahead of its turn, it starved the honest matchups before it too. The release now trains only with its first
+    matchup's clock running and is stopped with it, and the matchups queued on it fail at once."""
+    import ray
+
+    plugin_dist("arena-faults", "arena_faults_plugin", FAULTS)
+    path = write_scenario(tmp_path / "greedy.yaml", GREEDY_RELEASE)
+    out = tmp_path / "run"
+    try:
+        assert main(["run", str(path), "--out", str(out), "--workers", "1", "--no-report"]) == 1
+    finally:
+        ray.shutdown()
+    rows = {(r["defense_label"], r["attack_label"]): r for r in RunStore(out).results()}
+    assert len(rows) == 6
+    greedy = [row["error"] for (defense, _), row in rows.items() if defense == "faulty(fault=greedy)"]
+    assert sorted(greedy) == ["timeout: exceeded 20s", "timeout: its release did not finish within 20s"], greedy
+    honest = {key: row["error"] for key, row in rows.items() if key[0] in ("nonprivate", "faulty")}
+    assert len(honest) == 4 and not any(honest.values()), honest  # before and after the greedy release
+    assert "4 ok, 0 skipped, 2 failed" in capsys.readouterr().out
+
+
+def test_a_claim_above_the_configured_epsilon_fails_its_matchup(plugin_dist, tmp_path: Path, capsys) -> None:
+    plugin_dist("arena-liar", "arena_liar_plugin", LIAR)
+    path = write_scenario(tmp_path / "liar.yaml", SMALL.replace("{name: nonprivate}", "{name: liar, epsilons: [1]}"))
+    out = tmp_path / "run"
+    assert main(["run", str(path), "--out", str(out), "--serial", "--no-report"]) == 1
+    (row,) = RunStore(out).results()
+    assert row["status"] == "failed"
+    assert row["error"] == "claim: the release claims ε = 1000, above its configuration's target ε = 1"
+    assert row["claim"]["epsilon"] == 1000.0
+    printed = capsys.readouterr().out
+    assert "claimed ε" in printed and "1000" in printed
+    assert main(["leaderboard", str(out), "--format", "json"]) == 0
+    (board,) = json.loads(capsys.readouterr().out)
+    assert board["claimed_epsilon"] == {"liar(eps=1)": 1000.0}, "the leaderboard shows the claimed ε"
+
+
+def test_claim_problem_allows_the_target_and_below() -> None:
+    from arena.contracts.defense import Claim
+    from arena.run.execute import claim_problem
+
+    assert claim_problem(None, None) is None
+    assert claim_problem(Claim(epsilon=0.99, delta=1e-5, accountant="rdp"), 1.0) is None
+    assert claim_problem(Claim(epsilon=1.0 + 1e-12, delta=1e-5, accountant="rdp"), 1.0) is None
+    assert "above" in claim_problem(Claim(epsilon=1.01, delta=1e-5, accountant="rdp"), 1.0)
+    assert "claims nothing" in claim_problem(None, 1.0)
+
+
+DIGITS_LOGREG = """
+name: unpenalised
+seeds: [0]
+tracks:
+  - name: digits-logreg
+    dataset: {name: digits}
+    model: {name: logreg}
+    training: {epochs: 20, batch_size: 32, lr: 0.5}
+    game: {name: membership, members: 50, test: 100}
+    defenses:
+      - {name: nonprivate}
+    attacks:
+      - {name: threshold-mia}
+"""
+
+
+def test_unpenalised_logreg_on_digits_trains_by_gradient_steps(tmp_path: Path) -> None:
+    path = write_scenario(tmp_path / "logreg.yaml", DIGITS_LOGREG)
+    out = tmp_path / "run"
+    assert main(["run", str(path), "--out", str(out), "--serial", "--no-report"]) == 0
+    (row,) = RunStore(out).results()
+    assert row["status"] == "ok", row["error"]
+    assert row["utility"] > 0.5, "well above chance (0.1)"
+
+
+def test_newton_without_a_penalty_is_a_validation_error(tmp_path: Path, capsys) -> None:
+    path = write_scenario(tmp_path / "newton.yaml", DIGITS_LOGREG.replace("lr: 0.5}", "lr: 0.5, solver: newton}"))
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: tracks[0].training.solver: 'newton' needs model.l2 > 0" in err
+    assert "Traceback" not in err
+    penalised = write_scenario(tmp_path / "penalised.yaml",
+                               DIGITS_LOGREG.replace("lr: 0.5}", "lr: 0.5, solver: newton}")
+                               .replace("{name: logreg}", "{name: logreg, l2: 0.01}"))
+    assert main(["validate", str(penalised)]) == 0
+
+
+@pytest.mark.parametrize("solver", ["auto", "gradient"])
+def test_unpenalised_logreg_fit_does_not_call_newton(solver: str, monkeypatch) -> None:
+    import torch
+
+    import arena_plugins.defenses as defenses
+    from arena.contracts.defense import FitTask
+    from arena.contracts.spec import Track
+    from arena.engine.recipe import Recipe
+    from arena.run.plan import architecture
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("Newton must not run without a penalty")
+
+    monkeypatch.setattr(defenses, "fit_logreg", refuse)
+    track = Track.model_validate({
+        "name": "t", "dataset": {"name": "digits"}, "model": {"name": "logreg"},
+        "training": {"epochs": 1, "lr": 0.1}, "game": {"name": "membership", "members": 10},
+        "defenses": [{"name": "nonprivate"}], "attacks": [{"name": "threshold-mia"}]})
+    from arena.run.plan import load_dataset
+
+    data = load_dataset(track.dataset)
+    arch = architecture(track, data)
+    X = torch.from_numpy(data.X[:40]).unsqueeze(0)
+    X[..., 0] = 0.0  # a constant pixel: the unpenalised Newton system is singular
+    task = FitTask(arch=arch, recipe=Recipe(epochs=1, lr=0.1), X=X, y=torch.from_numpy(data.y[:40]).unsqueeze(0),
+                   init_seeds=torch.zeros(1, dtype=torch.int64), train_seeds=torch.ones(1, dtype=torch.int64),
+                   solver=solver)
+    fit = defenses.NonPrivate(defenses.NonPrivate.Params()).fit(task)
+    assert fit.claim is None

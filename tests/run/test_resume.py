@@ -1,0 +1,115 @@
+"""Resume: a run killed with SIGKILL (or stopped with Ctrl-C) and re-run gives the uninterrupted results and
+re-trains nothing that had finished; results.jsonl survives a torn last line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from arena.run.store import SECRET_ENV, RunStore
+from tests.conftest import TINY, write_scenario
+
+SLOW = TINY.replace("seeds: [0, 1]", "seeds: [0, 1, 2, 3]").replace("epochs: 5", "epochs: 40")
+
+
+def _interruptible() -> None:
+    """In the child before exec: Ctrl-C as a terminal delivers it (default disposition, not blocked), whatever an
+    earlier test left in this process (an ignored or blocked SIGINT is inherited across exec)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def arena(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "arena.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_interruptible)
+
+
+def wait_for_rows(store: RunStore, n: int, proc: subprocess.Popen, limit: float = 120.0) -> None:
+    deadline = time.monotonic() + limit
+    while len(store.results()) < n:
+        assert proc.poll() is None, "the run ended before it could be interrupted"
+        assert time.monotonic() < deadline, "no progress"
+        time.sleep(0.05)
+
+
+def comparable(store: RunStore) -> dict[str, dict]:
+    return {r["key"]: {k: v for k, v in r.items() if k != "seconds"} for r in store.results()}
+
+
+def snapshot(cache: Path) -> dict[str, int]:
+    return {str(p): p.stat().st_mtime_ns for p in cache.rglob("*.safetensors")}
+
+
+def test_kill_9_then_resume_gives_uninterrupted_results_without_retraining(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv(SECRET_ENV, "5e" * 32)  # two run directories compared: one secret
+    scenario = write_scenario(tmp_path / "slow.yaml", SLOW)
+    whole = RunStore(tmp_path / "whole")
+    assert arena("run", str(scenario), "--out", str(whole.root), "--serial", "--no-report").wait() in (0, 1)
+
+    killed = RunStore(tmp_path / "killed")
+    proc = arena("run", str(scenario), "--out", str(killed.root), "--serial", "--no-report")
+    wait_for_rows(killed, 3, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = comparable(killed)
+    assert 3 <= len(before) < len(comparable(whole))
+    cached = snapshot(killed.root / "cache")
+
+    assert arena("run", str(scenario), "--out", str(killed.root), "--serial", "--no-report").wait() in (0, 1)
+    after = comparable(killed)
+    assert after == comparable(whole)
+    assert len(killed.results()) == len(after), "no finished matchup was played twice"
+    unchanged = snapshot(killed.root / "cache")
+    assert all(unchanged[p] == t for p, t in cached.items()), "a finished model was trained again"
+
+
+def test_ctrl_c_stops_cleanly_with_status_130(tmp_path: Path) -> None:
+    scenario = write_scenario(tmp_path / "slow.yaml", SLOW)
+    store = RunStore(tmp_path / "run")
+    proc = arena("run", str(scenario), "--out", str(store.root), "--serial")
+    wait_for_rows(store, 1, proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert len(store.results()) >= 1
+
+
+def test_torn_last_line_is_ignored_and_repaired(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    store.append_result({"key": "a", "status": "ok"})
+    with open(store.results_path, "a") as f:
+        f.write('{"key": "b", "sta')
+    assert [r["key"] for r in store.results()] == ["a"]
+    store.append_result({"key": "c", "status": "ok"})
+    assert [r["key"] for r in store.results()] == ["a", "c"]
+    assert store.results_path.read_text().count("\n") == 2
+
+
+def test_rerun_of_a_finished_run_plays_nothing(tmp_path: Path, tiny_scenario: Path) -> None:
+    from arena.run.plan import plan
+    from arena.run.tournament import pending, run
+
+    store = RunStore(tmp_path / "run")
+    p = plan([tiny_scenario])
+    assert len(run(p, store, serial=True)) == 4
+    assert pending(p, store) == []
+    assert run(p, store, serial=True) == []
+    assert os.path.getsize(store.results_path) > 0
+
+
+def test_cli_rerun_keeps_the_report_it_already_wrote(tmp_path: Path, tiny_scenario: Path, capsys) -> None:
+    from arena.cli import main
+
+    out = tmp_path / "run"
+    assert main(["run", str(tiny_scenario), "--out", str(out), "--serial"]) == 0
+    report = out / "report" / "index.html"
+    written = report.stat().st_mtime_ns
+    capsys.readouterr()
+    assert main(["run", str(tiny_scenario), "--out", str(out), "--serial"]) == 0
+    assert "no new results since it was written" in capsys.readouterr().out
+    assert report.stat().st_mtime_ns == written

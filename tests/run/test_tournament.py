@@ -1,0 +1,148 @@
+"""Tournaments on Ray: local and a simulated two-node cluster give the serial results; faulty plugins fail alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from arena.cli import main
+from arena.run.plan import plan
+from arena.run.store import SECRET_ENV, RunStore
+from arena.run.tournament import run
+from tests.conftest import TINY, write_scenario
+
+FAULTY = """
+import os
+import time
+
+from arena.contracts.attack import Attack
+from arena.hookspecs import hookimpl
+
+
+class Explode(Attack):
+    name = "explode"
+
+    def run(self, view):
+        raise RuntimeError("boom from a plugin")
+
+
+class Crash(Attack):
+    name = "crash"
+
+    def run(self, view):
+        os._exit(3)
+
+
+class Hang(Attack):
+    name = "hang"
+
+    def run(self, view):
+        time.sleep(600)
+
+
+class Stubborn(Attack):  # hangs, and swallows every Exception it can
+    name = "stubborn"
+
+    def run(self, view):
+        while True:
+            try:
+                time.sleep(600)
+            except Exception:
+                pass
+
+
+@hookimpl
+def register_attacks(register):
+    for cls in (Explode, Crash, Hang, Stubborn):
+        register(cls)
+"""
+
+
+def comparable(store: RunStore) -> dict[str, dict]:
+    """Rows by key without the wall-clock column."""
+    return {r["key"]: {k: v for k, v in r.items() if k != "seconds"} for r in store.results()}
+
+
+@pytest.fixture
+def ray_session():
+    """Shut any Ray instance down after the test, even a failing one."""
+    import ray
+
+    yield ray
+    ray.shutdown()
+
+
+def test_ray_local_and_two_node_cluster_match_serial(tiny_scenario: Path, tmp_path: Path, ray_session,
+                                                     monkeypatch) -> None:
+    from ray.cluster_utils import Cluster
+
+    p = plan([tiny_scenario])
+    monkeypatch.setenv(SECRET_ENV, "5e" * 32)  # three run directories, one secret: the same games
+    serial, local, cluster_store = (RunStore(tmp_path / name) for name in ("serial", "local", "cluster"))
+    for store in (serial, local, cluster_store):
+        store.secret()
+    run(p, serial, serial=True)
+    run(p, local, workers=2)
+    assert not ray_session.is_initialized(), "a run that started Ray shuts it down"
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    cluster.add_node(num_cpus=1)
+    try:
+        run(p, cluster_store, address=cluster.address)
+        nodes = [n for n in ray_session.nodes() if n["Alive"]] if ray_session.is_initialized() else []
+    finally:
+        ray_session.shutdown()
+        cluster.shutdown()
+    expected = comparable(serial)
+    assert len(expected) == len(p.matchups) == 4
+    assert all(r["status"] == "ok" for r in expected.values())
+    assert comparable(local) == expected
+    assert comparable(cluster_store) == expected
+    assert len(nodes) in (0, 2)
+
+
+def faulty_scenario(path: Path, limits: str, attacks: list[str]) -> Path:
+    """TINY on seed 0 without DP, with the run ``limits`` lines and these ``attacks`` (FAULTY's and built-ins)."""
+    text = TINY.replace("seeds: [0, 1]", "seeds: [0]\n" + limits).replace(
+        "      - {name: threshold-mia}", "\n".join(f"      - {{name: {a}}}" for a in attacks)
+    ).replace("      - {name: dpsgd, epsilons: [4], delta: 1.0e-3}\n", "")
+    return write_scenario(path, text)
+
+
+def test_faulty_plugins_fail_only_their_own_matchups(plugin_dist, tmp_path: Path, capsys, ray_session) -> None:
+    plugin_dist("arena-faulty", "arena_faulty_plugin", FAULTY)
+    path = faulty_scenario(tmp_path / "faulty.yaml", "timeout: 20\nretries: 1",
+                           ["threshold-mia", "explode", "crash", "hang"])
+    out = tmp_path / "run"
+    assert main(["run", str(path), "--out", str(out), "--workers", "2"]) == 1
+    rows = {r["attack"]: r for r in RunStore(out).results()}
+    assert set(rows) == {"threshold-mia", "explode", "crash", "hang"}
+    assert rows["threshold-mia"]["status"] == "ok" and rows["threshold-mia"]["metrics"]["auc"] > 0.5
+    assert rows["explode"]["status"] == "failed" and "boom from a plugin" in rows["explode"]["error"]
+    assert "Traceback" in rows["explode"]["traceback"]
+    assert rows["crash"]["status"] == "failed" and "worker died" in rows["crash"]["error"]
+    assert rows["hang"]["status"] == "failed" and rows["hang"]["error"].startswith("timeout")
+    printed = capsys.readouterr().out
+    assert "FAILED" in printed and "1 ok" in printed and "3 failed" in printed
+
+
+def test_serial_run_times_out_hung_plugins_and_goes_on(plugin_dist, tmp_path: Path) -> None:
+    import signal
+    import time
+
+    plugin_dist("arena-faulty", "arena_faulty_plugin", FAULTY)
+    # 10 s: an honest matchup must finish inside it even on a loaded machine (its sandbox starts an interpreter)
+    path = faulty_scenario(tmp_path / "hung.yaml", "timeout: 10", ["hang", "stubborn", "threshold-mia"])
+    out = tmp_path / "run"
+    handler, timer = signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL)
+    start = time.monotonic()
+    assert main(["run", str(path), "--out", str(out), "--serial", "--no-report"]) == 1
+    assert time.monotonic() - start < 90
+    rows = {r["attack"]: r for r in RunStore(out).results()}
+    for name in ("hang", "stubborn"):
+        assert rows[name]["status"] == "failed" and rows[name]["error"] == "timeout: exceeded 10s"
+        assert 10 <= rows[name]["seconds"] < 20
+    assert rows["threshold-mia"]["status"] == "ok"
+    # the timeout is enforced from outside the matchup's process: the caller's alarm (pytest-timeout's) is untouched
+    assert signal.getsignal(signal.SIGALRM) is handler
+    assert (signal.getitimer(signal.ITIMER_REAL)[0] > 0) == (timer[0] > 0)
