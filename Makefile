@@ -8,7 +8,7 @@ RUN_DIR ?= runs/quickstart
 # e.g. `make setup TORCH="torch==2.5.1"`, or install torch themselves before `pip install -e .`.
 TORCH ?= torch==2.13.0
 
-.PHONY: setup run test bench report-check clean
+.PHONY: setup run test test-fast lint docs bench report-check gpu-check clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,7 @@ $(PY):
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH)"
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,dev]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -24,8 +24,22 @@ setup: $(STAMP)
 run: setup
 	$(VENV)/bin/arena run scenarios/quickstart.yaml --out $(RUN_DIR)
 
+# Everything, what CI runs (< 8 min on a quiet 2-core machine).
 test: setup
 	$(PY) -m pytest -q
+
+# The inner loop: tests that need no Ray cluster, no subprocess of the arena and are not slow (< 1 min).
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow and not ray and not subprocess"
+
+# ruff (style, imports, annotations) and mypy (types) to the code's own conventions.
+lint: setup
+	$(VENV)/bin/ruff check arena plugins tests benchmarks
+	$(VENV)/bin/mypy
+
+# The documentation site, built strictly (a broken link or a missing page is an error).
+docs: setup
+	$(PY) -m mkdocs build --strict --quiet --site-dir build/site
 
 # Render the quickstart's report in headless Chromium (installed if missing), check it, keep a screenshot.
 report-check: setup

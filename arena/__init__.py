@@ -15,10 +15,8 @@ from arena._version import __version__
 
 if TYPE_CHECKING:
     # Plugin contracts: what a plugin subclasses or returns
-    # The Python API
-    from arena.api import Results, load, run
     from arena.contracts.attack import Attack, Capability
-    from arena.contracts.dataset import Dataset, DatasetLoader, available_memory, minmax_scale
+    from arena.contracts.dataset import Dataset, DatasetLoader
     from arena.contracts.defense import Claim, Defense, Fit, FitTask
     from arena.contracts.game import Game, Outcome
     from arena.contracts.metric import Metric
@@ -27,6 +25,22 @@ if TYPE_CHECKING:
     from arena.contracts.release import BlackBox, LabelOnly, Models, Release
     from arena.contracts.spec import GameSpec, Track
     from arena.contracts.view import Grant, ThreatModelError, View
+    from arena.hookspecs import hookimpl
+    from arena.run.procedure import TrainingProcedure
+
+    # isort: split
+    # The built-in games, their views and guesses
+    from arena.games.audit import AuditGame, AuditView, CanaryGuess
+    from arena.games.membership import MembershipGame, MembershipGuess, MembershipView
+    from arena.games.reconstruction import ReconstructionGame, ReconstructionGuess, ReconstructionView
+
+    # isort: split
+    # The Python API
+    from arena.api import Results, load, run
+
+    # isort: split
+    # Helpers plugins need: training, privacy accounting, data, shadow pools, canaries
+    from arena.contracts.dataset import available_memory, minmax_scale
     from arena.engine.batching import steps_and_rate
     from arena.engine.dense import Dense, Layers, to_state
     from arena.engine.laplace import l1_from_l2, laplace, laplace_scale
@@ -37,20 +51,11 @@ if TYPE_CHECKING:
     from arena.engine.rng import Purpose as RandomPurpose
     from arena.engine.rng import stream as random_stream
     from arena.engine.seeds import derive_seed
-
-    # Helpers plugins need: training, privacy accounting, data, shadow pools, canaries
     from arena.engine.trainer import train
-    from arena.games.audit import AuditView, CanaryGuess
     from arena.games.audit.canaries import gradient_canary_scores, input_canary_scores
-
-    # The built-in games' views and guesses
-    from arena.games.membership import MembershipGuess, MembershipView
     from arena.games.membership.pools import PoolData, ShadowPool, plan_pool, train_pool
-    from arena.games.reconstruction import ReconstructionGuess, ReconstructionView
-    from arena.hookspecs import hookimpl
     from arena.privacy.accounting import Accountant, accountant_label, calibrate_noise
     from arena.privacy.accounting import epsilon as dpsgd_epsilon
-    from arena.run.procedure import TrainingProcedure
 
 _EXPORTS: dict[str, tuple[str, str]] = {
     # Plugin contracts: what a plugin subclasses or returns
@@ -80,11 +85,14 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "LabelOnly": ("arena.contracts.release", "LabelOnly"),
     "Metric": ("arena.contracts.metric", "Metric"),
     "TrainingProcedure": ("arena.run.procedure", "TrainingProcedure"),
-    # The built-in games' views and guesses
+    # The built-in games, their views and guesses
+    "MembershipGame": ("arena.games.membership", "MembershipGame"),
     "MembershipView": ("arena.games.membership", "MembershipView"),
     "MembershipGuess": ("arena.games.membership", "MembershipGuess"),
+    "ReconstructionGame": ("arena.games.reconstruction", "ReconstructionGame"),
     "ReconstructionView": ("arena.games.reconstruction", "ReconstructionView"),
     "ReconstructionGuess": ("arena.games.reconstruction", "ReconstructionGuess"),
+    "AuditGame": ("arena.games.audit", "AuditGame"),
     "AuditView": ("arena.games.audit", "AuditView"),
     "CanaryGuess": ("arena.games.audit", "CanaryGuess"),
     # The Python API

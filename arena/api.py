@@ -19,13 +19,15 @@ from typing import Any, TextIO
 
 import pandas as pd
 
+from arena.run.row import FRAME_COLUMNS, STATUSES
 from arena.run.scenario import ScenarioError
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_VIOLATION = 0, 1, 2, 3
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
-IDENTITY = ("key", "scenario", "track", "game", "defense", "defense_label", "epsilon", "attack", "attack_label",
-            "seed", "status", "utility", "seconds", "error")
+IDENTITY = FRAME_COLUMNS
+"""The first columns of ``Results.frame()`` (``arena.run.row``: the matchup's identity, status, utility, seconds and
+error), the metrics after them."""
 
 
 class UnknownNameError(ValueError):
@@ -76,7 +78,7 @@ class Results:
 
     @property
     def counts(self) -> dict[str, int]:
-        return {s: sum(r["status"] == s for r in self.rows) for s in ("ok", "skipped", "failed")}
+        return {s: sum(r["status"] == s for r in self.rows) for s in STATUSES}
 
     @property
     def failed(self) -> list[dict[str, Any]]:
@@ -108,7 +110,7 @@ class Results:
     def boards(self, metric: str | None = None, track: str | None = None):  # noqa: ANN201 - list[TrackBoard]
         """The leaderboard's boards: every track (or ``track``), ranked by ``metric`` or the scenarios' ``rank_by``
         (tracks without ``metric`` are left out). Unknown names raise ``UnknownNameError`` listing the known."""
-        from arena import leaderboard
+        from arena.results import leaderboard
         from arena.results.audit import saved_arrays, violation_findings
 
         tracks = list(dict.fromkeys(r["track"] for r in self.rows))
@@ -191,7 +193,7 @@ def run(
     directory the arena did not write, or one another run holds), ``OSError`` (an unwritable directory) and
     ``KeyboardInterrupt`` (finished matchups are kept; run again to resume).
     """
-    from arena import tournament
+    from arena.run import tournament
     from arena.run.plan import plan
     from arena.run.store import RunStore
 

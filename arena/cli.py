@@ -72,7 +72,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``arena run``: ``arena.api.run`` plus what a terminal shows (warnings, the leaderboard, a summary)."""
-    from arena import api, leaderboard
+    from arena import api
+    from arena.results import leaderboard
     from arena.run.scenario import ScenarioError
     from arena.run.store import RunDirError
 
@@ -109,7 +110,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    from arena import api, leaderboard
+    from arena import api
+    from arena.results import leaderboard
 
     try:
         results = api.load(args.run_dir)

@@ -22,11 +22,13 @@ Register = Callable[[Any], None]
 def register_games(register: Register) -> None:
     """Register games (the challenger's protocols that scenario files name under ``game: {name: ...}``).
 
-    ``register(game_cls)`` takes a subclass of ``arena.Game`` declaring ``name``, ``capabilities``, a pydantic
-    ``Spec`` (subclassing ``arena.GameSpec``; it validates the rest of the scenario's ``game:`` entry), a ``View``
-    subclass naming what an attack sees, its ``metrics``, and the methods ``train_size``, ``release``,
-    ``view(attack, release, procedure)`` and ``score(attack, guess)``; optionally ``audit``, ``audit_section``
-    and ``report_section``. The built-in ``membership`` and ``reconstruction`` games are registered this way.
+    ``register(game_cls)`` takes a subclass of ``arena.Game`` declaring ``name``, a pydantic ``Spec``
+    (subclassing ``arena.GameSpec``; it validates the rest of the scenario's ``game:`` entry), a ``View``
+    subclass declaring what an attack sees (each item once, by annotation; ``Annotated[T, Grant("query")]`` for
+    an item a capability grants), its ``metrics``, and the methods ``train_size``, ``release``,
+    ``view(attack, release, procedure)`` and ``score(attack, guess)``; optionally ``audit_rule``, ``audit_view``
+    and ``report_view``, each a ``"module:function"`` string. The built-in ``membership``, ``reconstruction`` and
+    ``audit`` games are registered this way. Registering anything but a ``Game`` subclass is a ``RegistryError``.
 
     Example::
 
@@ -40,14 +42,16 @@ def register_games(register: Register) -> None:
 def register_datasets(register: Register) -> None:
     """Register dataset loaders.
 
-    ``register(loader)`` takes an instance of ``arena.contracts.dataset.DatasetLoader`` whose ``name``
-    is what scenario files write under ``dataset: {name: ...}``.
+    ``register(loader_cls)`` takes a subclass of ``arena.DatasetLoader`` whose ``name`` is what scenario files
+    write under ``dataset: {name: ...}``; its pydantic ``Params`` validates the entry's other keys, and
+    ``load(params)`` returns an ``arena.Dataset``. The arena instantiates the class without arguments. Registering
+    an instance (``register(MyCsvLoader())``) is a ``RegistryError``: register the class, as for every kind.
 
     Example::
 
         @hookimpl
         def register_datasets(register):
-            register(MyCsvLoader())
+            register(MyCsvLoader)
     """
 
 
@@ -71,7 +75,8 @@ def register_models(register: Register) -> None:
 def register_defenses(register: Register) -> None:
     """Register defenses (training procedures that produce a ``Release``).
 
-    ``register(defense_cls)`` takes a subclass of ``arena.contracts.defense.Defense``.
+    ``register(defense_cls)`` takes a subclass of ``arena.Defense``: its pydantic ``Params`` and
+    ``fit(task) -> arena.Fit`` (the K trained models and their privacy ``Claim``, or None).
 
     Example::
 
@@ -85,7 +90,9 @@ def register_defenses(register: Register) -> None:
 def register_attacks(register: Register) -> None:
     """Register attacks (turn a game's ``View`` into a guess).
 
-    ``register(attack_cls)`` takes a subclass of ``arena.contracts.attack.Attack``.
+    ``register(attack_cls)`` takes a subclass of ``arena.Attack`` declaring ``name``, ``game`` (the name of the
+    registered game it plays: required, a scenario that pits it in another game or names an unregistered one is
+    invalid), its ``threat_model`` (capabilities), its pydantic ``Params`` and ``run(view) -> guess``.
 
     Example::
 
@@ -99,7 +106,8 @@ def register_attacks(register: Register) -> None:
 def register_metrics(register: Register) -> None:
     """Register extra metric declarations shown on the leaderboard.
 
-    ``register(metric)`` takes an ``arena.contracts.metric.Metric`` (name, game, whether higher is better).
+    ``register(metric)`` takes an ``arena.Metric`` declaration (name, game, whether higher is better): a metric
+    is data, not a plugin class, so this hook alone takes instances.
 
     Example::
 

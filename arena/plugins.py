@@ -16,6 +16,7 @@ from arena.contracts.defense import Defense
 from arena.contracts.game import Game
 from arena.contracts.metric import Metric
 from arena.contracts.model import Model
+from arena.contracts.view import View, view_capabilities, view_items
 from arena.registry import Registry
 
 ENTRY_POINT_GROUP = "arena"
@@ -42,7 +43,7 @@ class Registries:
     """Every typed registry, filled from all loaded plugins."""
 
     games: Registry[type[Game]]
-    datasets: Registry[DatasetLoader]
+    datasets: Registry[type[DatasetLoader]]
     models: Registry[type[Model]]
     defenses: Registry[type[Defense]]
     attacks: Registry[type[Attack]]
@@ -82,7 +83,7 @@ def load_plugins() -> tuple[pluggy.PluginManager, tuple[PluginInfo, ...]]:
             pm.register(module, name=plugin_name)
         except pluggy.PluginValidationError as exc:
             raise PluginLoadError(f"plugin {plugin_name!r} ({ep.value}): {exc}") from exc
-        except Exception as exc:  # noqa: BLE001 - report any import failure with the plugin's name
+        except Exception as exc:  # report any import failure with the plugin's name
             raise PluginLoadError(f"plugin {plugin_name!r} ({ep.value}) failed to load: {exc!r}") from exc
         infos.append(PluginInfo(plugin_name, ep.value, dist, version))
     try:
@@ -103,17 +104,40 @@ def _fill(pm: pluggy.PluginManager, hook_name: str, registry: Registry, infos: d
         impl.function(register=register)
 
 
+def _attack_problem(cls: type[Attack]) -> str | None:
+    """An attack names the game it plays (checked against the registered games when a scenario is planned)."""
+    game = getattr(cls, "game", None)
+    if not isinstance(game, str) or not game:
+        return 'does not name the game it plays: set its class attribute game (e.g. game = "membership")'
+    return None
+
+
+def _game_problem(cls: type[Game]) -> str | None:
+    """A game's ``View`` is a ``View`` subclass whose declared items can be read."""
+    if not (isinstance(cls.View, type) and issubclass(cls.View, View)):
+        return f"declares View = {cls.View!r}, which is not a subclass of arena.View"
+    try:
+        view_items(cls.View)
+    except TypeError as exc:
+        return f"has a View whose items cannot be read: {exc}"
+    declared, granted = cls.capabilities, view_capabilities(cls.View)
+    if declared != granted:
+        return (f"declares capabilities {sorted(declared)} but its View {cls.View.__name__} grants items by "
+                f"{sorted(granted)}: drop capabilities (it is read from the View)")
+    return None
+
+
 def build_registries() -> Registries:
     """Load plugins and fill one registry per kind."""
     pm, infos = load_plugins()
     by_name = {i.name: i for i in infos}
     regs = Registries(
-        games=Registry("game", Game),
+        games=Registry("game", Game, check=_game_problem),
         datasets=Registry("dataset", DatasetLoader),
         models=Registry("model", Model),
         defenses=Registry("defense", Defense),
-        attacks=Registry("attack", Attack),
-        metrics=Registry("metric", Metric),
+        attacks=Registry("attack", Attack, check=_attack_problem),
+        metrics=Registry("metric", Metric, instances=True),
         plugins=infos,
     )
     _fill(pm, "register_games", regs.games, by_name)

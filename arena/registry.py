@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
 
 class RegistryError(Exception):
-    """A plugin registered something invalid (wrong type, duplicate name)."""
+    """A plugin registered something invalid (an instance where a class belongs, a wrong base class, a missing
+    attribute, a duplicate name); the command line answers it with exit status 2."""
 
 
 class UnknownNameError(KeyError):
@@ -27,6 +28,10 @@ class UnknownNameError(KeyError):
         return str(self.args[0])
 
 
+def _a(kind: str) -> str:
+    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+
+
 @dataclass(frozen=True)
 class Entry(Generic[T]):
     """One registered object and the plugin (distribution) that registered it."""
@@ -39,23 +44,53 @@ class Entry(Generic[T]):
 
 
 class Registry(Generic[T]):
-    """Name → object for one kind of plugin object."""
+    """Name → object for one kind of plugin object.
 
-    def __init__(self, kind: str, base: type) -> None:
+    Plugins register classes: a subclass of ``base`` (``instances=False``, every plugin kind). A registry of
+    declarations (``instances=True``: metrics) takes instances of ``base`` instead. ``check(obj)`` returns what
+    else is wrong with an object of this kind (a missing class attribute), or None.
+    """
+
+    def __init__(self, kind: str, base: type, *, instances: bool = False,
+                 check: Callable[[Any], str | None] | None = None) -> None:
         self.kind = kind
         self.base = base
+        self.instances = instances
+        self.check = check
         self._entries: dict[str, Entry[T]] = {}
+
+    def _problem(self, obj: object) -> str | None:
+        """Why ``obj`` cannot be registered as this kind, or None."""
+        base = f"arena.{self.base.__name__}"
+        a_kind = _a(self.kind)
+        if self.instances:
+            if isinstance(obj, type) and issubclass(obj, self.base):
+                return (f"registered the class {obj.__name__} as {a_kind}; register an instance: "
+                        f"register({obj.__name__}(...))")
+            if not isinstance(obj, self.base):
+                return f"registered {obj!r} as {a_kind}, but it is not an instance of {base}"
+            return None
+        if isinstance(obj, type):
+            if not issubclass(obj, self.base):
+                return (f"registered the class {obj.__name__} as {a_kind}, but it is not a subclass of {base}; "
+                        f"register a subclass of {base}")
+            return None
+        if isinstance(obj, self.base):
+            cls = type(obj).__name__
+            return f"registered an instance of {cls} as {a_kind}; register the class itself: register({cls})"
+        return f"registered {obj!r} as {a_kind}, but it is not a subclass of {base}; register a subclass of {base}"
 
     def add(self, obj: T, *, plugin: str, distribution: str, version: str) -> None:
         """Register ``obj`` under its ``name`` attribute; reject wrong types and duplicates naming both plugins."""
-        target = obj if isinstance(obj, type) else type(obj)
-        if not issubclass(target, self.base):
-            raise RegistryError(
-                f"plugin {plugin!r} registered {obj!r} as a {self.kind}, but it is not a {self.base.__name__}"
-            )
+        problem = self._problem(obj)
+        if problem is not None:
+            raise RegistryError(f"plugin {plugin!r} {problem}")
         name = getattr(obj, "name", None)
         if not isinstance(name, str) or not name:
-            raise RegistryError(f"plugin {plugin!r} registered a {self.kind} without a name: {obj!r}")
+            raise RegistryError(f"plugin {plugin!r} registered {_a(self.kind)} without a name: {obj!r}")
+        problem = self.check(obj) if self.check is not None else None
+        if problem is not None:
+            raise RegistryError(f"plugin {plugin!r} registered {self.kind} {name!r}, which {problem}")
         if name in self._entries:
             first = self._entries[name]
             raise RegistryError(

@@ -1,1 +1,2 @@
-"""The built-in plugins of privacy-arena, installed as ``arena_plugins`` and loaded through the ``arena`` entry points."""
+"""The built-in plugins of privacy-arena, installed as ``arena_plugins`` and loaded through the ``arena`` entry
+points."""

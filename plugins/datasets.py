@@ -252,5 +252,5 @@ class CIFAR10(DatasetLoader):
 
 @hookimpl
 def register_datasets(register) -> None:  # noqa: ANN001
-    for loader in (Digits(), BreastCancer(), Synthetic(), MNIST(), CIFAR10()):
+    for loader in (Digits, BreastCancer, Synthetic, MNIST, CIFAR10):
         register(loader)

@@ -9,13 +9,30 @@ from typing import Annotated, Literal
 import torch
 from pydantic import BaseModel, Field, PositiveFloat
 
-from arena import Claim, Defense, DPNoise, Fit, FitTask, PluginParams, hookimpl, steps_and_rate, train
-from arena.engine import rng
-from arena.engine.dense import to_state
-from arena.engine.laplace import l1_from_l2, laplace, laplace_scale
-from arena.engine.newton import design, fit_logreg
-from arena.engine.output_perturbation import clip_rows, fit_penalised, l2_sensitivity
-from arena.privacy.accounting import accountant_label, calibrate_noise
+from arena import (
+    Claim,
+    Defense,
+    DPNoise,
+    Fit,
+    FitTask,
+    PluginParams,
+    RandomPurpose,
+    accountant_label,
+    calibrate_noise,
+    clip_rows,
+    design,
+    fit_logreg,
+    fit_penalised,
+    hookimpl,
+    l1_from_l2,
+    l2_sensitivity,
+    laplace,
+    laplace_scale,
+    random_stream,
+    steps_and_rate,
+    to_state,
+    train,
+)
 
 
 class NonPrivate(Defense):
@@ -99,7 +116,8 @@ class DPSGD(EpsilonSweep):
 class OutputPerturbationParams(PluginParams):
     epsilons: list[Epsilon] = Field(min_length=1, description="one configuration per target ε, each in [1e-3, 1e3]")
     feature_norm: PositiveFloat | None = Field(
-        default=None, strict=True, le=1e6, allow_inf_nan=False, description="R: each x is clipped to norm <= R; default sqrt(d), the longest x in [0, 1]^d"
+        default=None, strict=True, le=1e6, allow_inf_nan=False,
+        description="R: each x is clipped to norm <= R; default sqrt(d), the longest x in [0, 1]^d",
     )
 
 
@@ -108,7 +126,7 @@ class OutputPerturbation(EpsilonSweep):
 
     Features are clipped to norm R, the intercept is penalised like the weights (an unpenalised coordinate has
     no sensitivity bound), and the noise per coordinate is Lap(Δ₁/ε) with the L1 sensitivity bounded from the
-    L2 one as Δ₁ = sqrt(P) Δ₂ over all P = (d+1)·C parameters; see ``arena.engine.output_perturbation``.
+    L2 one as Δ₁ = sqrt(P) Δ₂ over all P = (d+1)·C parameters; see ``arena.l2_sensitivity`` and ``arena.l1_from_l2``.
     Only logistic regression with model.l2 > 0 qualifies (the sensitivity is 2L/(Nλ)).
     """
 
@@ -134,7 +152,7 @@ class OutputPerturbation(EpsilonSweep):
         l2_sens = l2_sensitivity(task.n, arch.l2, bound, self.tol)
         l1_sens = l1_from_l2(l2_sens, theta[0].numel())
         scale = laplace_scale(l1_sens, self.target_epsilon())
-        noisy = theta + laplace(task.train_seeds, rng.stream(rng.Purpose.NOISE), tuple(theta.shape[1:]), scale)
+        noisy = theta + laplace(task.train_seeds, random_stream(RandomPurpose.NOISE), tuple(theta.shape[1:]), scale)
         claim = Claim(
             epsilon=self.target_epsilon(),
             delta=0.0,

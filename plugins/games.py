@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from arena import hookimpl
-from arena.games.audit import AuditGame
-from arena.games.membership import MembershipGame
-from arena.games.reconstruction import ReconstructionGame
+from arena import AuditGame, MembershipGame, ReconstructionGame, hookimpl
 
 
 @hookimpl

@@ -74,6 +74,7 @@ class LabelOnlyMIA(Attack):
     challenge and population records."""
 
     name = "label-only"
+    game = "membership"
     threat_model = frozenset({"labels", "population"})
     Params = LabelOnlyParams
     params: LabelOnlyParams

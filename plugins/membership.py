@@ -43,6 +43,7 @@ class ThresholdMIA(Attack):
     (known non-members) so that the population's false-positive rate is ``fpr``; challenge labels are never used."""
 
     name = "threshold-mia"
+    game = "membership"
     threat_model = frozenset({"query", "population"})
     Params = ThresholdParams
     params: ThresholdParams
@@ -128,6 +129,7 @@ class ShadowMIA(Attack):
     shadow training and test sets."""
 
     name = "shadow-mia"
+    game = "membership"
     threat_model = frozenset({"query", "population", "training"})
     Params = ShadowParams
     params: ShadowParams
@@ -239,6 +241,7 @@ class LiRA(Attack):
     point and the per-view scores are averaged, as in Carlini et al.'s reference code."""
 
     name = "lira"
+    game = "membership"
     threat_model = frozenset({"query", "population", "training"})
     Params = LiRAParams
     params: LiRAParams

@@ -7,10 +7,19 @@ import math
 import torch
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from arena import Attack, Models, PluginParams, ReconstructionGuess, ReconstructionView, Track, derive_seed, hookimpl
-from arena.engine.dense import Layers
-from arena.engine.newton import gradient
-from arena.engine.output_perturbation import clip_rows
+from arena import (
+    Attack,
+    Layers,
+    Models,
+    PluginParams,
+    ReconstructionGuess,
+    ReconstructionView,
+    Track,
+    clip_rows,
+    derive_seed,
+    hookimpl,
+    logreg_gradient,
+)
 
 
 def glm_closed_form(
@@ -25,8 +34,8 @@ def glm_closed_form(
     """Records [K, d] and labels [K] of the one unknown training point of each of K logistic regressions.
 
     Model k = [W_k, b_k] minimises (1/n) Σ CE + (l2/2)||W||² over D⁻ ∪ {z_k}, n = |D⁻| + 1 (the objective of
-    ``arena.engine.newton``), or with ``intercept_penalised`` (l2/2)||[W; b]||² (output perturbation's objective,
-    ``arena.engine.output_perturbation.fit_penalised``). At the optimum the gradient vanishes, so z's terms equal
+    ``arena.fit_logreg``), or with ``intercept_penalised`` (l2/2)||[W; b]||² (output perturbation's objective,
+    ``arena.fit_penalised``). At the optimum the gradient vanishes, so z's terms equal
     minus D⁻'s:
     intercept: r = softmax(W x + b) - onehot(y) = -Σ_{D⁻} r_i  [- n l2 b when the intercept is penalised];
     weights:   x rᵀ = -Σ_{D⁻} x_i r_iᵀ - n l2 W.
@@ -42,7 +51,8 @@ def glm_closed_form(
     X = fixed_X.to(torch.float64)
     if feature_norm is not None:
         X = clip_rows(X, feature_norm)
-    mean_W, mean_b = gradient(X.expand(K, -1, -1), fixed_y.expand(K, -1), [W, b], 0.0)  # (1/m) Σ_{D⁻}, no penalty
+    # (1/m) Σ_{D⁻}, no penalty
+    mean_W, mean_b = logreg_gradient(X.expand(K, -1, -1), fixed_y.expand(K, -1), [W, b], 0.0)
     residual = -m * mean_b - (n * l2 * b if intercept_penalised else 0.0)
     outer = -(m * mean_W + n * l2 * W)
     c = residual.abs().argmax(dim=-1)
@@ -76,7 +86,8 @@ def candidate_residuals(
     intercept_penalised: bool = False,
     feature_norm: float | None = None,
 ) -> torch.Tensor:
-    """[K, N]: n·||∇F(θ_k)|| with F the objective on D⁻ ∪ {candidate j}: how far model k is from being that fit's optimum.
+    """[K, N]: n·||∇F(θ_k)|| with F the objective on D⁻ ∪ {candidate j}: how far model k is from being that fit's
+    optimum.
 
     Zero for the candidate model k was trained with when it sits at its exact optimum. With G_k = Σ_{D⁻} ∇ℓ_i +
     n λ θ_k (the known part) and x̃_j r_jᵀ candidate j's term, ||G + x̃ rᵀ||² = ||G||² + 2 x̃ᵀ G r + ||x̃||² ||r||²,
@@ -89,7 +100,7 @@ def candidate_residuals(
     X, Xc = fixed_X.to(torch.float64), candidates_X.to(torch.float64)
     if feature_norm is not None:
         X, Xc = clip_rows(X, feature_norm), clip_rows(Xc, feature_norm)
-    mean_W, mean_b = gradient(X.expand(K, -1, -1), fixed_y.expand(K, -1), [W, b], 0.0)
+    mean_W, mean_b = logreg_gradient(X.expand(K, -1, -1), fixed_y.expand(K, -1), [W, b], 0.0)
     G = torch.cat([m * mean_W + n * l2 * W, (m * mean_b + (n * l2 * b if intercept_penalised else 0.0))[:, None]], 1)
     Xt = torch.cat([Xc, torch.ones_like(Xc[:, :1])], 1)  # [N, d+1]
     logits = torch.einsum("jd,kdc->kjc", Xt, torch.cat([W, b[:, None]], 1))

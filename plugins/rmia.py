@@ -78,6 +78,7 @@ class RMIA(Attack):
     records are non-members of the target)."""
 
     name = "rmia"
+    game = "membership"
     threat_model = frozenset({"query", "population", "training"})
     Params = RMIAParams
     params: RMIAParams

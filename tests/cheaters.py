@@ -71,6 +71,7 @@ def guess(view, scores: np.ndarray | None) -> MembershipGuess:  # noqa: ANN001
 
 
 class Cheat(Attack):
+    game = "membership"
     threat_model = frozenset({"query"})
 
 

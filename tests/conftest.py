@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import re
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
@@ -64,6 +66,58 @@ def plugin_dist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PluginFactor
         return site
 
     return make
+
+
+# --- test tiers (markers registered in pyproject.toml; `make test-fast` deselects slow, ray and subprocess) ---
+
+TIERS = ("slow", "ray", "subprocess")
+SLOW_SECONDS = 3.0
+"""A test over this (set-up and call, alone on a quiet 2-core machine) is marked ``slow``."""
+
+_FIXTURE_TIERS = {"plugin_dist": "subprocess", "ray_session": "ray"}
+"""Fixtures that put a test in a tier by themselves: a plugin distribution on the path (the arena's worker
+processes import it), a Ray instance."""
+
+_IMPORTS_RAY = re.compile(r"^\s*(import ray\b|from ray[. ])", re.MULTILINE)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tier tests by what they use, so that a new one is tiered without thought: its fixtures (``plugin_dist``,
+    ``ray_session``), or ``import ray`` in its own body."""
+    for item in items:
+        for fixture, tier in _FIXTURE_TIERS.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(tier)
+        function = getattr(item, "function", None)
+        if "ray" in getattr(getattr(function, "__code__", None), "co_varnames", ()):  # a local `ray`: look closer
+            try:
+                if _IMPORTS_RAY.search(inspect.getsource(function)):
+                    item.add_marker("ray")
+            except (OSError, TypeError):
+                pass
+
+
+_setup_seconds: dict[str, float] = {}
+_untiered_slow: list[tuple[str, float]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Remember the passing tests that took over ``SLOW_SECONDS`` (set-up plus call) in no tier."""
+    if report.when == "setup":
+        _setup_seconds[report.nodeid] = report.duration
+    elif report.when == "call" and report.passed:
+        total = report.duration + _setup_seconds.pop(report.nodeid, 0.0)
+        if total > SLOW_SECONDS and not set(report.keywords) & set(TIERS):
+            _untiered_slow.append((report.nodeid, total))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Name the tests that ran over ``SLOW_SECONDS`` in no tier, to be marked ``slow`` (on a loaded machine every
+    test is slower: judge by a quiet run)."""
+    if _untiered_slow:
+        terminalreporter.section(f"tests over {SLOW_SECONDS:g} s in no tier (slow, ray, subprocess)")
+        for nodeid, seconds in sorted(_untiered_slow, key=lambda t: -t[1]):
+            terminalreporter.write_line(f"{seconds:6.1f}s {nodeid}")
 
 
 def write_scenario(path: Path, text: str) -> Path:

@@ -12,6 +12,7 @@ import yaml
 
 import arena
 from arena.api import Results, UnknownNameError
+from arena.run.row import FRAME_COLUMNS, SCHEMA_VERSION
 from arena.run.scenario import ScenarioError
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
@@ -40,7 +41,7 @@ def test_readme_python_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         'out="runs/quickstart"', f'out="{tmp_path / "run"}", serial=True')
     assert code != block and "serial=True" in code
     ns: dict = {}
-    exec(code, ns)  # noqa: S102 - the README's own example
+    exec(code, ns)
     frame = next(v for v in ns.values() if isinstance(v, pd.DataFrame))
     assert len(frame) == 2 and {"auc", "tpr@1%fpr", "seed", "defense_label"} <= set(frame.columns)
     out = capsys.readouterr().out
@@ -55,6 +56,9 @@ def test_run_a_dict_frame_leaderboard_report_and_load(tmp_path: Path) -> None:
     assert yaml.safe_load(kept.read_text()) == TINY  # the dict, written as YAML into the run directory
     frame = results.frame()
     assert list(frame["status"]) == ["ok", "ok"] and frame["auc"].between(0, 1).all()
+    assert list(frame.columns[:len(FRAME_COLUMNS)]) == list(FRAME_COLUMNS)  # the row schema's frame columns first
+    assert {r["schema"] for r in results.rows} == {SCHEMA_VERSION}
+    assert {r["versions"]["game"].split(" / ")[1] for r in results.rows} == {"membership v1"}
     assert frame["tpr@0.1%fpr"].isna().all()  # 100 non-members cannot resolve 0.1%
     board = results.leaderboard()
     assert set(board["rank_by"]) == {"tpr@1%fpr"} and {"auc", "auc_low", "auc_high"} <= set(board.columns)

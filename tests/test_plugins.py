@@ -1,20 +1,22 @@
-"""Plugin loading through real entry points: third-party distributions, duplicates, misspelt hooks, restriction."""
+"""Plugin loading through real entry points: third-party distributions, duplicates, misspelt hooks, restriction;
+one registration style (classes) for every kind, and a clear exit-2 error for an instance or a wrong class."""
 
 from __future__ import annotations
 
 import pytest
 
+from arena.cli import EXIT_INPUT, main
 from arena.plugins import PluginLoadError, build_registries, registries
 from arena.registry import RegistryError, UnknownNameError
+from tests.conftest import TINY, write_scenario
 
 THIRD_PARTY = """
-from arena.contracts.attack import Attack
-from arena.games.membership.guess import MembershipGuess
-from arena.hookspecs import hookimpl
+from arena import Attack, MembershipGuess, hookimpl
 
 
 class Coin(Attack):
     name = "coin-flip"
+    game = "membership"
     version = "3"
     threat_model = frozenset({"query"})
 
@@ -110,8 +112,155 @@ def test_registering_a_non_attack_is_rejected(plugin_dist) -> None:
         def register_attacks(register):
             register(NotAnAttack)
     """)
-    with pytest.raises(RegistryError, match="not a Attack"):
+    with pytest.raises(RegistryError) as info:
         build_registries()
+    assert str(info.value) == ("plugin 'arena-bad:arena_bad_plugin' registered the class NotAnAttack as an attack, "
+                               "but it is not a subclass of arena.Attack; register a subclass of arena.Attack")
+
+
+# Per kind: a plugin that registers an instance where the class belongs (for metrics, declarations: the class where
+# an instance belongs), and the registry's whole answer.
+MISTAKES = {
+    "game": ("""
+        from arena import MembershipGame, hookimpl
+
+        class Mine(MembershipGame):
+            name = "mine"
+
+        @hookimpl
+        def register_games(register):
+            register(Mine.__new__(Mine))
+    """, "registered an instance of Mine as a game; register the class itself: register(Mine)"),
+    "dataset": ("""
+        from arena import DatasetLoader, hookimpl
+
+        class Stripes(DatasetLoader):
+            name = "stripes"
+
+        @hookimpl
+        def register_datasets(register):
+            register(Stripes())
+    """, "registered an instance of Stripes as a dataset; register the class itself: register(Stripes)"),
+    "model": ("""
+        from arena import Model, hookimpl
+
+        class Tiny(Model):
+            name = "tiny"
+
+        @hookimpl
+        def register_models(register):
+            register(Tiny(Tiny.Params()))
+    """, "registered an instance of Tiny as a model; register the class itself: register(Tiny)"),
+    "defense": ("""
+        from arena import Defense, hookimpl
+
+        class Quiet(Defense):
+            name = "quiet"
+
+        @hookimpl
+        def register_defenses(register):
+            register(Quiet(Quiet.Params()))
+    """, "registered an instance of Quiet as a defense; register the class itself: register(Quiet)"),
+    "attack": ("""
+        from arena import Attack, hookimpl
+
+        class Coin(Attack):
+            name = "coin"
+            game = "membership"
+
+        @hookimpl
+        def register_attacks(register):
+            register(Coin(Coin.Params()))
+    """, "registered an instance of Coin as an attack; register the class itself: register(Coin)"),
+    "metric": ("""
+        from arena import Metric, hookimpl
+
+        @hookimpl
+        def register_metrics(register):
+            register(Metric)
+    """, "registered the class Metric as a metric; register an instance: register(Metric(...))"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(MISTAKES))
+def test_an_instance_where_a_class_belongs_is_exit_2_saying_what_to_register(plugin_dist, tmp_path, capsys,
+                                                                             kind: str) -> None:
+    source, message = MISTAKES[kind]
+    plugin_dist("arena-oops", "arena_oops_plugin", source)
+    scenario = write_scenario(tmp_path / "tiny.yaml", TINY)
+    assert main(["validate", str(scenario)]) == EXIT_INPUT
+    err = capsys.readouterr().err
+    assert f"plugin error: plugin 'arena-oops:arena_oops_plugin' {message}" in err, err
+    assert "Traceback" not in err
+
+
+def test_arena_run_answers_a_registered_instance_with_exit_2_and_the_message(plugin_dist, tmp_path, capsys) -> None:
+    source, message = MISTAKES["dataset"]
+    plugin_dist("arena-oops", "arena_oops_plugin", source)
+    scenario = write_scenario(tmp_path / "tiny.yaml", TINY)
+    assert main(["run", str(scenario), "--out", str(tmp_path / "run"), "--serial"]) == EXIT_INPUT
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "run" / "results.jsonl").exists()
+
+
+def test_an_attack_without_a_game_is_a_registry_error(plugin_dist) -> None:
+    plugin_dist("arena-nogame", "arena_nogame_plugin", """
+        from arena import Attack, hookimpl
+
+        class Coin(Attack):
+            name = "coin"
+
+        @hookimpl
+        def register_attacks(register):
+            register(Coin)
+    """)
+    with pytest.raises(RegistryError) as info:
+        build_registries()
+    assert str(info.value) == ("plugin 'arena-nogame:arena_nogame_plugin' registered attack 'coin', which does not "
+                               'name the game it plays: set its class attribute game (e.g. game = "membership")')
+
+
+def test_an_attack_naming_an_unregistered_game_is_invalid_with_did_you_mean(plugin_dist, tmp_path, capsys) -> None:
+    plugin_dist("arena-typo", "arena_typo_game", """
+        from arena import Attack, hookimpl
+
+        class Coin(Attack):
+            name = "coin"
+            game = "membrship"
+
+        @hookimpl
+        def register_attacks(register):
+            register(Coin)
+    """)
+    scenario = write_scenario(tmp_path / "tiny.yaml", TINY.replace("{name: threshold-mia}", "{name: coin}"))
+    assert main(["validate", str(scenario)]) == EXIT_INPUT
+    err = capsys.readouterr().err
+    assert (f"{scenario}: tracks[0].attacks[0].name: attack 'coin' declares game = 'membrship': unknown game "
+            "'membrship'; did you mean 'membership'?") in err, err
+
+
+def test_a_game_whose_capabilities_disagree_with_its_view_is_a_registry_error(plugin_dist) -> None:
+    plugin_dist("arena-caps", "arena_caps_plugin", """
+        from arena import MembershipGame, hookimpl
+
+        class Mine(MembershipGame):
+            name = "mine"
+            capabilities = frozenset({"query"})
+
+        @hookimpl
+        def register_games(register):
+            register(Mine)
+    """)
+    with pytest.raises(RegistryError, match=r"registered game 'mine', which declares capabilities \['query'\] but "
+                                            r"its View MembershipView grants items by \['labels', "):
+        build_registries()
+
+
+def test_builtin_dataset_loaders_are_registered_as_classes() -> None:
+    from arena import DatasetLoader
+
+    for entry in registries().datasets:
+        assert isinstance(entry.obj, type) and issubclass(entry.obj, DatasetLoader), entry.name
 
 
 def test_unknown_name_suggests_close_matches() -> None:
@@ -124,9 +273,7 @@ def test_unknown_name_suggests_close_matches() -> None:
 DATASET_AND_METRIC = """
 import numpy as np
 
-from arena.contracts.dataset import Dataset, DatasetLoader
-from arena.hookspecs import hookimpl
-from arena.contracts.metric import Metric
+from arena import Dataset, DatasetLoader, Metric, hookimpl
 
 
 class Stripes(DatasetLoader):
@@ -139,7 +286,7 @@ class Stripes(DatasetLoader):
 
 @hookimpl
 def register_datasets(register):
-    register(Stripes())
+    register(Stripes)
 
 
 @hookimpl
@@ -150,7 +297,6 @@ def register_metrics(register):
 
 def test_third_party_dataset_and_metric_are_usable(plugin_dist, tmp_path) -> None:
     from arena.run.plan import plan
-    from tests.conftest import TINY, write_scenario
 
     plugin_dist("arena-stripes", "arena_stripes_plugin", DATASET_AND_METRIC)
     regs = registries()

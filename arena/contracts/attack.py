@@ -19,11 +19,16 @@ the prior over targets."""
 
 
 class Attack:
-    """Base class of attack plugins; one instance holds one validated configuration."""
+    """Base class of attack plugins; one instance holds one validated configuration.
+
+    Class attributes an attack declares: ``name``; ``game``, the name of the game it plays (required: there is no
+    default game); ``threat_model``, the capabilities it asks for (only the items they grant are in its view);
+    ``Params``, the pydantic model of its parameters; ``version``, recorded with its results.
+    """
 
     name: ClassVar[str]
     version: ClassVar[str] = "1"
-    game: ClassVar[str] = "membership"
+    game: ClassVar[str]
     threat_model: ClassVar[frozenset[Capability]] = frozenset({"query"})
     Params: ClassVar[type[BaseModel]] = NoParams
 

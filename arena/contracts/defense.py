@@ -31,7 +31,7 @@ class Claim:
     mechanism: str = ""
 
     def as_dict(self) -> dict:
-        return {k: v for k, v in self.__dict__.items()}
+        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)

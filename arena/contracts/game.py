@@ -9,11 +9,9 @@ context that renders the game's own templates, formats numbers and saves figures
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -23,11 +21,8 @@ from arena.contracts.dataset import Dataset
 from arena.contracts.metric import Metric
 from arena.contracts.release import Release
 from arena.contracts.spec import GameSpec
-from arena.contracts.view import View
+from arena.contracts.view import View, view_capabilities
 from arena.run.procedure import TrainingProcedure
-
-if TYPE_CHECKING:
-    from arena.results.audit import ArrayLoader, GameAudit
 
 
 @dataclass
@@ -39,34 +34,56 @@ class Outcome:
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
 
 
+class _Granted:
+    """``Game.capabilities``: every capability that grants an item of the game's ``View`` (declared there once)."""
+
+    def __get__(self, obj: object, owner: type[Game]) -> frozenset[Capability]:
+        return view_capabilities(owner.View)
+
+
 class Game:
     """Base class of games. The game holds the secret (membership labels, targets); attacks only get a view.
 
     Class attributes a game declares:
 
     * ``name``: what scenario files write under ``game: {name: ...}``;
-    * ``Spec``: the pydantic model (a subclass of ``arena.run.scenario.GameSpec``, ``extra="forbid"``) of its
-      parameters;
-    * ``View``: the ``arena.contracts.view.View`` subclass its ``view`` returns, declaring its items, so that an
-      attack can annotate ``run(self, view: MyView)``;
-    * ``capabilities``: what an attack may ask for in this game;
-    * ``metrics``: the ``arena.contracts.metric.Metric`` declarations of its scores (registered with the game);
-    * ``template_dir``: the folder of its section templates (which may use the core's ``macros.html.j2``), or None.
+    * ``Spec``: the pydantic model (a subclass of ``arena.GameSpec``, ``extra="forbid"``) of its parameters;
+    * ``View``: the ``arena.View`` subclass its ``view`` returns, declaring its items and the capability that
+      grants each (``arena.Grant``), so that an attack can annotate ``run(self, view: MyView)``; what an attack
+      of this game may ask for (``capabilities``) is read from it;
+    * ``metrics``: the ``arena.Metric`` declarations of its scores (registered with the game);
+    * ``template_dir``: the folder of its section templates (which may use the core's ``macros.html.j2``), or None;
+    * ``audit_rule``, ``audit_view``, ``report_view``: its audit and its parts of the report, each named as
+      ``"module:function"`` and imported only when the results are audited or reported (None: it has none).
     """
 
     name: ClassVar[str]
-    capabilities: ClassVar[frozenset[Capability]]
+    capabilities: ClassVar[frozenset[Capability]] = _Granted()  # type: ignore[assignment]  # read from View
     Spec: ClassVar[type[GameSpec]]
     View: ClassVar[type[View]] = View
+    Guess: ClassVar[type] = object
+    """The dataclass an attack of this game returns: the only class its guess is rebuilt as when it comes back
+    from the attack's process (``object``: none declared, and the dataclasses of the game's module are taken)."""
     metrics: ClassVar[tuple[Metric, ...]] = ()
     template_dir: ClassVar[Path | None] = None
     audit_rule: ClassVar[str | None] = None
-    """``"module:function"``: the game's audit rule ``function(rows, arrays) -> GameAudit``, imported on first use
-    (so that playing a game never imports its audit or report code); None: no audit rule."""
+    """``"module:function"``: the game's audit rule ``function(rows, arrays) -> GameAudit | None`` over its ok rows
+    whose defense claims (ε, δ) (``arrays(key)`` loads a matchup's saved arrays)."""
     audit_view: ClassVar[str | None] = None
-    """``"module:function"``: its part of the report's DP audit, ``function(audit, page) -> str``."""
+    """``"module:function"``: its part of the report's DP audit, ``function(audit, page) -> str``
+    (``page.render(template, **context)`` renders one of its templates, ``page.fmt`` formats a number)."""
     report_view: ClassVar[str | None] = None
-    """``"module:function"``: its part of a track in the report, ``function(ctx) -> str``."""
+    """``"module:function"``: its part of a track in the report, ``function(ctx) -> str``; ``ctx`` holds the
+    track's board, rows, saved arrays, ``figures.save``, ``render`` and ``fmt``."""
+    version: ClassVar[str] = "1"
+    """Recorded in every matchup key and row; raise it when the game's protocol or scoring changes."""
+    primary_metric: ClassVar[str]
+    """The metric shown beside the ranking one (written into every row, so the leaderboard needs no plugin)."""
+    rank_metric: ClassVar[str | None] = None
+    """The ranking metric when the scenario names none; None: ``primary_metric``."""
+    resample: ClassVar[str | None] = None
+    """``"module:function"``: ``function(arrays, metrics, *, resamples, seed) -> {metric: draws} | None``, the
+    bootstrap of a matchup's ``metrics`` from its saved arrays (None: they cannot be recomputed from them)."""
 
     def __init__(self, spec: GameSpec, dataset: Dataset, seed: int) -> None:
         self.spec = spec
@@ -108,30 +125,3 @@ class Game:
 
     def save_artifacts(self, outcome: Outcome, directory: Path) -> None:
         """Write files that illustrate ``outcome`` (e.g. pictures) into ``directory``; default: none."""
-
-    # --- results: audit and report (class methods: they read result rows, never a live game) ---
-
-    @classmethod
-    def audit(cls, rows: Sequence[Mapping[str, Any]], arrays: ArrayLoader) -> GameAudit | None:
-        """Audit this game's ok rows whose defense claims (ε, δ) (``arrays(key)`` loads a matchup's saved
-        arrays) with its ``audit_rule``; None when the game has none."""
-        return None if cls.audit_rule is None else _resolve(cls.audit_rule)(rows, arrays)
-
-    @classmethod
-    def audit_section(cls, audit: GameAudit | None, page: Any) -> str:
-        """This game's part of the report's DP audit (``page.render(template, **context)`` renders one of its
-        templates, ``page.fmt`` formats a number), by its ``audit_view``; default: nothing."""
-        return "" if cls.audit_view is None else _resolve(cls.audit_view)(audit, page)
-
-    @classmethod
-    def report_section(cls, ctx: Any) -> str:
-        """This game's part of a track in the report by its ``report_view``; ``ctx`` is
-        ``arena.results.report.context.TrackContext`` (the track's board, rows, saved arrays, ``figures.save``,
-        ``render``, ``fmt``); default: nothing."""
-        return "" if cls.report_view is None else _resolve(cls.report_view)(ctx)
-
-
-def _resolve(target: str) -> Callable[..., Any]:
-    """The function named by ``"module:function"``."""
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +25,12 @@ class Metric:
 
 def tpr_key(fpr: float) -> str:
     return f"tpr@{fpr * 100:g}%fpr"
+
+
+def fpr_level(metric: str) -> float | None:
+    """The FPR of a ``tpr@X%fpr`` metric (0.01 for ``tpr@1%fpr``; the inverse of ``tpr_key``), else None."""
+    m = re.match(r"^tpr@([0-9.]+)%fpr$", metric)
+    return float(m.group(1)) / 100 if m else None
 
 
 UNIT = (0.0, 1.0)  # the range of a rate, a probability or an AUC; also of utility (test accuracy)

@@ -6,16 +6,28 @@ import functools
 import json
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
+from pydantic import BaseModel
 from torch.func import replace_all_batch_norm_modules_
 
 from arena.engine import ghost
 from arena.engine.dense import Dense
 
-if TYPE_CHECKING:
-    from arena.contracts.model import Model
+
+class ModelPlugin(Protocol):
+    """What the engine needs of a model plugin (``arena.contracts.model.Model``, which sits above the engine and
+    satisfies this): its identity, its validated parameters, and the module it builds."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def version(self) -> str: ...
+    @property
+    def params(self) -> BaseModel: ...
+    def build(self, input_shape: tuple[int, ...], n_classes: int) -> torch.nn.Module: ...
+    def dense(self, input_shape: tuple[int, ...], n_classes: int) -> Dense | None: ...
 
 State = dict[str, torch.Tensor]
 """K models' parameters and buffers by module name, each tensor with a leading model axis [K, ...]."""
@@ -26,7 +38,7 @@ class Architecture:
     """``model`` (a model plugin holding its validated parameters) for inputs of ``input_shape`` and
     ``n_classes`` classes. Builds modules, and knows which of their tensors train and which are penalised."""
 
-    model: Model
+    model: ModelPlugin
     input_shape: tuple[int, ...]
     n_classes: int
 

@@ -1,5 +1,6 @@
-"""Seed derivation, once: every seed in the arena (per model, per matchup, per split) is a hash of named parts, so
-it is stable across processes and machines and depends on nothing else."""
+"""Seed derivation, once: every seed in the arena (per model, per matchup, per split, per resampling, the
+challenger's) is ``derive_seed`` of named parts, a hash, so it is stable across processes and machines and depends
+on nothing else. The named seeds below are that one primitive with their parts fixed."""
 
 from __future__ import annotations
 
@@ -17,3 +18,22 @@ def derive_seed(*parts: object) -> int:
 def permutation(n: int, *parts: object) -> np.ndarray:
     """A permutation of range(n) that depends only on the seed parts."""
     return np.random.default_rng(derive_seed(*parts)).permutation(n)
+
+
+def challenger_seed(secret: bytes, scenario_seed: int) -> int:
+    """The seed of the challenger's randomness (splits, challenge order, targets, hidden initialisations) for one
+    scenario seed: keyed by the run's secret, so that nothing an attack sees (its view's seeds, the pool seed, the
+    data) lets it be rebuilt, while the run directory reproduces it."""
+    return derive_seed("challenger", secret.hex(), int(scenario_seed))
+
+
+def split_seed(key: str) -> int:
+    """The seed of a matchup's selection/evaluation split in the DP audit: fixed by its key, independent of its
+    scores."""
+    return derive_seed("audit-split", key)
+
+
+def resample_seed(key: str, seed: int = 0) -> int:
+    """The seed of a matchup's bootstrap resamples on the leaderboard: fixed by its key (and the board's ``seed``),
+    not by the order of work."""
+    return derive_seed("resample", seed, key)

@@ -1,4 +1,5 @@
-"""Trade-off curves of DP claims: which (FPR, TPR) an attack can reach against a mechanism that satisfies the claim.
+"""Trade-off curves of DP claims: which (FPR, TPR) an attack can reach against a mechanism that satisfies the claim,
+with the privacy profile δ(ε) they are read from. Every curve here is a proved bound on what any attack can reach.
 
 A membership or canary test between two neighbouring worlds has a false-positive rate α (calling "in" in the world
 without the record) and a false-negative rate β. A mechanism is f-DP (Dong, Roth & Su 2022, "Gaussian Differential
@@ -7,22 +8,23 @@ the region TPR ≤ 1 − f(FPR). This module computes f for the claim actually m
 experiment plays:
 
 - **DP-SGD without subsampling** (q = 1): T Gaussian steps of noise σ·C on a sum of sensitivity C (add/remove) are
-  μ-GDP with μ = √T/σ, so f(α) = Φ(Φ⁻¹(1 − α) − μ) (``gaussian_tradeoff``; Dong et al., Corollary 3.3). Under
-  replace-one the sensitivity is 2C and μ doubles.
+  μ-GDP with μ = √T/σ (``dpsgd_mu``), so f(α) = Φ(Φ⁻¹(1 − α) − μ) (``gaussian_tradeoff``; Dong et al., Corollary
+  3.3). Under replace-one the sensitivity is 2C and μ doubles.
 - **Poisson-subsampled DP-SGD** (q < 1): no closed form. The composed privacy-loss distribution of dp_accounting
   (``from_gaussian_mechanism(σ, sampling_prob=q, neighboring_relation=…).self_compose(T)``, pessimistic, connect
-  the dots) gives the privacy profile δ(ε) exactly up to its discretisation; f is its dual (Dong et al.,
-  Proposition 2.12): f(α) = sup_{ε ≥ 0} max(0, 1 − δ(ε) − e^ε·α, e^{−ε}·(1 − δ(ε) − α)), the supremum taken on a
+  the dots; ``pld_profile``) gives the privacy profile δ(ε) exactly up to its discretisation; f is its dual (Dong
+  et al., Proposition 2.12): f(α) = sup_{ε ≥ 0} max(0, 1 − δ(ε) − e^ε·α, e^{−ε}·(1 − δ(ε) − α)), the supremum taken on a
   grid of ε (``tradeoff_from_profile``). A pessimistic δ(ε) and a finite grid can only lower f, so the region
   drawn is never smaller than the mechanism's.
 - **A bare (ε, δ) claim** (``eps_delta_tradeoff``): f_{ε,δ}(α) = max(0, 1 − δ − e^ε·α, e^{−ε}·(1 − δ − α)), i.e.
-  TPR ≤ min(e^ε·FPR + δ, 1 − e^{−ε}·(1 − δ − FPR)). Every DP-SGD claim is also drawn this way, for comparison:
-  the (ε, δ) region is much looser than the mechanism's own curve at low FPR.
+  TPR ≤ min(e^ε·FPR + δ, 1 − e^{−ε}·(1 − δ − FPR)); its first line alone, min(1, e^ε·p + δ), is
+  ``eps_delta_line`` (the membership game's TPR bound, Balle et al.'s reconstruction bound). Every DP-SGD claim is
+  also drawn this way, for comparison: the (ε, δ) region is much looser than the mechanism's own curve at low FPR.
 
 ``claim_tradeoff(claim, relation)`` takes a recorded claim (a dict with ``epsilon``, ``delta`` and, for DP-SGD,
 ``noise_multiplier``, ``sample_rate``, ``steps``) and returns a ``ClaimTradeoff`` whose ``tpr_bound(fpr)`` is the
 mechanism's curve (None when the claim records no mechanism) and ``eps_delta_tpr_bound(fpr)`` the (ε, δ) region's,
-for the relation's ε (replace-one: ``arena.privacy.auditing.replace_one_claim``).
+for the relation's ε (replace-one: ``arena.privacy.relations.replace_one_claim``).
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ import numpy as np
 from scipy.stats import norm
 
 from arena.privacy.accounting import RELATIONS, Relation
+from arena.privacy.relations import replace_one_claim
 
-# dp_accounting's privacy-loss discretisation for the curves (its accountant's default, as epsilon_for uses)
+# dp_accounting's privacy-loss discretisation for the curves (its accountant's default, as epsilon_under uses)
 VALUE_DISCRETIZATION = 1e-4
 EPSILON_GRID = 4000  # points of the ε grid on which the supremum over the privacy profile is taken
 TINY_DELTA = 1e-14  # beyond the ε with this δ, no line of the profile raises f any further
@@ -52,14 +55,26 @@ def gaussian_tradeoff(alpha: np.ndarray | float, mu: float) -> np.ndarray:
     return norm.cdf(norm.isf(alpha) - mu)
 
 
-def gdp_mu(noise_multiplier: float, steps: int, relation: Relation = "add_remove") -> float:
-    """μ of full-batch DP-SGD: √T/σ under add/remove (sensitivity C), 2√T/σ under replace-one (sensitivity 2C)."""
+def dpsgd_mu(noise_multiplier: float, steps: int, relation: Relation = "add_remove") -> float:
+    """μ of full-batch DP-SGD: T Gaussian steps of noise σ·C compose to √T/σ-GDP under add/remove (sensitivity C),
+    2√T/σ under replace-one (sensitivity 2C); ∞ without noise. Not the μ of an (ε, δ) pair: that is
+    ``arena.privacy.gdp.gdp_mu``."""
     _check_relation(relation)
+    if steps < 0 or noise_multiplier < 0:
+        raise ValueError(f"need steps >= 0 and noise_multiplier >= 0, got {steps} and {noise_multiplier}")
     if steps == 0:
         return 0.0
     if noise_multiplier == 0:
         return math.inf
     return (2.0 if relation == "replace_one" else 1.0) * math.sqrt(steps) / noise_multiplier
+
+
+def eps_delta_line(epsilon: float, delta: float, p: float) -> float:
+    """min(1, e^ε·p + δ), without overflow for large ε (e^700·p > 1 for any positive double p): the first line of
+    the (ε, δ) region, which bounds TPR at FPR p and a reconstruction's success at prior mass κ = p."""
+    if p <= 0.0:
+        return min(1.0, delta)
+    return min(1.0, math.exp(min(epsilon, 700.0)) * p + delta)
 
 
 def eps_delta_tradeoff(alpha: np.ndarray | float, epsilon: float, delta: float) -> np.ndarray:
@@ -89,11 +104,20 @@ def tradeoff_from_profile(alpha: np.ndarray | float, epsilons: np.ndarray, delta
     return out.reshape(alpha.shape)
 
 
+EpsilonGrid = tuple[float, float, int]
+"""A fixed ε grid as ``np.linspace(start, stop, points)``'s arguments (a tuple, so that profiles can be cached)."""
+
+
 @functools.lru_cache(maxsize=64)  # one composition per claim; a report asks the same claim for many panels
-def pld_profile(noise_multiplier: float, sample_rate: float, steps: int,
-                relation: Relation = "add_remove") -> tuple[np.ndarray, np.ndarray]:
-    """The privacy profile (ε grid, δ(ε)) of ``steps`` Poisson-subsampled (rate q) Gaussian steps with noise
-    multiplier σ under ``relation``, from dp_accounting's composed PLD (pessimistic estimate, connect the dots)."""
+def pld_profile(noise_multiplier: float, sample_rate: float, steps: int, relation: Relation = "add_remove", *,
+                grid: EpsilonGrid | None = None,
+                discretization: float = VALUE_DISCRETIZATION) -> tuple[np.ndarray, np.ndarray]:
+    """The privacy profile (ε grid, δ(ε) clipped to [0, 1]) of ``steps`` Poisson-subsampled (rate q) Gaussian steps
+    with noise multiplier σ under ``relation``, from dp_accounting's composed PLD (pessimistic estimate, connect the
+    dots; add/remove takes both directions), its privacy loss discretised at ``discretization``.
+
+    ``grid``: a fixed ε grid; None (the curves): ``EPSILON_GRID`` points from 0 to 1 past the ε whose δ is
+    ``TINY_DELTA`` (at least to 1, at most to 700). Both arrays are read-only."""
     from dp_accounting.pld import privacy_loss_distribution
 
     _check_relation(relation)
@@ -101,10 +125,14 @@ def pld_profile(noise_multiplier: float, sample_rate: float, steps: int,
         raise ValueError("need 0 < sample_rate <= 1, steps >= 1, noise_multiplier > 0")
     pld = privacy_loss_distribution.from_gaussian_mechanism(
         noise_multiplier, sampling_prob=sample_rate, neighboring_relation=RELATIONS[relation],
-        value_discretization_interval=VALUE_DISCRETIZATION,
+        value_discretization_interval=discretization,
     ).self_compose(steps)
-    top = min(float(pld.get_epsilon_for_delta(TINY_DELTA)) + 1.0, 700.0)
-    eps = np.linspace(0.0, max(top, 1.0), EPSILON_GRID)
+    if grid is None:
+        top = min(float(pld.get_epsilon_for_delta(TINY_DELTA)) + 1.0, 700.0)
+        eps = np.linspace(0.0, max(top, 1.0), EPSILON_GRID)
+    else:
+        start, stop, points = grid
+        eps = np.linspace(start, stop, points)
     deltas = np.clip(np.asarray(pld.get_delta_for_epsilon(eps), dtype=np.float64), 0.0, 1.0)
     eps.flags.writeable = False
     deltas.flags.writeable = False
@@ -122,7 +150,7 @@ def dpsgd_tradeoff(alpha: np.ndarray | float, noise_multiplier: float, sample_ra
     if noise_multiplier == 0:
         return np.zeros_like(alpha)
     if sample_rate >= 1.0:
-        return gaussian_tradeoff(alpha, gdp_mu(noise_multiplier, steps, relation))
+        return gaussian_tradeoff(alpha, dpsgd_mu(noise_multiplier, steps, relation))
     eps, deltas = pld_profile(float(noise_multiplier), float(sample_rate), int(steps), relation)
     return tradeoff_from_profile(alpha, eps, deltas)
 
@@ -187,8 +215,6 @@ def claim_tradeoff(claim: Mapping[str, Any], relation: Relation = "add_remove") 
     eps, delta = float(claim["epsilon"]), float(claim["delta"])
     mech = _mechanism(claim)
     if relation == "replace_one":
-        from arena.privacy.auditing import replace_one_claim
-
         # PLD under replace-one for a DP-SGD claim, group privacy for a bare one (or one whose σ, q, T cannot be run)
         restated = replace_one_claim(dict(claim) if mech is not None else {"epsilon": eps, "delta": delta})
         eps, delta = restated.epsilon, restated.delta
@@ -199,7 +225,7 @@ def claim_tradeoff(claim: Mapping[str, Any], relation: Relation = "add_remove") 
                              f"{'no mechanism recorded' if missing else 'mechanism out of range'}: "
                              f"only the ({words}) (ε, δ) region")
     sigma, q, steps = mech
-    mu = gdp_mu(sigma, steps, relation) if q >= 1.0 else None
+    mu = dpsgd_mu(sigma, steps, relation) if q >= 1.0 else None
     if mu is not None:
         how = f"{words} Gaussian DP, μ = {mu:.3g} (σ = {sigma:.4g}, full batch, {steps} steps)"
     else:

@@ -1,56 +1,32 @@
 """The DP audit: does a defense leak more than its (ε, δ) claim allows, in the experiment actually played?
 
 This module is the game-agnostic driver: it picks the ok rows whose defense claims (ε, δ), hands each game's rows
-to that game's audit rule (``Game.audit``, in ``arena/games/<game>/audit.py``) and gathers the results. A game's
+to that game's audit rule (``Game.audit_rule``, ``arena/games/<game>/rule.py``) and gathers the results. A game's
 rule returns a ``GameAudit``: its records, the violations among them (a violation sets exit status 3), a one-line
-finding per violation, and the matchups it could not audit. The shared statistics live here (Clopper–Pearson
-intervals, the seed of a matchup's selection/evaluation split) and in ``arena.privacy.auditing``.
+finding per violation, and the matchups it could not audit. The shared statistics live in ``arena.privacy``
+(Clopper–Pearson intervals in ``arena.privacy.binomial`` and the (ε, δ) line in ``arena.privacy.tradeoff``, offered
+here to the games' rules); the seed of a matchup's selection/evaluation split is ``arena.engine.seeds.split_seed``.
 
 Everything here is a pure function of result rows and the attacks' saved arrays.
 """
 
 from __future__ import annotations
 
-import math
-import zlib
+import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-import numpy as np
-from scipy.stats import beta
-
-from arena.privacy.auditing import ALPHA
+from arena.contracts.arrays import ArrayLoader as ArrayLoader  # re-exported for the games' rules
+from arena.engine.seeds import split_seed as split_seed  # re-exported for the games' rules
+from arena.privacy.binomial import clopper_pearson as clopper_pearson  # re-exported for the games' rules
+from arena.privacy.tradeoff import eps_delta_line
 from arena.run.store import RunStore
-
-CONFIDENCE = 1 - ALPHA  # 95%
-
-ArrayLoader = Callable[[str], Mapping[str, Any] | None]
 
 
 def scaled(epsilon: float, p: float, delta: float) -> float:
-    """min(1, e^ε·p + δ) without overflow for large ε (e^700·p > 1 for any positive double p)."""
-    if p <= 0.0:
-        return min(1.0, delta)
-    return min(1.0, math.exp(min(epsilon, 700.0)) * p + delta)
-
-
-def clopper_pearson(k: np.ndarray | int, n: int, confidence: float = CONFIDENCE) -> tuple[np.ndarray, np.ndarray]:
-    """Two-sided exact (Clopper–Pearson) interval for a binomial proportion, k successes of n; vectorised over k.
-
-    The same interval as ``scipy.stats.binomtest(k, n).proportion_ci(confidence, method="exact")``.
-    """
-    k = np.asarray(k, dtype=np.float64)
-    alpha = 1.0 - confidence
-    with np.errstate(invalid="ignore"):
-        low = np.where(k > 0, beta.ppf(alpha / 2, k, n - k + 1), 0.0)
-        high = np.where(k < n, beta.ppf(1 - alpha / 2, k + 1, n - k), 1.0)
-    return low, high
-
-
-def split_seed(key: str) -> int:
-    """The seed of a matchup's selection/evaluation split: fixed by its key, independent of its scores."""
-    return zlib.crc32(key.encode("utf-8"))
+    """min(1, e^ε·p + δ) (``arena.privacy.tradeoff.eps_delta_line``) in the argument order the games' rules use."""
+    return eps_delta_line(epsilon, delta, p)
 
 
 @dataclass(frozen=True)
@@ -126,6 +102,18 @@ def _claims(row: Mapping[str, Any]) -> bool:
     return row.get("status") == "ok" and claim.get("epsilon") is not None and claim.get("delta") is not None
 
 
+GamePart = Literal["audit_rule", "audit_view", "report_view", "resample"]
+
+
+def game_part(game: type, part: GamePart) -> Callable[..., Any] | None:
+    """The function a game names as its ``part`` (``"module:function"``, imported now), or None: it has none."""
+    target = getattr(game, part, None)
+    if target is None:
+        return None
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def _registered_games() -> Mapping[str, Any]:
     from arena.plugins import registries
 
@@ -143,7 +131,8 @@ def audit_rows(rows: Sequence[Mapping[str, Any]], arrays: ArrayLoader,
             claiming.setdefault(row["game"], []).append(row)
     out: dict[str, GameAudit] = {}
     for name in sorted(games):
-        found = games[name].audit(claiming.get(name, []), arrays)
+        rule = game_part(games[name], "audit_rule")
+        found = None if rule is None else rule(claiming.get(name, []), arrays)
         if found is not None:
             out[name] = found
     return Audit(out)

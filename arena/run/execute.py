@@ -17,11 +17,13 @@ import torch
 from arena._version import __version__
 from arena.engine.augment import Augment
 from arena.engine.recipe import Recipe
+from arena.engine.seeds import challenger_seed
 from arena.plugins import registries
 from arena.run import sandbox
 from arena.run.plan import Matchup, architecture, load_dataset
 from arena.run.procedure import TrainingProcedure
-from arena.run.store import RunStore, challenger_seed
+from arena.run.row import SCHEMA_VERSION
+from arena.run.store import RunStore
 
 
 def recipe(training: dict[str, Any]) -> Recipe:
@@ -49,15 +51,24 @@ def procedure_for(matchup: Matchup, store: RunStore) -> TrainingProcedure:
     )
 
 
+def _plugin_version(entry: Any, name: str, version: str) -> str:
+    """'distribution version / name vversion': which code a row's plugin came from."""
+    return f"{entry.distribution} {entry.version} / {name} v{version}"
+
+
 def base_row(matchup: Matchup) -> dict[str, Any]:
-    """The identifying columns of a result row."""
+    """The columns of a result row (``arena.run.row.ResultRow``) that the matchup determines: its identity, the
+    versions of the code that plays it, and how to read its game's metrics (``metric_info``, the game's primary
+    and ranking metric), so that no plugin is needed to read the row."""
     regs = registries()
+    game = matchup.track.game.name
     return {
+        "schema": SCHEMA_VERSION,
         "key": matchup.key,
         "release_key": matchup.release_key,
         "scenario": matchup.scenario,
         "track": matchup.track.name,
-        "game": matchup.track.game.name,
+        "game": game,
         "defense": matchup.defense.name,
         "defense_label": matchup.defense.label,
         "defense_params": matchup.defense.params,
@@ -71,11 +82,13 @@ def base_row(matchup: Matchup) -> dict[str, Any]:
             "arena": __version__,
             "torch": torch.__version__,
             "python": platform.python_version(),
-            "defense": f"{regs.defenses.entry(matchup.defense.name).distribution} "
-            f"{regs.defenses.entry(matchup.defense.name).version} / {matchup.defense.name} v{matchup.defense.version}",
-            "attack": f"{regs.attacks.entry(matchup.attack.name).distribution} "
-            f"{regs.attacks.entry(matchup.attack.name).version} / {matchup.attack.name} v{matchup.attack.version}",
+            "game": _plugin_version(regs.games.entry(game), game, matchup.game_version),
+            "defense": _plugin_version(regs.defenses.entry(matchup.defense.name), matchup.defense.name,
+                                       matchup.defense.version),
+            "attack": _plugin_version(regs.attacks.entry(matchup.attack.name), matchup.attack.name,
+                                      matchup.attack.version),
         },
+        **game_columns(game),
     }
 
 
@@ -92,6 +105,15 @@ def metric_info(game: str) -> dict[str, dict[str, Any]]:
         for e in registries().metrics
         if e.obj.game == game
     }
+
+
+def game_columns(game: str) -> dict[str, Any]:
+    """How to read the rows of the registered ``game``: ``metric_info``, its ``primary_metric`` and its default
+    ``rank_metric`` (its primary one unless it declares another)."""
+    cls = registries().games.get(game)
+    primary = getattr(cls, "primary_metric", None)
+    return {"metric_info": metric_info(game), "primary_metric": primary,
+            "rank_metric": getattr(cls, "rank_metric", None) or primary}
 
 
 def game_for(matchup: Matchup, dataset: Any, store: RunStore) -> Any:
@@ -134,7 +156,6 @@ def play_matchup(matchup: Matchup, run_dir: str) -> dict[str, Any]:
     torch.set_num_threads(1)
     start = time.perf_counter()
     row = base_row(matchup)
-    row["metric_info"] = metric_info(matchup.track.game.name)
     row.update(status="ok", utility=None, metrics={}, notes=[], claim=None, error=None, traceback=None)
     try:
         store = RunStore(run_dir)
@@ -149,7 +170,8 @@ def play_matchup(matchup: Matchup, run_dir: str) -> dict[str, Any]:
             dataset = load_dataset(matchup.track.dataset)
             game = game_for(matchup, dataset, store)
             release = game.release(procedure)
-            row.update(utility=release.utility, claim=release.claim.as_dict() if release.claim else None)
+            row.update(utility=None if release.utility is None else float(release.utility),
+                       claim=release.claim.as_dict() if release.claim else None)
             broken = claim_problem(release.claim, matchup.defense.epsilon)
             if broken is not None:
                 row.update(status="failed", error=f"claim: {broken}")

@@ -72,11 +72,15 @@ class Matchup:
     attack: AttackConfig
     seed: int
     data_fingerprint: str
+    game_version: str
+    """The version of the registered game the track plays (``Game.version``)."""
 
     def track_identity(self) -> dict[str, Any]:
-        """The parts of the track that determine a release (not the lists of other defenses and attacks)."""
+        """The parts of the track that determine a release (not the lists of other defenses and attacks): its
+        dataset, model, recipe and device, and the game played: its spec (with its name) and its version."""
         return {
             **self.track.model_dump(mode="json", include={"name", "dataset", "model", "training", "game", "device"}),
+            "game_version": self.game_version,
             "data": self.data_fingerprint,
         }
 
@@ -103,7 +107,7 @@ class Plan:
 @functools.lru_cache(maxsize=16)
 def _load_dataset_cached(name: str, params_json: str) -> Dataset:
     loader = registries().datasets.get(name)
-    return loader.load(loader.Params.model_validate(json.loads(params_json)))
+    return loader().load(loader.Params.model_validate(json.loads(params_json)))
 
 
 def load_dataset(ref: PluginRef) -> Dataset:
@@ -351,7 +355,10 @@ def _check_track(
         params = _plugin_params(source, prefix, ref, cls, problems) if cls else None
         if params is None:
             continue
-        if cls.game != track.game.name:
+        if cls.game not in regs.games:
+            problems.append(f"{source}: {prefix}.name: attack {cls.name!r} declares game = {cls.game!r}: "
+                            f"{UnknownNameError('game', cls.game, regs.games.names())}")
+        elif cls.game != track.game.name:
             problems.append(f"{source}: {prefix}.name: attack {cls.name!r} plays the {cls.game!r} game, "
                             f"but this track plays {track.game.name!r}")
         elif game is not None and not cls.threat_model <= game.capabilities:
@@ -395,10 +402,12 @@ def plan(paths: list[Path], local: bool = True) -> Plan:
             if dataset is None:
                 continue
             fingerprint = dataset.fingerprint()
+            game_version = str(regs.games.get(track.game.name).version) if track.game.name in regs.games else ""
             for defense in defenses:
                 for attack in attacks:
                     for seed in scenario.seeds:
-                        matchups.append(Matchup(scenario.name, track, defense, attack, seed, fingerprint))
+                        matchups.append(Matchup(scenario.name, track, defense, attack, seed, fingerprint,
+                                                game_version))
     if problems:
         raise ScenarioError(problems)
     return Plan(tuple(parsed), tuple(matchups))

@@ -1,6 +1,6 @@
-"""The run directory: results.jsonl (appended atomically, torn tail ignored, foreign lines set aside), a
-content-addressed tensor cache verified on every read, a marker saying the directory is the arena's, and a lock
-held while a run uses it."""
+"""The run directory: results.jsonl (appended atomically, torn tail ignored, lines that are not rows of
+``arena.run.row`` set aside), a content-addressed tensor cache verified on every read, a marker saying the
+directory is the arena's, and a lock held while a run uses it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +21,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from arena._version import __version__
-from arena.engine.seeds import derive_seed
+from arena.engine.seeds import challenger_seed as challenger_seed  # re-exported: the secret's seed, beside it
+from arena.run.row import row_problem
 
 RESULTS = "results.jsonl"
 REJECTED = "results.rejected.jsonl"
@@ -31,7 +32,6 @@ SECRET = ".arena-secret"
 SECRET_ENV = "ARENA_RUN_SECRET"
 SECRET_BYTES = 32
 DIGEST = "sha256"
-STATUSES = ("ok", "skipped", "failed")
 
 
 class RunDirError(Exception):
@@ -54,7 +54,7 @@ def tensor_digest(*tensors: torch.Tensor | np.ndarray) -> str:
     return h.hexdigest()[:24]
 
 
-def _atomic_write(path: Path, write) -> None:
+def _atomic_write(path: Path, write: Callable[[str], object]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
@@ -79,13 +79,6 @@ def tensors_sha256(tensors: dict[str, torch.Tensor]) -> str:
 def warn(message: str) -> None:
     """One line on stderr: what the arena noticed and what it does about it."""
     print(f"warning: {message}", file=sys.stderr)
-
-
-def challenger_seed(secret: bytes, scenario_seed: int) -> int:
-    """The 63-bit seed of the challenger's randomness (splits, challenge order, targets, hidden initialisations)
-    for one scenario seed: a hash of the run's secret and that seed, so that nothing an attack sees (its view's
-    seeds, the pool seed, the data) lets it be rebuilt, while the run directory reproduces it."""
-    return derive_seed("challenger", secret.hex(), int(scenario_seed))
 
 
 def parse_secret(text: str, source: str) -> bytes:
@@ -141,21 +134,6 @@ class TensorCache:
         flat = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
         digest = {DIGEST: tensors_sha256(flat)}
         _atomic_write(self.path(kind, key), lambda tmp: save_file(flat, tmp, metadata=digest))
-
-
-def row_problem(obj: object) -> str | None:
-    """Why a parsed line of results.jsonl is not a result row of the arena, or None."""
-    if not isinstance(obj, dict):
-        return f"a JSON {type(obj).__name__}, not a result row"
-    if not isinstance(obj.get("key"), str) or not obj["key"]:
-        return "a JSON object without a matchup 'key'"
-    if obj.get("status") not in STATUSES:
-        return f"'status' is {obj.get('status')!r}, not one of {', '.join(STATUSES)}"
-    for name, kind in (("metrics", dict), ("seed", int), ("track", str), ("defense_label", str),
-                       ("attack_label", str)):
-        if name in obj and not isinstance(obj[name], kind):
-            return f"{name!r} is not a {kind.__name__}"
-    return None
 
 
 @dataclass

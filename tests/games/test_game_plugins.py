@@ -14,12 +14,14 @@ from arena.plugins import registries
 from tests.conftest import TINY, write_scenario
 
 TOY_GAME = '''
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import ConfigDict, PositiveInt
 
-from arena import Attack, BlackBox, Game, GameSpec, MembershipGuess, Metric, Outcome, Release, View, derive_seed, hookimpl
+from arena import (
+    Attack, BlackBox, Game, GameSpec, Grant, MembershipGuess, Metric, Outcome, Release, View, derive_seed, hookimpl,
+)
 
 
 class ParitySpec(GameSpec):
@@ -34,16 +36,21 @@ class ParitySpec(GameSpec):
 
 class ParityView(View):
     X: object
-    model: BlackBox
+    model: Annotated[BlackBox, Grant("query")]
+
+
+def report(ctx):
+    return f"<p>parity section of {ctx.board.track}</p>"
 
 
 class ParityGame(Game):
     """The attacker predicts each test record's label parity from black-box queries; the secret is the labels."""
 
     name = "parity"
-    capabilities = frozenset({"query"})
     Spec = ParitySpec
     View = ParityView
+    Guess = MembershipGuess
+    report_view = "arena_parity:report"
     metrics = (Metric("parity_accuracy", "parity", True, "share of test labels whose parity was guessed", (0.0, 1.0)),)
 
     def __init__(self, spec, dataset, seed):
@@ -63,8 +70,7 @@ class ParityGame(Game):
 
     def view(self, attack, release, procedure):
         X, _ = self.records(self.test_idx)
-        return ParityView(attack.name, attack.threat_model, common={"X": X},
-                          by_capability={"query": {"model": BlackBox(release.models)}})
+        return ParityView(attack.name, attack.threat_model, {"X": X, "model": BlackBox(release.models)})
 
     def score(self, attack, guess):
         truth = self.dataset.y[self.test_idx] % 2
@@ -126,7 +132,9 @@ def test_a_third_party_game_plays_in_a_scenario(plugin_dist, tmp_path: Path, cap
     # a trained model's predictions carry the parity of its labels far above the coin's 0.5
     assert row["metrics"]["parity_accuracy"] > 0.6  # chance is 0.5; 0.69 with the suite's run secret
     assert row["metric_info"] == {"parity_accuracy": {"higher_is_better": True, "bounds": [0.0, 1.0]}}
-    assert (run / "report" / "index.html").is_file()  # a game without report section or audit still reports
+    page = (run / "report" / "index.html").read_text()
+    assert "<p>parity section of digits-parity</p>" in page  # its report_view, named "module:function"
+    assert registries().games.get("parity").capabilities == {"query"}  # read from its View
 
 
 def test_a_game_spec_error_names_its_field_paths(plugin_dist, tmp_path: Path, capsys) -> None:

@@ -1,5 +1,5 @@
-"""arena.privacy.tradeoff: the trade-off curve of a claim (hand values, the PLD dual against the closed form, the implied ε
-against the accountant)."""
+"""arena.privacy.tradeoff: the trade-off curve of a claim (hand values, the PLD dual against the closed form, the
+implied ε against the accountant)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from arena.privacy.auditing import epsilon_for, replace_one_claim
+from arena.privacy.accounting import epsilon_under
+from arena.privacy.relations import replace_one_claim
 from arena.privacy.tradeoff import (
     claim_tradeoff,
+    dpsgd_mu,
     dpsgd_tradeoff,
     eps_delta_tradeoff,
     gaussian_tradeoff,
-    gdp_mu,
     implied_epsilon,
     pld_profile,
     tradeoff_from_profile,
@@ -33,13 +34,15 @@ def test_gaussian_tradeoff_hand_values() -> None:
     np.testing.assert_array_equal(gaussian_tradeoff(ALPHA, math.inf), 0.0)
 
 
-def test_gdp_mu_of_full_batch_dpsgd() -> None:
-    assert gdp_mu(2.0, 4, "add_remove") == pytest.approx(1.0)  # √4 / 2
-    assert gdp_mu(2.0, 4, "replace_one") == pytest.approx(2.0)  # sensitivity 2C doubles μ
-    assert gdp_mu(0.0, 4) == math.inf
-    assert gdp_mu(2.0, 0) == 0.0
+def test_dpsgd_mu_of_full_batch_dpsgd() -> None:
+    assert dpsgd_mu(2.0, 4, "add_remove") == pytest.approx(1.0)  # √4 / 2
+    assert dpsgd_mu(2.0, 4, "replace_one") == pytest.approx(2.0)  # sensitivity 2C doubles μ
+    assert dpsgd_mu(0.0, 4) == math.inf
+    assert dpsgd_mu(2.0, 0) == 0.0
     with pytest.raises(ValueError, match="relation"):
-        gdp_mu(1.0, 1, "swap")  # type: ignore[arg-type]
+        dpsgd_mu(1.0, 1, "swap")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="steps >= 0"):
+        dpsgd_mu(-1.0, 4)
 
 
 def test_eps_delta_tradeoff_hand_values() -> None:
@@ -73,7 +76,7 @@ def test_subsampled_curve_lies_between_full_batch_and_identity() -> None:
     steps and the identity, strictly inside somewhere; it is non-increasing, like every trade-off function."""
     sigma, q, steps = 1.0, 0.1, 100
     f = dpsgd_tradeoff(ALPHA, sigma, q, steps)
-    full = gaussian_tradeoff(ALPHA, gdp_mu(sigma, steps))
+    full = gaussian_tradeoff(ALPHA, dpsgd_mu(sigma, steps))
     assert np.all(f >= full - 1e-9)
     assert np.all(f <= 1.0 - ALPHA + 1e-9)
     assert np.max(f - full) > 0.5  # full batch (μ = 10) is nearly perfectly distinguishable; q = 0.1 is not
@@ -93,7 +96,7 @@ def test_implied_epsilon_matches_the_accountant(sigma: float, q: float, steps: i
     eps, deltas = pld_profile(sigma, q, steps, relation)
     f = tradeoff_from_profile(FINE, eps, deltas)
     assert implied_epsilon(FINE, f, delta) == pytest.approx(
-        epsilon_for(sigma, q, steps, delta, relation=relation), rel=1e-3)
+        epsilon_under(sigma, q, steps, delta, relation=relation), rel=1e-3)
 
 
 def test_degenerate_mechanisms() -> None:

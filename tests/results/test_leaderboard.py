@@ -1,4 +1,5 @@
-"""The leaderboard: mean ± std over seeds of the primary metric, rankings, failures marked, three formats."""
+"""The leaderboard: mean ± std over seeds of the ranking metric, rankings, failures marked, three formats; the
+ranking and primary metric read from the rows (the registry only for rows written before they said)."""
 
 from __future__ import annotations
 
@@ -70,3 +71,19 @@ def test_formats() -> None:
     data = json.loads(leaderboard.render_json(boards))
     assert data[0]["cells"]["nonprivate"]["a"] == pytest.approx(0.75)
     assert data[0]["higher_is_better"] is True
+
+
+def test_the_ranking_metric_is_the_one_asked_for_then_the_games_rank_then_its_primary_one() -> None:
+    game = leaderboard.GameMetrics(primary="auc", rank="tpr@1%fpr")
+    assert leaderboard.rank_metric(["auc", "tpr@1%fpr", "x"], "x", game) == "x"
+    assert leaderboard.rank_metric(["auc", "tpr@1%fpr", "x"], None, game) == "tpr@1%fpr"
+    assert leaderboard.rank_metric(["auc", "x"], "missing", game) == "auc"
+    assert leaderboard.rank_metric(["x", "y"], None, game) == "x"  # neither: the first metric present
+    assert leaderboard.rank_metric([], None, game) == "auc"
+
+
+def test_the_game_metrics_come_from_the_rows_and_the_registry_only_for_rows_without_them() -> None:
+    assert leaderboard.game_metrics(ROWS) == leaderboard.GameMetrics("auc", "tpr@1%fpr")  # registered membership
+    written = [{**r, "game": "gone", "primary_metric": "p", "rank_metric": None} for r in ROWS]
+    assert leaderboard.game_metrics(written) == leaderboard.GameMetrics("p", "p")
+    assert leaderboard.game_metrics([{**r, "game": "gone"} for r in ROWS]) == leaderboard.GameMetrics(None, None)

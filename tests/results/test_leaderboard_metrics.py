@@ -1,5 +1,7 @@
-"""The leaderboard's metrics: ranked by TPR at 1% FPR with AUC beside it, every metric exported with its interval,
-bootstrap intervals over challenge points below five seeds, n/r where the non-members cannot resolve an FPR."""
+"""The leaderboard's metrics: ranked by the game's ranking metric (TPR at 1% FPR for membership) with its primary
+metric (AUC) beside it, both read from the rows; every metric exported with its interval; bootstrap intervals by
+the registered game's ``resample`` below five seeds (t-intervals for a game no longer registered); n/r where the
+non-members cannot resolve an FPR."""
 
 from __future__ import annotations
 
@@ -13,40 +15,20 @@ import pytest
 import torch
 
 from arena.cli import EXIT_INPUT, EXIT_OK, main
-from arena.games.membership.metrics import membership_metrics
+from arena.engine.seeds import resample_seed
+from arena.games.membership.metrics import membership_metrics, resample
 from arena.results import leaderboard
-from arena.run.execute import metric_info
+from arena.results.audit import saved_arrays
+from arena.run.execute import game_columns, metric_info
 from arena.run.store import RunStore
 
 
-def test_vectorised_score_metrics_equal_the_games_sklearn_metrics() -> None:
-    rng = np.random.default_rng(1)
-    for n_in, n_out in ((50, 50), (120, 300)):
-        member = np.r_[np.ones(n_in, bool), np.zeros(n_out, bool)]
-        scores = np.round(rng.normal(size=n_in + n_out) + 0.7 * member, 1)  # many ties
-        expected, _ = membership_metrics(scores, member, scores > 0)
-        got = leaderboard.score_metrics(scores[None], member, (0.1, 0.01))
-        for name in ("auc", "advantage", "tpr@10%fpr", "tpr@1%fpr"):
-            if expected[name] is not None:
-                assert got[name][0] == pytest.approx(expected[name]), name
-
-
-def test_bootstrap_keeps_the_counts_and_is_seeded() -> None:
-    member = np.r_[np.ones(100, bool), np.zeros(100, bool)]
-    perfect = np.r_[np.full(100, 5.0), np.zeros(100)] + np.arange(200) * 1e-3
-    draws = leaderboard.bootstrap_metrics(perfect, member, ["auc", "tpr@1%fpr"], resamples=200, seed=3)
-    # Stratified: every resample still has members and non-members, so a perfect separation stays perfect.
-    assert np.all(draws["auc"] == 1.0) and np.all(draws["tpr@1%fpr"] == 1.0)
-    noisy = np.random.default_rng(0).normal(size=200) + member
-    a = leaderboard.bootstrap_metrics(noisy, member, ["auc"], resamples=300, seed=7)["auc"]
-    b = leaderboard.bootstrap_metrics(noisy, member, ["auc"], resamples=300, seed=7)["auc"]
-    assert np.array_equal(a, b) and a.std() > 0.01
-
-
-def make_run(root, seeds=(0, 1), n_out=100, shift=1.0, metric_info_rows=True) -> RunStore:
-    """Two defenses × two attacks, ``n_out`` non-members, scores saved as a real run saves them."""
+def make_run(root, seeds=(0, 1), n_out=100, shift=1.0, metric_info_rows=True, game="membership") -> RunStore:
+    """Two defenses × two attacks, ``n_out`` non-members, scores saved as a real run saves them; the rows carry how
+    to read them (``metric_info``, the game's primary and ranking metric) unless ``metric_info_rows`` is False
+    (rows written before they did)."""
     store = RunStore(root)
-    info = metric_info("membership") if metric_info_rows else None
+    columns = game_columns("membership") if metric_info_rows else {}
     for d, strength in (("nonprivate", shift), ("dpsgd(eps=1)", shift / 4)):
         for a, factor in (("loss", 1.0), ("lira", 2.0)):
             for seed in seeds:
@@ -56,12 +38,10 @@ def make_run(root, seeds=(0, 1), n_out=100, shift=1.0, metric_info_rows=True) ->
                 scores = rng.normal(size=100 + n_out) + strength * factor * member
                 metrics, notes = membership_metrics(scores, member, scores > 0.5)
                 store.save_arrays(key, {"scores": torch.from_numpy(scores), "is_member": torch.from_numpy(member)})
-                row = {"key": key, "scenario": "s", "track": "t", "game": "membership",
+                row = {"key": key, "scenario": "s", "track": "t", "game": game,
                        "defense": d.split("(")[0], "defense_label": d, "epsilon": 1.0 if "eps" in d else None,
                        "attack": a, "attack_label": a, "seed": seed, "status": "ok", "utility": 0.9,
-                       "metrics": metrics, "notes": notes, "claim": None, "error": None}
-                if info is not None:
-                    row["metric_info"] = info
+                       "metrics": metrics, "notes": notes, "claim": None, "error": None, **columns}
                 store.append_result(row)
     return store
 
@@ -69,8 +49,7 @@ def make_run(root, seeds=(0, 1), n_out=100, shift=1.0, metric_info_rows=True) ->
 def test_membership_is_ranked_by_tpr_at_1pct_with_auc_beside_and_bootstrap_below_5_seeds(tmp_path) -> None:
     store = make_run(tmp_path / "run")
     rows = store.results()
-    from arena.results.audit import saved_arrays
-
+    assert {(r["primary_metric"], r["rank_metric"]) for r in rows} == {("auc", "tpr@1%fpr")}
     (board,) = leaderboard.build(rows, arrays=saved_arrays(store))
     assert board.metric == "tpr@1%fpr" and board.beside == ("auc",)
     assert board.interval_method.startswith("95% intervals: percentile bootstrap over challenge points")
@@ -165,3 +144,49 @@ def test_scenario_rank_by_is_read_from_the_run_directory_and_validated(tmp_path,
     bad = write_scenario(tmp_path / "bad.yaml", good.replace("rank_by: auc", "rank_by: success_rate"))
     assert main(["validate", str(bad)]) == EXIT_INPUT
     assert "rank_by: unknown metric 'success_rate'" in capsys.readouterr().err
+
+
+def test_bootstrap_draws_are_the_games_resample_seeded_by_the_matchup_key(tmp_path) -> None:
+    store = make_run(tmp_path / "run", n_out=200)
+    (board,) = leaderboard.build(store.results(), arrays=saved_arrays(store), resamples=300)
+    cell = [r for r in store.results() if r["defense_label"] == "nonprivate" and r["attack"] == "lira"]
+    arrays = saved_arrays(store)
+    draws = [resample(arrays(r["key"]), ["auc"], resamples=300, seed=resample_seed(r["key"]))["auc"] for r in cell]
+    low, high = np.quantile(np.mean(draws, axis=0), [0.025, 0.975])
+    iv = board.grids["auc"].intervals["nonprivate", "lira"]
+    assert (iv.method, iv.low, iv.high) == ("bootstrap", pytest.approx(low), pytest.approx(high))
+    # The resample's seed is the matchup's (and the board's), not the order of work.
+    (again,) = leaderboard.build(store.results()[::-1], arrays=saved_arrays(store), resamples=300)
+    assert again.grids["auc"].intervals["nonprivate", "lira"] == iv
+    (other,) = leaderboard.build(store.results(), arrays=saved_arrays(store), resamples=300, seed=1)
+    assert other.grids["auc"].intervals["nonprivate", "lira"] != iv
+
+
+def test_rows_of_a_game_no_longer_registered_are_read_from_their_own_columns_with_t_intervals(tmp_path) -> None:
+    """A game whose plugin is gone: its rows still say how to rank and read them; nothing resamples its scores."""
+    store = make_run(tmp_path / "run", game="uninstalled-game")
+    (board,) = leaderboard.build(store.results(), arrays=saved_arrays(store))
+    assert board.game == "uninstalled-game" and board.metric == "tpr@1%fpr" and board.beside == ("auc",)
+    assert all(iv.method == "t" for g in board.grids.values() for iv in g.intervals.values())
+    assert "game 'uninstalled-game' is not registered" in board.interval_method
+
+
+def test_rows_written_before_they_named_their_metrics_fall_back_to_the_registered_game(tmp_path) -> None:
+    store = make_run(tmp_path / "run", metric_info_rows=False)
+    rows = store.results()
+    assert not any("primary_metric" in r or "metric_info" in r for r in rows)
+    (board,) = leaderboard.build(rows, arrays=saved_arrays(store))
+    assert board.metric == "tpr@1%fpr" and board.beside == ("auc",)
+    assert board.grids["auc"].info.bounds == (0.0, 1.0)  # from the registry's declaration
+    assert board.intervals["nonprivate", "lira"].method == "bootstrap"
+
+
+def test_a_metric_the_game_cannot_resample_says_so() -> None:
+    from tests.results.test_leaderboard import ROWS
+
+    (board,) = leaderboard.build(ROWS, rank_by="auc")
+    assert "no saved scores to resample" in board.interval_method
+    rows = [{**r, "metrics": {"balanced_accuracy": r["metrics"].get("auc")} if r["metrics"] else {}} for r in ROWS]
+    (board,) = leaderboard.build(rows, arrays=lambda key: {"scores": np.arange(4.0), "is_member": np.r_[1, 1, 0, 0]})
+    assert board.metric == "balanced_accuracy"
+    assert "balanced_accuracy cannot be recomputed from saved scores" in board.interval_method

@@ -62,6 +62,7 @@ def fault(kind):
 
 class Exit0(Attack):
     name = "exit0"
+    game = "membership"
 
     def run(self, view):
         fault("exit0")
@@ -69,6 +70,7 @@ class Exit0(Attack):
 
 class HardExit(Attack):
     name = "hard-exit"
+    game = "membership"
 
     def run(self, view):
         fault("hard-exit")
@@ -76,6 +78,7 @@ class HardExit(Attack):
 
 class Interrupt(Attack):
     name = "interrupt"
+    game = "membership"
 
     def run(self, view):
         fault("interrupt")
@@ -83,6 +86,7 @@ class Interrupt(Attack):
 
 class Killed(Attack):
     name = "killed"
+    game = "membership"
 
     def run(self, view):
         fault("killed")
@@ -90,6 +94,7 @@ class Killed(Attack):
 
 class Greedy(Attack):
     name = "greedy"
+    game = "membership"
 
     def run(self, view):
         fault("greedy")

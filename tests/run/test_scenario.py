@@ -116,6 +116,7 @@ from arena.hookspecs import hookimpl
 
 class NeedsPrior(Attack):
     name = "needs-prior"
+    game = "membership"
     threat_model = frozenset({"query", "prior"})
 
     def run(self, view):

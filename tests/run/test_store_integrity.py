@@ -1,6 +1,7 @@
 """The cache and the results file defend themselves: damaged cache entries are retrained, bad result lines are
-set aside with their numbers, a run directory is locked while used, foreign or unwritable directories are refused
-with exit status 2 and left as they were."""
+set aside with their numbers (a row of a newer schema among them; rows written before the schema are still read), a
+run directory is locked while used, foreign or unwritable directories are refused with exit status 2 and left as
+they were."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 import torch
 
 from arena.cli import main
+from arena.run.row import SCHEMA_VERSION, row_problem
 from arena.run.store import REJECTED, RunStore, TensorCache
 from tests.conftest import TEST_SECRET, write_scenario
 from tests.run.test_faults import SMALL
@@ -137,6 +139,30 @@ def test_bad_lines_anywhere_are_reported_and_set_aside(finished, capsys) -> None
     assert [r["text"] for r in rejected] == bad
 
 
+def test_rows_carry_their_schema_and_rows_written_before_it_are_still_read(finished, capsys) -> None:
+    """A run writes rows of the current schema; a row without one (version 0) is read and not replayed; a row of a
+    newer schema is not read (an older arena cannot know its fields), is set aside, and its matchup played again."""
+    path, out = finished
+    store = RunStore(out)
+    rows = store.results()
+    assert len(rows) == 2 and all(r["schema"] == SCHEMA_VERSION and row_problem(r) is None for r in rows)
+    lines = store.results_path.read_text().splitlines()
+    old = {k: v for k, v in json.loads(lines[0]).items()
+           if k not in ("schema", "release_key", "metric_info", "primary_metric", "rank_metric")}
+    newer = {**json.loads(lines[1]), "schema": SCHEMA_VERSION + 1}
+    store.results_path.write_text(json.dumps(old) + "\n" + json.dumps(newer) + "\n")
+    capsys.readouterr()
+    assert main(["leaderboard", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"line 2: a row of schema {SCHEMA_VERSION + 1}, newer than this arena reads" in err
+    assert [r["key"] for r in RunStore(out).results()] == [old["key"]]
+    assert main(["run", str(path), "--out", str(out), "--serial", "--no-report"]) == 0
+    assert f"moved to {REJECTED}" in capsys.readouterr().err
+    again = RunStore(out).results()
+    assert [r["key"] for r in again] == [old["key"], newer["key"]], "the old row kept, the newer one played again"
+    assert "schema" not in again[0] and again[1]["schema"] == SCHEMA_VERSION
+
+
 def test_a_second_run_into_a_locked_directory_is_refused(finished, capsys) -> None:
     path, out = finished
     store = RunStore(out)
@@ -210,7 +236,7 @@ def test_a_full_disk_is_a_clear_error(tmp_path: Path, capsys, monkeypatch) -> No
     path = write_scenario(tmp_path / "small.yaml", SMALL)
     out = tmp_path / "run"
 
-    def full(self, row):  # noqa: ANN001
+    def full(self, row):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.results_path))
 
     monkeypatch.setattr(RunStore, "append_result", full)

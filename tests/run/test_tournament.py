@@ -22,6 +22,7 @@ from arena.hookspecs import hookimpl
 
 class Explode(Attack):
     name = "explode"
+    game = "membership"
 
     def run(self, view):
         raise RuntimeError("boom from a plugin")
@@ -29,6 +30,7 @@ class Explode(Attack):
 
 class Crash(Attack):
     name = "crash"
+    game = "membership"
 
     def run(self, view):
         os._exit(3)
@@ -36,6 +38,7 @@ class Crash(Attack):
 
 class Hang(Attack):
     name = "hang"
+    game = "membership"
 
     def run(self, view):
         time.sleep(600)
@@ -43,6 +46,7 @@ class Hang(Attack):
 
 class Stubborn(Attack):  # hangs, and swallows every Exception it can
     name = "stubborn"
+    game = "membership"
 
     def run(self, view):
         while True:

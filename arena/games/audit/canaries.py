@@ -21,7 +21,7 @@ expected batch size q·n counts every row, so inclusion is add/remove). ``mislab
 record with a wrong label; ``ood``: a uniform-noise input with a random label. Scored by the final model alone:
 −(cross-entropy loss on the canary).
 
-**Statistics** (``arena.privacy.auditing``), per canary kind, over all K·m canaries: canaries in different models are
+**Statistics** (``arena.privacy``), per canary kind, over all K·m canaries: canaries in different models are
 independent runs and within a model the one-run analysis holds, so the whole experiment is one run of a mechanism
 that is (ε, δ)-DP in each canary's bit, and the **one-run bound** of Steinke et al. is a proved lower bound for any
 mechanism. For a **full-batch** claim (sample rate 1) the gradient canaries' scores are Gaussian with one variance
@@ -55,21 +55,11 @@ from arena.engine.ensemble import init_state, logits
 from arena.engine.functional import mean_gradient
 from arena.engine.instruments import AuditInstruments, GradientCanaries, instrumented
 from arena.engine.recipe import Recipe
-from arena.privacy.auditing import (
-    ALPHA,
-    GaussianBound,
-    GdpEstimate,
-    HeldOutBound,
-    OneRunBound,
-    epsilon_for,
-    gaussian_bound,
-    gaussian_flags,
-    gaussian_kind,
-    gdp_estimate,
-    heldout_epsilon,
-    one_run_epsilon,
-    one_run_epsilon_batch,
-)
+from arena.privacy.accounting import epsilon_under
+from arena.privacy.binomial import ALPHA
+from arena.privacy.gdp import GaussianBound, GdpEstimate, gaussian_bound, gaussian_flags, gaussian_kind, gdp_estimate
+from arena.privacy.heldout import HeldOutBound, heldout_epsilon
+from arena.privacy.one_run import OneRunBound, one_run_epsilon, one_run_epsilon_batch
 
 InputKind = Literal["mislabelled", "ood"]
 SIGMA_FLOOR = 0.3
@@ -403,7 +393,7 @@ def analyse(claim: Claim, scores: dict[str, np.ndarray], truths: dict[str, np.nd
         kinds.append(_kind(name, s, t, claim.delta, alpha, alpha_bound, seed))
     pld = None
     if claim.noise_multiplier is not None and claim.sample_rate is not None and claim.steps and 0 < claim.delta < 1:
-        pld = epsilon_for(float(claim.noise_multiplier), float(claim.sample_rate), int(claim.steps), claim.delta)
+        pld = epsilon_under(float(claim.noise_multiplier), float(claim.sample_rate), int(claim.steps), claim.delta)
     return CanaryAudit(claim, pld, tuple(kinds), models, alpha, mechanism_epsilon, gaussian)
 
 
@@ -435,7 +425,7 @@ def _mechanism_epsilon(instruments: AuditInstruments, delta: float) -> float | N
         if run.noise_multiplier == 0:
             return float("inf")
         sigma = max(run.noise_multiplier, SIGMA_FLOOR)
-        worst = max(worst, epsilon_for(sigma, run.sample_rate, run.steps, delta))
+        worst = max(worst, epsilon_under(sigma, run.sample_rate, run.steps, delta))
     return worst
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
@@ -38,7 +38,7 @@ from arena.contracts.game import Game, Outcome
 from arena.contracts.metric import NON_NEGATIVE, Metric
 from arena.contracts.release import BlackBox, Models, Release
 from arena.contracts.spec import GameSpec
-from arena.contracts.view import View
+from arena.contracts.view import Grant, View
 from arena.engine.seeds import derive_seed, permutation
 from arena.games.audit.canaries import (
     CanaryAudit,
@@ -96,16 +96,24 @@ class AuditView(View):
     """What an auditor is given: the canaries' design, never which were included."""
 
     n_models: int
-    kinds: tuple[str, ...]  # "gradient" and/or "input"
+    kinds: tuple[str, ...]
+    """``"gradient"`` and/or ``"input"``"""
     n_classes: int
     seed: int
-    gradient_index: torch.Tensor | None  # [K, m] the flat parameter coordinate of each gradient canary
-    gradient_sign: torch.Tensor | None  # [K, m] ±1: canary (k, j) is sign·C·e_index when included
-    canary_X: torch.Tensor | None  # [m, d] the input canaries (the same records offered to every model)
-    canary_y: torch.Tensor | None  # [m]
-    parameters: Models  # capability "parameters": the K released models
-    init: Models | None  # "parameters": their initialisation, when the challenger publishes it (init: known)
-    models: list[BlackBox]  # capability "query": one black box per released model
+    gradient_index: torch.Tensor | None
+    """[K, m] the flat parameter coordinate of each gradient canary"""
+    gradient_sign: torch.Tensor | None
+    """[K, m] ±1: canary (k, j) is sign·C·e_index when included"""
+    canary_X: torch.Tensor | None
+    """[m, d] the input canaries (the same records offered to every model)"""
+    canary_y: torch.Tensor | None
+    """[m]"""
+    parameters: Annotated[Models, Grant("parameters")]
+    """the K released models"""
+    init: Annotated[Models | None, Grant("parameters")]
+    """their initialisation, when the challenger publishes it (init: known)"""
+    models: Annotated[list[BlackBox], Grant("query")]
+    """one black box per released model"""
 
 
 METRICS = (
@@ -186,14 +194,15 @@ class AuditGame(Game):
     """K canaried models of the defense per seed; the auditor scores the canaries, the game bounds ε."""
 
     name = "audit"
-    capabilities = frozenset({"parameters", "query"})
     Spec = AuditGameSpec
     View = AuditView
+    Guess = CanaryGuess
     metrics = METRICS
     template_dir = Path(__file__).parent / "templates"
     audit_rule = "arena.games.audit.rule:audit_game"
     audit_view = "arena.games.audit.sections:audit_section"
     report_view = "arena.games.audit.sections:section"
+    primary_metric = "empirical_epsilon"
     spec: AuditGameSpec
 
     def __init__(self, spec: AuditGameSpec, dataset: Dataset, seed: int) -> None:
@@ -261,22 +270,17 @@ class AuditGame(Game):
         g = run.gradient
         models = release.models
         init = Models(procedure.arch, run.init) if self.spec.init == "known" else None
-        return AuditView(
-            attack.name,
-            attack.threat_model,
-            common={
-                "n_models": models.k, "kinds": self._kinds(), "n_classes": self.dataset.n_classes,
-                "seed": derive_seed(self.seed, "attack", attack.name),
-                "gradient_index": None if g is None else g.index.clone(),
-                "gradient_sign": None if g is None else g.sign.clone(),
-                "canary_X": None if run.inputs_X is None else run.inputs_X.clone(),
-                "canary_y": None if run.inputs_y is None else run.inputs_y.clone(),
-            },
-            by_capability={
-                "parameters": {"parameters": models, "init": init},
-                "query": {"models": [BlackBox(models.select(k)) for k in range(models.k)]},
-            },
-        )
+        return AuditView(attack.name, attack.threat_model, {
+            "n_models": models.k, "kinds": self._kinds(), "n_classes": self.dataset.n_classes,
+            "seed": derive_seed(self.seed, "attack", attack.name),
+            "gradient_index": None if g is None else g.index.clone(),
+            "gradient_sign": None if g is None else g.sign.clone(),
+            "canary_X": None if run.inputs_X is None else run.inputs_X.clone(),
+            "canary_y": None if run.inputs_y is None else run.inputs_y.clone(),
+            "parameters": models,
+            "init": init,
+            "models": [BlackBox(models.select(k)) for k in range(models.k)],
+        })
 
     def _require_run(self) -> CanaryRun:
         if self.run is None:

@@ -20,7 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from arena.privacy.auditing import ALPHA, GaussianBound, OneRunBound, gaussian_bound, gaussian_kind, one_run_epsilon
+from arena.privacy.binomial import ALPHA
+from arena.privacy.gdp import GaussianBound, gaussian_bound, gaussian_kind
+from arena.privacy.one_run import OneRunBound, one_run_epsilon
 from arena.results.audit import ArrayLoader, AuditedMatchup, GameAudit, claimed, identity, split_seed
 
 KINDS = ("gradient", "input")

@@ -11,9 +11,9 @@ import numpy as np
 from matplotlib.figure import Figure
 from sklearn.metrics import roc_curve
 
+from arena.contracts.arrays import ArrayLoader
 from arena.contracts.metric import tpr_key
 from arena.games.figures import as_image, text
-from arena.results.audit import ArrayLoader
 from arena.results.leaderboard import NOT_RESOLVABLE, TrackBoard
 
 

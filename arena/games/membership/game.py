@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
@@ -13,7 +13,7 @@ from arena.contracts.attack import Attack
 from arena.contracts.game import Game, Outcome
 from arena.contracts.release import BlackBox, LabelOnly, Models, Release
 from arena.contracts.spec import GameSpec
-from arena.contracts.view import View
+from arena.contracts.view import Grant, View
 from arena.engine.seeds import derive_seed, permutation
 from arena.games.membership.guess import MembershipGuess
 from arena.games.membership.metrics import METRICS, membership_metrics
@@ -46,12 +46,12 @@ class MembershipView(View):
     seed: int
     pool_seed: int
     """the game's attack-independent seed for shadow pools (shared pools train once per run)"""
-    model: BlackBox  # capability "query"
-    labels_model: LabelOnly  # "labels"
-    parameters: Models  # "parameters"
-    population_X: torch.Tensor  # "population"
-    population_y: torch.Tensor
-    train: TrainingProcedure  # "training"
+    model: Annotated[BlackBox, Grant("query")]
+    labels_model: Annotated[LabelOnly, Grant("labels")]
+    parameters: Annotated[Models, Grant("parameters")]
+    population_X: Annotated[torch.Tensor, Grant("population")]
+    population_y: Annotated[torch.Tensor, Grant("population")]
+    train: Annotated[TrainingProcedure, Grant("training")]
 
 
 class MembershipGame(Game):
@@ -63,14 +63,17 @@ class MembershipGame(Game):
     """
 
     name = "membership"
-    capabilities = frozenset({"query", "labels", "parameters", "population", "training"})
     Spec = MembershipGameSpec
     View = MembershipView
+    Guess = MembershipGuess
     metrics = METRICS
     template_dir = Path(__file__).parent / "templates"
     audit_rule = "arena.games.membership.rule:audit_game"
     audit_view = "arena.games.membership.sections:audit_section"
     report_view = "arena.games.membership.sections:section"
+    primary_metric = "auc"
+    rank_metric = "tpr@1%fpr"  # Carlini et al. 2022: TPR at low FPR first, AUC beside it
+    resample = "arena.games.membership.metrics:resample"
     spec: MembershipGameSpec
 
     def __init__(self, spec: MembershipGameSpec, dataset, seed: int) -> None:  # noqa: ANN001
@@ -106,26 +109,21 @@ class MembershipGame(Game):
         shape of one record (``input_shape``, e.g. (1, 8, 8) for an image, (d,) for a table row)."""
         cX, cy = self.records(self.challenge)
         pX, py = self.records(self.population)
-        return MembershipView(
-            attack.name,
-            attack.threat_model,
-            common={
-                "challenge_X": cX,
-                "challenge_y": cy,
-                "n_classes": self.dataset.n_classes,
-                "input_shape": self.dataset.shape,
-                "train_size": self.spec.members,
-                "seed": derive_seed(self.seed, "attack", attack.name),
-                "pool_seed": derive_seed(self.seed, "shadow-pool"),
-            },
-            by_capability={
-                "query": {"model": BlackBox(release.models)},
-                "labels": {"labels_model": LabelOnly(release.models)},
-                "parameters": {"parameters": release.models},
-                "population": {"population_X": pX, "population_y": py},
-                "training": {"train": procedure},
-            },
-        )
+        return MembershipView(attack.name, attack.threat_model, {
+            "challenge_X": cX,
+            "challenge_y": cy,
+            "n_classes": self.dataset.n_classes,
+            "input_shape": self.dataset.shape,
+            "train_size": self.spec.members,
+            "seed": derive_seed(self.seed, "attack", attack.name),
+            "pool_seed": derive_seed(self.seed, "shadow-pool"),
+            "model": BlackBox(release.models),
+            "labels_model": LabelOnly(release.models),
+            "parameters": release.models,
+            "population_X": pX,
+            "population_y": py,
+            "train": procedure,
+        })
 
     def score(self, attack: Attack, guess: Any) -> Outcome:
         """The guess's metrics against the secret membership, and the arrays the audit and the report read."""

@@ -1,12 +1,21 @@
-"""The membership game's metrics: their declarations and their computation from scores (scikit-learn's ROC,
-never hand-rolled)."""
+"""The membership game's metrics: their declarations, their computation from scores, and their bootstrap.
+
+One computation serves the game and the leaderboard: ``score_metrics`` gives the AUC, the advantage and the TPR at
+each FPR of B score vectors at once (vectorised over the rows; scikit-learn's ``roc_auc_score`` and ``roc_curve``
+agree with it, which the tests check). ``membership_metrics`` is its first row plus the checks, the balanced
+accuracy and the notes; ``resample`` (the game's ``resample``) is it on stratified bootstrap resamples of a
+matchup's saved scores.
+"""
 
 from __future__ import annotations
 
-import numpy as np
-from sklearn.metrics import roc_auc_score, roc_curve
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from arena.contracts.metric import FPR_LEVELS, UNIT, Metric, tpr_at_fpr, tpr_key
+import numpy as np
+from scipy.stats import rankdata
+
+from arena.contracts.metric import FPR_LEVELS, UNIT, Metric, fpr_level, tpr_key
 
 METRICS = (
     Metric("auc", "membership", True, "area under the attack's ROC curve (0.5 = chance)", UNIT),
@@ -18,6 +27,36 @@ METRICS = (
         for f in FPR_LEVELS
     ),
 )
+SCORE_METRICS = ("auc", "advantage")
+"""Metrics (besides ``tpr@X%fpr``) that scores alone determine, hence that resamples of saved scores recompute."""
+RESAMPLE_BATCH = 2_000_000
+"""Bound on the scores of one batch of resamples (memory)."""
+
+
+def score_metrics(scores: np.ndarray, is_member: np.ndarray, levels: Sequence[float]) -> dict[str, np.ndarray]:
+    """AUC, advantage and TPR at each FPR in ``levels`` of every row of ``scores`` [B, N] (members where
+    ``is_member`` [N] is true; higher means member), each an array [B].
+
+    AUC is the Mann–Whitney statistic (ties count one half); a threshold falls only between distinct scores, so
+    the advantage is max(TPR − FPR, 0) and the TPR at an FPR the largest TPR of a threshold whose FPR does not
+    exceed it, over every such threshold."""
+    S = np.atleast_2d(np.asarray(scores, dtype=np.float64))
+    lab = np.asarray(is_member, dtype=bool).reshape(-1)
+    m, n = int(lab.sum()), int((~lab).sum())
+    ranks = rankdata(S, axis=1)
+    out = {"auc": (ranks[:, lab].sum(axis=1) - m * (m + 1) / 2) / (m * n)}
+    order = np.argsort(-S, axis=1, kind="stable")
+    s_sorted = np.take_along_axis(S, order, axis=1)
+    l_sorted = lab[order]
+    tpr = np.cumsum(l_sorted, axis=1) / m
+    fpr = np.cumsum(~l_sorted, axis=1) / n
+    cut = np.ones_like(s_sorted, dtype=bool)  # a threshold can fall after position i only between distinct scores
+    cut[:, :-1] = s_sorted[:, :-1] != s_sorted[:, 1:]
+    out["advantage"] = np.maximum(np.where(cut, tpr - fpr, -np.inf).max(axis=1), 0.0)
+    for level in levels:
+        ok = cut & (fpr <= level + 1e-12)
+        out[tpr_key(level)] = np.where(ok, tpr, 0.0).max(axis=1)
+    return out
 
 
 def membership_metrics(scores: np.ndarray, is_member: np.ndarray, decisions: np.ndarray) -> tuple[dict, list[str]]:
@@ -33,12 +72,12 @@ def membership_metrics(scores: np.ndarray, is_member: np.ndarray, decisions: np.
         raise ValueError(f"membership metrics need members and non-members, got {n_in} and {n_out}")
     if not np.all(np.isfinite(scores)):
         raise ValueError("membership scores contain NaN or infinity")
-    fpr, tpr, _ = roc_curve(is_member, scores)
+    found = score_metrics(scores[None], is_member, FPR_LEVELS)
     tpr_hit = decisions[is_member].mean()
     tnr_hit = (~decisions[~is_member]).mean()
     metrics: dict[str, float | int | None] = {
-        "auc": float(roc_auc_score(is_member, scores)),
-        "advantage": float(np.max(tpr - fpr)),
+        "auc": float(found["auc"][0]),
+        "advantage": float(found["advantage"][0]),
         "balanced_accuracy": float((tpr_hit + tnr_hit) / 2),
         "n_members": n_in,
         "n_nonmembers": n_out,
@@ -51,5 +90,47 @@ def membership_metrics(scores: np.ndarray, is_member: np.ndarray, decisions: np.
                 f"{tpr_key(level)} not measurable: {n_out} non-members resolve FPR only to {1 / n_out:.2%}"
             )
         else:
-            metrics[tpr_key(level)] = tpr_at_fpr(fpr, tpr, level)
+            metrics[tpr_key(level)] = float(found[tpr_key(level)][0])
     return metrics, notes
+
+
+def resamplable(metric: str) -> bool:
+    """Whether resamples of saved scores recompute ``metric``."""
+    return metric in SCORE_METRICS or fpr_level(metric) is not None
+
+
+def bootstrap_metrics(scores: np.ndarray, is_member: np.ndarray, metrics: Sequence[str], *, resamples: int = 1000,
+                      seed: int = 0) -> dict[str, np.ndarray]:
+    """Each metric of ``metrics`` that scores determine (AUC, advantage, TPR@FPR) on ``resamples`` stratified
+    bootstrap resamples of one matchup's challenge points: members and non-members are each drawn with
+    replacement, so every resample keeps the counts (and the FPR resolution) of the game played."""
+    scores = np.asarray(scores, dtype=np.float64).reshape(-1)
+    lab = np.asarray(is_member).astype(bool).reshape(-1)
+    members, nonmembers = scores[lab], scores[~lab]
+    rng = np.random.default_rng(seed)
+    out: dict[str, list[np.ndarray]] = {}
+    levels = tuple(sorted({level for m in metrics if (level := fpr_level(m)) is not None}))
+    labels = np.r_[np.ones(len(members), bool), np.zeros(len(nonmembers), bool)]
+    chunk = max(1, min(resamples, RESAMPLE_BATCH // max(1, len(scores))))
+    done = 0
+    while done < resamples:
+        b = min(chunk, resamples - done)
+        S = np.concatenate([members[rng.integers(0, len(members), (b, len(members)))],
+                            nonmembers[rng.integers(0, len(nonmembers), (b, len(nonmembers)))]], axis=1)
+        for k, v in score_metrics(S, labels, levels).items():
+            out.setdefault(k, []).append(v)
+        done += b
+    return {k: np.concatenate(v) for k, v in out.items() if k in metrics}
+
+
+def resample(arrays: Mapping[str, Any], metrics: Sequence[str], *, resamples: int,
+             seed: int) -> dict[str, np.ndarray] | None:
+    """The game's ``resample``: bootstrap draws of each metric of ``metrics`` that the matchup's saved ``scores``
+    and ``is_member`` determine; None when they were not saved (or hold no member or no non-member)."""
+    if arrays is None or "scores" not in arrays or "is_member" not in arrays:
+        return None
+    lab = np.asarray(arrays["is_member"]).astype(bool).reshape(-1)
+    if lab.all() or not lab.any():
+        return None
+    wanted = [m for m in metrics if resamplable(m)]
+    return bootstrap_metrics(arrays["scores"], lab, wanted, resamples=resamples, seed=seed) if wanted else {}

@@ -2,16 +2,16 @@
 actually played?
 
 The two worlds of a challenge point differ by a *swap*: exactly one record of each member/non-member pair trains.
-The claim to test is therefore the claim's replace-one (ε, δ) (``arena.privacy.auditing.replace_one_claim``):
+The claim to test is therefore the claim's replace-one (ε, δ) (``arena.privacy.relations.replace_one_claim``):
 dp_accounting's PLD accountant under replace-one for DP-SGD (σ = 4.22, q = 0.32, 400 steps: 16.8 where
 add/remove RDP says 7.9), group privacy (2ε, (1 + e^ε)δ) for any other claim (output perturbation's pure ε-DP:
 2ε). The bounds shown beside the measurements (advantage, TPR at each FPR) are those of that replace-one claim:
 TPR ≤ e^ε·FPR + δ, advantage ≤ (e^ε − 1)/(e^ε + 1) + δ.
 
-The empirical ε is the held-out Clopper–Pearson bound of ``arena.privacy.auditing.heldout_epsilon``: the threshold (and
+The empirical ε is the held-out Clopper–Pearson bound of ``arena.privacy.heldout.heldout_epsilon``: the threshold (and
 side) is chosen on a seeded half of the members and of the non-members, and on the other half, with one-sided
 95% Clopper–Pearson bounds (2.5% each), ε ≥ max(log((TPR_lo − δ)/FPR_hi), log((1 − FPR_hi − δ)/(1 − TPR_lo))).
-A violation is that bound above the replace-one ε: a test at level 5% (simulated in tests/test_auditing.py).
+A violation is that bound above the replace-one ε: a test at level 5% (simulated in tests/privacy/test_heldout.py).
 Each audit also carries ``max_certifiable``: the largest bound its evaluation half could ever give (100 + 100
 points → 50 + 50 evaluate → at most 2.57), so a reader sees when an audit cannot speak. Caveat, stated where
 the numbers are shown: the points are scored on one model, so they are not independent trials; when the saved
@@ -29,16 +29,10 @@ from typing import Any
 import numpy as np
 
 from arena.contracts.metric import FPR_LEVELS, tpr_key
-from arena.privacy.auditing import (
-    ALPHA,
-    HeldOutBound,
-    OneRunBound,
-    RelationClaim,
-    heldout_epsilon,
-    one_run_epsilon,
-    paired_canaries,
-    replace_one_claim,
-)
+from arena.privacy.binomial import ALPHA
+from arena.privacy.heldout import HeldOutBound, heldout_epsilon
+from arena.privacy.one_run import OneRunBound, one_run_epsilon, paired_canaries
+from arena.privacy.relations import RelationClaim, replace_one_claim
 from arena.results.audit import ArrayLoader, AuditedMatchup, GameAudit, claimed, identity, scaled, split_seed
 
 
@@ -54,7 +48,7 @@ def tpr_bound(epsilon: float, delta: float, fpr: float) -> float:
 
 @dataclass(frozen=True)
 class EpsilonLowerBound:
-    """The held-out ε lower bound of one attack's scores (``arena.privacy.auditing.heldout_epsilon``), in the game's words.
+    """The held-out ε lower bound of one attack's scores (``arena.privacy.heldout.heldout_epsilon``), in the game's words.
 
     The counts are those of the evaluation half, where the bound is computed; the threshold was chosen on the
     other half (``n_members_total`` and ``n_nonmembers_total`` count both)."""

@@ -22,7 +22,8 @@ from scipy.stats import rankdata
 
 from arena.contracts.metric import tpr_key
 from arena.games.membership import figures
-from arena.results.leaderboard import NOT_RESOLVABLE, score_metrics
+from arena.games.membership.metrics import score_metrics
+from arena.results.leaderboard import NOT_RESOLVABLE
 
 TOP_RECORDS = 3
 CLASS_LEVELS = (0.01, 0.1)

@@ -10,28 +10,36 @@ model comes from D⁻ ∪ {z}, and the comparison is with a model trained on D�
   f(α) = max(0, 1 − δ − e^ε α, e^{−ε}(1 − δ − α)), success ≤ 1 − f(κ) (Kaissis, Hayes, Ziller & Rueckert 2023).
   Never larger than ``dp_bound``, and below 1 where e^ε·κ + δ is vacuous.
 * ``gdp_bound``: Hayes, Mahloujifar & Balle (2023), Theorem for μ-GDP mechanisms: success ≤ Φ(Φ⁻¹(κ) + μ).
-  Full-batch DP-SGD with noise multiplier σ for T steps is μ-GDP with μ = √T/σ (``full_batch_mu``).
+  Full-batch DP-SGD with noise multiplier σ for T steps is μ-GDP with μ = √T/σ (``arena.privacy.tradeoff.dpsgd_mu``).
 * ``subsampled_gaussian_bound``: DP-SGD with Poisson sampling at rate q. The bound is 1 − f(κ) with f the
   trade-off curve between T-fold compositions of N(0, σ²) (without the target) and (1 − q)N(0, σ²) + qN(1, σ²)
   (with it), the dominating pair Hayes et al. use. They estimate it by Monte Carlo (``monte_carlo_bound``);
   here the reported figure is computed deterministically from dp_accounting's privacy-loss distribution
-  (pessimistic discretisation) as inf over ε of e^ε·κ + δ(ε), taken over a grid of ε. Every ε on the grid gives
+  (pessimistic discretisation; ``arena.privacy.tradeoff.pld_profile`` on this module's fixed grid) as inf over ε of
+  e^ε·κ + δ(ε), taken over a grid of ε. Every ε on the grid gives
   a valid bound and the PLD's δ(ε) is an upper bound (taken over both add and remove directions), so the figure
   is a valid upper bound on the success of any attack; the Monte-Carlo estimate is kept for cross-checks.
 
-The functions are pure; ``dpsgd_bound`` picks the Gaussian one that applies to a DP-SGD claim.
+The functions are pure; ``dpsgd_bound`` picks the Gaussian one that applies to a DP-SGD claim. Every bound but
+``monte_carlo_bound`` (an estimate) is proved; the formulas themselves live in ``arena.privacy.tradeoff``.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
 
-from arena.privacy.tradeoff import gaussian_tradeoff, gdp_mu
+from arena.privacy.tradeoff import (
+    EpsilonGrid,
+    dpsgd_mu,
+    eps_delta_line,
+    eps_delta_tradeoff,
+    gaussian_tradeoff,
+    pld_profile,
+)
 
-_EPS_GRID = np.linspace(-2.0, 60.0, 6201)
+_EPS_GRID: EpsilonGrid = (-2.0, 60.0, 6201)  # the ε over which inf_ε e^ε·κ + δ(ε) is taken
 _DISCRETISATION = 1e-3
 
 
@@ -43,22 +51,13 @@ def _check_kappa(kappa: float) -> None:
 def dp_bound(epsilon: float, delta: float, kappa: float) -> float:
     """min(1, e^ε·κ + δ): Balle et al.'s bound on reconstruction success under (ε, δ)-DP."""
     _check_kappa(kappa)
-    if kappa == 0.0:
-        return min(1.0, delta)
-    return min(1.0, math.exp(min(epsilon, 700.0)) * kappa + delta)
+    return eps_delta_line(epsilon, delta, kappa)
 
 
 def tradeoff_dp_bound(epsilon: float, delta: float, kappa: float) -> float:
-    """1 − f_{ε,δ}(κ) = min(1, e^ε·κ + δ, 1 − e^{−ε}(1 − δ − κ)): the tight ReRo bound of an (ε, δ)-DP guarantee."""
-    second = 1.0 - math.exp(-epsilon) * (1.0 - delta - kappa)
-    return min(dp_bound(epsilon, delta, kappa), max(0.0, second))
-
-
-def full_batch_mu(steps: int, noise_multiplier: float) -> float:
-    """μ of full-batch DP-SGD: T Gaussian steps of sensitivity 1 (the clip norm) and noise σ compose to √T/σ-GDP."""
-    if steps < 0 or not noise_multiplier > 0:
-        raise ValueError("need steps >= 0 and noise_multiplier > 0")
-    return gdp_mu(noise_multiplier, steps)
+    """1 − f_{ε,δ}(κ) = min(1, e^ε·κ + δ, 1 − e^{−ε}(1 − δ − κ)): the tight ReRo bound of an (ε, δ)-DP guarantee,
+    never above ``dp_bound``."""
+    return min(dp_bound(epsilon, delta, kappa), float(1.0 - eps_delta_tradeoff(kappa, epsilon, delta)))
 
 
 def gdp_bound(mu: float, kappa: float) -> float:
@@ -72,17 +71,6 @@ def gdp_bound(mu: float, kappa: float) -> float:
     return float(1.0 - gaussian_tradeoff(kappa, mu))
 
 
-@functools.lru_cache(maxsize=64)
-def _profile(noise_multiplier: float, sample_rate: float, steps: int) -> np.ndarray:
-    """δ(ε) on ``_EPS_GRID`` of the T-fold Poisson-subsampled Gaussian (pessimistic PLD, both directions)."""
-    from dp_accounting.pld import privacy_loss_distribution
-
-    pld = privacy_loss_distribution.from_gaussian_mechanism(
-        noise_multiplier, sampling_prob=sample_rate, value_discretization_interval=_DISCRETISATION
-    ).self_compose(steps)
-    return np.asarray(pld.get_delta_for_epsilon(_EPS_GRID), dtype=np.float64)
-
-
 def subsampled_gaussian_bound(kappa: float, noise_multiplier: float, sample_rate: float, steps: int) -> float:
     """inf_ε e^ε·κ + δ(ε) for DP-SGD (σ, q, T) from dp_accounting's PLD: a valid upper bound on the success."""
     _check_kappa(kappa)
@@ -90,8 +78,9 @@ def subsampled_gaussian_bound(kappa: float, noise_multiplier: float, sample_rate
         raise ValueError("need 0 < sample_rate <= 1, steps >= 1 and noise_multiplier > 0")
     if kappa in (0.0, 1.0):
         return kappa
-    delta = _profile(float(noise_multiplier), float(sample_rate), int(steps))
-    return float(min(1.0, np.min(np.exp(_EPS_GRID) * kappa + delta)))
+    eps, delta = pld_profile(float(noise_multiplier), float(sample_rate), int(steps), "add_remove",
+                             grid=_EPS_GRID, discretization=_DISCRETISATION)
+    return float(min(1.0, np.min(np.exp(eps) * kappa + delta)))
 
 
 def monte_carlo_bound(
@@ -121,7 +110,9 @@ def monte_carlo_bound(
 def dpsgd_bound(kappa: float, noise_multiplier: float, sample_rate: float, steps: int) -> tuple[float, str]:
     """(bound, how it was computed) for DP-SGD: the GDP closed form at full batch, the PLD bound when subsampled."""
     if sample_rate >= 1.0:
-        mu = full_batch_mu(steps, noise_multiplier)
+        if steps < 0 or not noise_multiplier > 0:
+            raise ValueError("need steps >= 0 and noise_multiplier > 0")
+        mu = dpsgd_mu(noise_multiplier, steps)
         return gdp_bound(mu, kappa), f"Hayes et al. 2023, full batch: Φ(Φ⁻¹(κ) + μ), μ = √T/σ = {mu:.3g}"
     return (
         subsampled_gaussian_bound(kappa, noise_multiplier, sample_rate, steps),

@@ -26,7 +26,7 @@ Two priors (the spec's ``prior``):
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
@@ -38,7 +38,7 @@ from arena.contracts.game import Game, Outcome
 from arena.contracts.metric import NON_NEGATIVE, UNIT, Metric
 from arena.contracts.release import Models, Release
 from arena.contracts.spec import GameSpec
-from arena.contracts.view import View
+from arena.contracts.view import Grant, View
 from arena.engine.seeds import derive_seed, permutation
 from arena.games.reconstruction.grids import GRID_FILE, save_grid
 from arena.games.reconstruction.guess import ReconstructionGuess
@@ -81,15 +81,18 @@ class ReconstructionView(View):
     seed: int
     prior_kind: str
     n_candidates: int | None
-    parameters: Models  # capability "parameters": released model k was trained on D⁻ and target k
-    fixed_X: torch.Tensor  # "fixed-set": D⁻
-    fixed_y: torch.Tensor
-    train: Any  # "training": the training procedure
-    init_seed: int | None
-    shadow_X: torch.Tensor  # "prior"
-    shadow_y: torch.Tensor
-    candidates_X: torch.Tensor | None
-    candidates_y: torch.Tensor | None
+    parameters: Annotated[Models, Grant("parameters")]
+    """released model k was trained on D⁻ and target k"""
+    fixed_X: Annotated[torch.Tensor, Grant("fixed-set")]
+    """D⁻"""
+    fixed_y: Annotated[torch.Tensor, Grant("fixed-set")]
+    train: Annotated[TrainingProcedure, Grant("training")]
+    """the training procedure"""
+    init_seed: Annotated[int | None, Grant("training")]
+    shadow_X: Annotated[torch.Tensor, Grant("prior")]
+    shadow_y: Annotated[torch.Tensor, Grant("prior")]
+    candidates_X: Annotated[torch.Tensor | None, Grant("prior")]
+    candidates_y: Annotated[torch.Tensor | None, Grant("prior")]
 
 
 METRICS = (
@@ -206,14 +209,15 @@ class ReconstructionGame(Game):
     """D⁻, targets, shadow targets and test points drawn disjointly per seed; one released model per target."""
 
     name = "reconstruction"
-    capabilities = frozenset({"parameters", "fixed-set", "training", "prior"})
     Spec = ReconstructionGameSpec
     View = ReconstructionView
+    Guess = ReconstructionGuess
     metrics = METRICS
     template_dir = Path(__file__).parent / "templates"
     audit_rule = "arena.games.reconstruction.rule:audit_game"
     audit_view = "arena.games.reconstruction.sections:audit_section"
     report_view = "arena.games.reconstruction.sections:section"
+    primary_metric = "success_rate"
     spec: ReconstructionGameSpec
 
     def __init__(self, spec: ReconstructionGameSpec, dataset: Dataset, seed: int) -> None:
@@ -277,27 +281,26 @@ class ReconstructionGame(Game):
         fX, fy = self.records(self.fixed)
         sX, sy = self.records(self.shadow)
         cX, cy = (None, None) if self.candidates is None else self.records(self.candidates)
-        return ReconstructionView(
-            attack.name,
-            attack.threat_model,
-            common={
-                "n_targets": len(self.targets),
-                "n_classes": self.dataset.n_classes,
-                "n_features": self.dataset.n_features,
-                "l2": procedure.arch.l2,
-                "kind": self.dataset.kind,
-                "shape": self.dataset.shape,
-                "seed": derive_seed(self.seed, "attack", attack.name),
-                "prior_kind": self.spec.prior,
-                "n_candidates": self.spec.candidates if self.candidates is not None else None,
-            },
-            by_capability={
-                "parameters": {"parameters": release.models},
-                "fixed-set": {"fixed_X": fX, "fixed_y": fy},
-                "training": {"train": procedure, "init_seed": self.init_seed},
-                "prior": {"shadow_X": sX, "shadow_y": sy, "candidates_X": cX, "candidates_y": cy},
-            },
-        )
+        return ReconstructionView(attack.name, attack.threat_model, {
+            "n_targets": len(self.targets),
+            "n_classes": self.dataset.n_classes,
+            "n_features": self.dataset.n_features,
+            "l2": procedure.arch.l2,
+            "kind": self.dataset.kind,
+            "shape": self.dataset.shape,
+            "seed": derive_seed(self.seed, "attack", attack.name),
+            "prior_kind": self.spec.prior,
+            "n_candidates": self.spec.candidates if self.candidates is not None else None,
+            "parameters": release.models,
+            "fixed_X": fX,
+            "fixed_y": fy,
+            "train": procedure,
+            "init_seed": self.init_seed,
+            "shadow_X": sX,
+            "shadow_y": sy,
+            "candidates_X": cX,
+            "candidates_y": cy,
+        })
 
     def score(self, attack: Attack, guess: Any) -> Outcome:
         """Per target: the reconstruction's MSE against the oracle's (or, discrete prior, the candidate chosen)."""

@@ -16,7 +16,8 @@ import numpy as np
 from jinja2 import ChoiceLoader, Environment, FileSystemLoader, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
-from arena.results.audit import ArrayLoader, Audit
+from arena.contracts.arrays import ArrayLoader
+from arena.results.audit import Audit
 from arena.results.leaderboard import TrackBoard
 from arena.results.report import plots
 from arena.results.report.plots import Figures, RocCurve, RocPanel, slug

@@ -3,8 +3,8 @@ Jinja2 templates in ``arena/report/templates/`` with autoescape on; every figure
 under ``RUN_DIR/report/figures/``.
 
 Sections: DP violations (if any); per track the leaderboard tables (ranking metric, the metrics beside it, their
-intervals), heatmaps and privacy-utility curves, then the track's game section (the registered game's ``report_section``,
-rendered from the game's own templates); the DP audit (each game's ``audit_section``); notes; the scenarios as
+intervals), heatmaps and privacy-utility curves, then the track's game section (the registered game's ``report_view``,
+rendered from the game's own templates); the DP audit (each game's ``audit_view``); notes; the scenarios as
 run; per-matchup timings. The core page template names no game.
 """
 
@@ -20,7 +20,7 @@ from markupsafe import Markup
 
 from arena._version import __version__
 from arena.results import leaderboard
-from arena.results.audit import Audit, audit_rows, saved_arrays, violation_findings
+from arena.results.audit import Audit, audit_rows, game_part, saved_arrays, violation_findings
 from arena.results.leaderboard import TrackBoard
 from arena.results.report import plots
 from arena.results.report.context import Page, TrackContext, fmt, render, template_dirs
@@ -28,7 +28,7 @@ from arena.run.store import RunStore
 
 
 def registered_games() -> Mapping[str, Any]:
-    """Game name → the registered ``Game`` class (whose ``report_section`` renders its part of a track)."""
+    """Game name → the registered ``Game`` class (whose ``report_view`` renders its part of a track)."""
     from arena.plugins import registries
 
     return {e.name: e.obj for e in registries().games}
@@ -81,9 +81,10 @@ def board_section(board: TrackBoard, ctx: TrackContext, flagged: set[tuple[str, 
 
 
 def audit_section(audit: Audit, games: Mapping[str, Any]) -> Markup:
-    """The DP audit: each registered game's part (``Game.audit_section``), in the order of their names."""
-    parts = [Markup(game.audit_section(audit.games.get(name), Page(template_dirs(game))))
-             for name, game in sorted(games.items())]
+    """The DP audit: each registered game's part (its ``audit_view``), in the order of their names."""
+    views = {name: game_part(game, "audit_view") for name, game in sorted(games.items())}
+    parts = [Markup(view(audit.games.get(name), Page(template_dirs(games[name]))))
+             for name, view in views.items() if view is not None]
     return render("audit.html.j2", parts=[p for p in parts if p])
 
 
@@ -111,10 +112,11 @@ def render_page(store: RunStore) -> str:
     for board in boards:
         track_rows = [r for r in rows if r["track"] == board.track]
         game = games.get(board.game)
+        view = None if game is None else game_part(game, "report_view")
         ctx = TrackContext(board, track_rows, store, cached, figures, audit, templates=template_dirs(game))
         flagged = {(a.defense_label, a.attack) for a in audit.violations if a.track == board.track}
         tracks.append({"board": board_section(board, ctx, flagged),
-                       "section": Markup(game.report_section(ctx)) if game is not None else Markup("")})
+                       "section": Markup(view(ctx)) if view is not None else Markup("")})
     notes: dict[tuple[str, str], int] = {}
     for r in rows:
         for note in r.get("notes") or []:

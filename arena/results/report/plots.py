@@ -25,11 +25,15 @@ from matplotlib.patches import Rectangle
 from sklearn.metrics import roc_curve
 
 from arena.contracts.metric import FPR_LEVELS
-from arena.games.figures import text
 from arena.results.leaderboard import NOT_RESOLVABLE, TrackBoard, fpr_level
 
 DPI = 110
 FORMATS = ("svg", "pdf")
+
+
+def text(s: object) -> str:
+    """A plugin-supplied string made literal for matplotlib (a '$' would otherwise start mathtext)."""
+    return str(s).replace("\\", "\\\\").replace("$", r"\$")
 
 
 def slug(s: str) -> str:

@@ -125,7 +125,7 @@ def test_flag_is_calibrated_at_the_claimed_epsilon_and_has_power_at_twice_it(kin
 
 def test_flag_is_calibrated_for_gaussian_canaries_at_the_claimed_epsilon_delta():
     """The white-box canary of full-batch DP-SGD: scores N(μ·bit, 1) with μ exactly (ε, δ) as Gaussian DP."""
-    from arena.privacy.auditing import gdp_mu
+    from arena.privacy.gdp import gdp_mu
 
     rng = np.random.default_rng(5)
     R, m, eps, delta = 400, 2000, 2.0, 1e-5
@@ -141,7 +141,7 @@ def test_flag_is_calibrated_for_gaussian_canaries_at_the_claimed_epsilon_delta()
 def test_gaussian_fit_joins_the_verdict_calibrated_at_the_claim_with_power_at_twice_it(kinds):
     """Full-batch white-box canaries, N(μ·bit, 1) with μ exactly (ε, δ) as Gaussian DP: the verdict with the
     Gaussian-fit bound (and a second, input kind at chance) fires at most α of the time, and at 2ε nearly always."""
-    from arena.privacy.auditing import gdp_mu
+    from arena.privacy.gdp import gdp_mu
 
     rng = np.random.default_rng(7)
     R, m, eps, delta = 300, 2000, 1.0, 1e-5

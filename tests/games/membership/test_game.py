@@ -32,6 +32,7 @@ def procedure() -> TrainingProcedure:
 
 class Spy(Attack):
     name = "spy"
+    game = "membership"
     threat_model = frozenset({"query"})
     seen: dict = {}
 

@@ -1,4 +1,6 @@
-"""Membership metrics agree with scikit-learn on fixed scores and with a hand computation."""
+"""Membership metrics agree with scikit-learn on fixed scores and with a hand computation; the leaderboard's
+vectorised computation is the same function, so a row's number and its bootstrap draws are one formula; the
+game's ``resample`` bootstraps a matchup's saved scores keeping its counts."""
 
 from __future__ import annotations
 
@@ -7,7 +9,8 @@ import pytest
 from sklearn.metrics import roc_auc_score, roc_curve
 
 from arena.contracts.metric import tpr_at_fpr
-from arena.games.membership.metrics import membership_metrics
+from arena.games.membership.game import MembershipGame
+from arena.games.membership.metrics import bootstrap_metrics, membership_metrics, resample, score_metrics
 
 
 def test_hand_computed_case() -> None:
@@ -52,3 +55,55 @@ def test_tpr_at_fpr_picks_the_best_point_not_above_the_level() -> None:
 def test_empty_class_or_nan_is_an_error_not_a_number(scores, member) -> None:
     with pytest.raises(ValueError):
         membership_metrics(scores, member, scores > 0)
+
+
+def test_vectorised_score_metrics_are_the_games_metrics_row_by_row() -> None:
+    rng = np.random.default_rng(1)
+    for n_in, n_out in ((50, 50), (120, 300)):
+        member = np.r_[np.ones(n_in, bool), np.zeros(n_out, bool)]
+        batch = np.round(rng.normal(size=(5, n_in + n_out)) + 0.7 * member, 1)  # many ties
+        got = score_metrics(batch, member, (0.1, 0.01))
+        for b, scores in enumerate(batch):
+            expected, _ = membership_metrics(scores, member, scores > 0)
+            for name in ("auc", "advantage", "tpr@10%fpr", "tpr@1%fpr"):
+                if expected[name] is not None:
+                    assert got[name][b] == expected[name], name  # one formula: the same number, not a close one
+            assert expected["auc"] == pytest.approx(roc_auc_score(member, scores), abs=1e-12)
+
+
+def test_tpr_at_fpr_counts_every_threshold_between_distinct_scores() -> None:
+    # Tied pairs (one member, one non-member) at each of 20 scores: the ROC points (k/20, k/20) lie on one line,
+    # which scikit-learn's roc_curve thins out (drop_intermediate); a threshold still reaches (0.1, 0.1).
+    scores = np.repeat(np.arange(20.0), 2)
+    member = np.tile([True, False], 20)
+    m, _ = membership_metrics(scores, member, scores > 9)
+    assert m["tpr@10%fpr"] == pytest.approx(0.1)
+    fpr, tpr, _ = roc_curve(member, scores)
+    assert tpr_at_fpr(fpr, tpr, 0.1) == pytest.approx(0.05)  # what the thinned curve says
+
+
+def test_bootstrap_keeps_the_counts_and_is_seeded() -> None:
+    member = np.r_[np.ones(100, bool), np.zeros(100, bool)]
+    perfect = np.r_[np.full(100, 5.0), np.zeros(100)] + np.arange(200) * 1e-3
+    draws = bootstrap_metrics(perfect, member, ["auc", "tpr@1%fpr"], resamples=200, seed=3)
+    # Stratified: every resample still has members and non-members, so a perfect separation stays perfect.
+    assert np.all(draws["auc"] == 1.0) and np.all(draws["tpr@1%fpr"] == 1.0)
+    noisy = np.random.default_rng(0).normal(size=200) + member
+    a = bootstrap_metrics(noisy, member, ["auc"], resamples=300, seed=7)["auc"]
+    b = bootstrap_metrics(noisy, member, ["auc"], resamples=300, seed=7)["auc"]
+    assert np.array_equal(a, b) and a.std() > 0.01
+
+
+def test_the_games_resample_draws_what_scores_determine_and_nothing_else() -> None:
+    assert MembershipGame.resample == "arena.games.membership.metrics:resample"
+    assert (MembershipGame.primary_metric, MembershipGame.rank_metric) == ("auc", "tpr@1%fpr")
+    member = np.r_[np.ones(50, np.int8), np.zeros(50, np.int8)]
+    scores = np.random.default_rng(2).normal(size=100) + member
+    arrays = {"scores": scores, "is_member": member}
+    draws = resample(arrays, ["auc", "balanced_accuracy", "tpr@10%fpr", "n_members"], resamples=50, seed=4)
+    assert set(draws) == {"auc", "tpr@10%fpr"} and all(len(v) == 50 for v in draws.values())
+    expected = bootstrap_metrics(scores, member, ["auc", "tpr@10%fpr"], resamples=50, seed=4)
+    assert all(np.array_equal(draws[k], expected[k]) for k in draws)
+    assert resample({"scores": scores}, ["auc"], resamples=10, seed=0) is None  # nothing saved to resample
+    assert resample({"scores": scores, "is_member": np.ones(100)}, ["auc"], resamples=10, seed=0) is None
+    assert resample(arrays, ["balanced_accuracy"], resamples=10, seed=0) == {}

@@ -10,13 +10,13 @@ from scipy.stats import norm
 from arena.games.reconstruction.bounds import (
     dp_bound,
     dpsgd_bound,
-    full_batch_mu,
     gdp_bound,
     monte_carlo_bound,
     subsampled_gaussian_bound,
     tradeoff_dp_bound,
 )
 from arena.privacy.accounting import epsilon
+from arena.privacy.tradeoff import dpsgd_mu
 
 
 def test_dp_bound_by_hand() -> None:
@@ -39,7 +39,7 @@ def test_tradeoff_bound_by_hand_and_never_above_dp_bound() -> None:
 
 
 def test_gdp_bound_by_hand() -> None:
-    assert full_batch_mu(100, 5.0) == 2.0
+    assert dpsgd_mu(5.0, 100) == 2.0  # full batch: μ = √T/σ
     assert gdp_bound(0.0, 0.1) == pytest.approx(0.1)  # no information: the prior's mass
     assert gdp_bound(1.0, 0.5) == pytest.approx(0.8413447460685429)  # Φ(0 + 1)
     assert gdp_bound(2.0, float(norm.cdf(-2.0))) == pytest.approx(0.5)  # Φ(−2 + 2)
@@ -49,7 +49,7 @@ def test_gdp_bound_by_hand() -> None:
 
 
 def test_pld_bound_at_full_batch_matches_the_closed_form_from_above() -> None:
-    exact = gdp_bound(full_batch_mu(25, 2.0), 0.1)  # μ = 2.5
+    exact = gdp_bound(dpsgd_mu(2.0, 25), 0.1)  # μ = 2.5
     pld = subsampled_gaussian_bound(0.1, 2.0, 1.0, 25)
     assert exact <= pld <= exact + 1e-3
 

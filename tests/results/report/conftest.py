@@ -52,7 +52,8 @@ def membership_row(store: RunStore, key: str, defense: str, eps: float | None, a
     label = defense if eps is None else f"{defense}(eps={eps:g})"
     return {
         "key": key, "track": "digits-mlp", "game": "membership", "defense": defense, "defense_label": label,
-        "epsilon": eps, "delta": None if eps is None else DELTA, "attack": attack, "attack_label": attack, "seed": seed, "status": "ok",
+        "epsilon": eps, "delta": None if eps is None else DELTA, "attack": attack, "attack_label": attack,
+        "seed": seed, "status": "ok",
         "utility": 0.9 - 0.01 * seed - (0.3 if eps is not None and eps < 2 else 0.0), "metrics": metrics,
         "notes": notes, "claim": None if eps is None else {"epsilon": eps * 0.99, "delta": DELTA},
         "error": None, "seconds": 1.5 + seed, "trained_models": 1,
@@ -77,7 +78,8 @@ def fake_run(tmp_path_factory: pytest.TempPathFactory) -> FakeRun:
         key = f"recon-{seed}"
         rows.append({
             "key": key, "track": "digits-recon", "game": "reconstruction", "defense": "dpsgd",
-            "defense_label": "dpsgd(eps=1)", "epsilon": 1.0, "delta": DELTA, "attack": "gradient-inversion", "attack_label": "gradient-inversion",
+            "defense_label": "dpsgd(eps=1)", "epsilon": 1.0, "delta": DELTA, "attack": "gradient-inversion",
+            "attack_label": "gradient-inversion",
             "seed": seed, "status": "ok", "utility": 0.7, "notes": [], "error": None, "seconds": 3.0,
             "metrics": {"success_rate": 0.2 + 0.1 * seed, "n_targets": 50, "kappa": 0.05},
             "claim": {"epsilon": 1.0, "delta": DELTA}, "trained_models": 4,

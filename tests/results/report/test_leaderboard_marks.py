@@ -30,7 +30,8 @@ def test_mean_interval_is_cut_to_the_metric_range() -> None:
 
 def row(key: str, defense: str, attack: str, seed: int, auc: float) -> dict:
     return {"key": key, "track": "t", "game": "membership", "defense": defense, "defense_label": defense,
-            "epsilon": None, "attack": attack, "attack_label": attack, "seed": seed, "status": "ok", "utility": 0.8 + 0.1 * seed,
+            "epsilon": None, "attack": attack, "attack_label": attack, "seed": seed, "status": "ok",
+            "utility": 0.8 + 0.1 * seed,
             "metrics": {"auc": auc}, "error": None}
 
 

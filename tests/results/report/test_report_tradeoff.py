@@ -128,7 +128,7 @@ def test_audit_panels_draw_the_add_remove_gaussian_curve_of_each_claim(tradeoff_
     lines = _bound_lines(fig, "mechanism-tradeoff")
     assert [ax.get_title() for ax, _, _ in lines] == ["dpsgd(eps=2) vs canary-auditor, seed 0",
                                                        "dpsgd(eps=8) vs canary-auditor, seed 0"]  # ε order
-    for (ax, fpr, tpr), target in zip(lines, (2.0, 8.0)):
+    for (_ax, fpr, tpr), target in zip(lines, (2.0, 8.0)):
         sigma, eps = AUDIT_CLAIMS[target]
         # the curve drawn is arena.privacy.tradeoff's for that claim under add/remove ...
         np.testing.assert_allclose(tpr, claim_tradeoff(_claim(sigma, eps), "add_remove").tpr_bound(fpr), rtol=1e-12)

@@ -23,7 +23,7 @@ from arena.games.membership import MembershipGame, MembershipGameSpec
 from arena.games.reconstruction import ReconstructionGame, ReconstructionGameSpec
 from arena.run.plan import load_dataset
 from arena.run.procedure import TrainingProcedure
-from arena.run.sandbox import AttackFailed, run_attack
+from arena.run.sandbox import AttackFailed, guess_types, run_attack
 from arena.run.store import SECRET_ENV, RunStore, challenger_seed
 from arena_plugins.defenses import NonPrivate
 from arena_plugins.membership import LiRA
@@ -61,12 +61,12 @@ class Setting:
 
     def membership(self, game: MembershipGame, attack, *, sandbox: bool) -> dict:  # noqa: ANN001
         view = game.view(attack, self.release, self.procedure)
-        guess = run_attack(attack, view) if sandbox else attack.run(view)
+        guess = run_attack(attack, view, guesses=guess_types(game)) if sandbox else attack.run(view)
         return game.score(attack, guess).metrics
 
     def reconstruction(self, game: ReconstructionGame, attack, *, sandbox: bool) -> dict:  # noqa: ANN001
         view = game.view(attack, self.recon_release, self.recon_procedure)
-        guess = run_attack(attack, view) if sandbox else attack.run(view)
+        guess = run_attack(attack, view, guesses=guess_types(game)) if sandbox else attack.run(view)
         return game.score(attack, guess).metrics
 
 

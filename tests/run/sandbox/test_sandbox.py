@@ -13,6 +13,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Annotated, Any
 
 import numpy as np
 import pytest
@@ -20,11 +21,11 @@ import torch
 
 from arena.contracts.attack import Attack
 from arena.contracts.release import BlackBox, LabelOnly
-from arena.contracts.view import View
+from arena.contracts.view import Grant, View, view_items
 from arena.engine.recipe import Recipe
 from arena.games.membership.guess import MembershipGuess
 from arena.run.procedure import TrainingProcedure
-from arena.run.sandbox import SECRET_ENV, AttackFailed, decode, encode, run_attack
+from arena.run.sandbox import SECRET_ENV, AttackFailed, run_attack
 from arena.run.store import TensorCache
 from arena_plugins.defenses import NonPrivate
 from tests.conftest import architecture
@@ -173,8 +174,34 @@ def shared() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+class Items(View):
+    """The items the attacks above read, given to every attack (None where a test gives none)."""
+
+    how: Any
+    pidfile: Any
+    marker: Any
+    store: Any
+
+
+class QueriesView(View):
+    X: torch.Tensor
+    y: torch.Tensor
+    model: Annotated[BlackBox, Grant("query")]
+    labels_model: Annotated[LabelOnly, Grant("labels")]
+    train: Annotated[TrainingProcedure, Grant("training")]
+
+
+class SeveralView(View):
+    X: torch.Tensor
+    models: Annotated[list, Grant("query")]
+
+
+class PeekView(View):
+    model: Annotated[BlackBox, Grant("query")]
+
+
 def view_of(attack: Attack, **common) -> View:  # noqa: ANN003
-    return View(attack.name, attack.threat_model, common, {})
+    return Items(attack.name, attack.threat_model, {**dict.fromkeys(view_items(Items)), **common})
 
 
 @ROOT_ONLY
@@ -198,15 +225,15 @@ def test_the_attacks_process_is_nobody_without_the_secret_the_run_directory_or_t
 def test_queries_labels_and_training_are_answered_by_the_arena(released) -> None:
     proc, box, labels, X, y = released
     attack = Queries(Queries.Params())
-    view = View(attack.name, attack.threat_model, {"X": X, "y": y},
-                {"query": {"model": box}, "labels": {"labels_model": labels}, "training": {"train": proc}})
+    view = QueriesView(attack.name, attack.threat_model,
+                       {"X": X, "y": y, "model": box, "labels_model": labels, "train": proc})
     assert np.array_equal(run_attack(attack, view).scores, attack.run(view).scores), "the same answers as in-process"
 
 
 def test_interfaces_inside_lists_and_guesses_with_dicts_of_arrays(released) -> None:
     _, box, _, X, _ = released
     attack = Several(Several.Params())
-    view = View(attack.name, attack.threat_model, {"X": X}, {"query": {"models": [box, box]}})
+    view = SeveralView(attack.name, attack.threat_model, {"X": X, "models": [box, box]})
     guess = run_attack(attack, view, guesses=(PerModel,))
     assert guess.note == "two" and sorted(guess.scores) == ["m0", "m1"]
     assert np.array_equal(guess.scores["m1"], box.predict_proba(X).numpy())
@@ -214,7 +241,7 @@ def test_interfaces_inside_lists_and_guesses_with_dicts_of_arrays(released) -> N
 
 def test_the_query_interface_has_no_parameters_behind_it(released) -> None:
     _, box, *_ = released
-    view = View("peek", frozenset({"query"}), {}, {"query": {"model": box}})
+    view = PeekView("peek", frozenset({"query"}), {"model": box})
     with pytest.raises(AttackFailed, match=r"^ThreatModelError: QueryProxy answers predict_proba, log_proba, "
                                            r"loss only, not '_models'"):
         run_attack(Peek(Peek.Params()), view)
@@ -225,7 +252,7 @@ def test_the_query_interface_has_no_parameters_behind_it(released) -> None:
     (Exits, "bye", r"^plugin raised SystemExit: bye$"),
     (HardExit, None, r"^worker died: exit code 3$"),
     (Raises, None, r"^ValueError: no luck$"),
-    (NotAGuess, None, r"returned dict, not one of MembershipGuess, ReconstructionGuess"),
+    (NotAGuess, None, r"returned dict, not one of CanaryGuess, MembershipGuess, ReconstructionGuess$"),
 ])
 def test_exits_and_exceptions_in_the_attack_are_its_failure(attack, how, message) -> None:  # noqa: ANN001
     a = attack(attack.Params())
@@ -264,11 +291,10 @@ def test_a_view_item_the_sandbox_does_not_know_is_refused_before_anything_starts
 def test_the_attacks_process_dies_with_the_arena(shared: Path) -> None:
     pidfile = shared / "pid"
     script = textwrap.dedent(f"""
-        from arena.contracts.view import View
         from arena.run.sandbox import run_attack
-        from tests.run.sandbox.test_sandbox import Sleeps
+        from tests.run.sandbox.test_sandbox import Sleeps, view_of
         a = Sleeps(Sleeps.Params())
-        run_attack(a, View(a.name, a.threat_model, {{"pidfile": {str(pidfile)!r}}}, {{}}))
+        run_attack(a, view_of(a, pidfile={str(pidfile)!r}))
     """)
     arena = subprocess.Popen([sys.executable, "-c", script], cwd=Path(__file__).parents[3])
     deadline = time.monotonic() + 60
@@ -285,88 +311,3 @@ def test_the_attacks_process_dies_with_the_arena(shared: Path) -> None:
             return
         time.sleep(0.1)
     pytest.fail("the attack's process outlived the arena")
-
-
-def test_messages_carry_tensors_of_every_dtype_exactly() -> None:
-    tensors = {"f": torch.randn(3, 2), "d": np.arange(4.0), "b": np.array([True, False]), "i": torch.arange(5),
-               "e": torch.empty(0, 3), "s": torch.tensor(2.5, dtype=torch.float64)}
-    header, back = decode(encode({"op": "x"}, tensors))
-    assert header == {"op": "x"}
-    for k, v in tensors.items():
-        assert torch.equal(back[k], torch.as_tensor(v)), k
-    with pytest.raises(TypeError, match="numbers only"):
-        encode({}, {"o": np.array([object()])})
-
-
-# --- the fork server the attacks' processes are forked from (Linux) ---
-
-FORK_SERVER = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux's")
-
-
-class Parent(Attack):
-    """Reports its parent's pid."""
-
-    name = "parent"
-
-    def run(self, view):  # noqa: ANN001, ANN201
-        return MembershipGuess(scores=np.array([float(os.getppid())]), decisions=np.zeros(1, dtype=bool))
-
-
-def _parent_of_an_attack(queue) -> None:  # noqa: ANN001
-    a = Parent(Parent.Params())
-    queue.put(int(run_attack(a, view_of(a)).scores[0]))
-
-
-@FORK_SERVER
-def test_the_fork_server_is_exec_d_without_the_secret_and_holds_none(monkeypatch) -> None:
-    from arena import sandbox
-
-    secret = "cd" * 32
-    monkeypatch.setenv(SECRET_ENV, secret)
-    a = Parent(Parent.Params())
-    parent = int(run_attack(a, view_of(a)).scores[0])
-    server = sandbox._server.process.pid
-    assert parent == server, "the attack's process is the fork server's child, not the arena's"
-    assert os.readlink(f"/proc/{server}/exe") == os.path.realpath(sys.executable), "a fresh interpreter (exec)"
-    assert Path(f"/proc/{server}/cwd").resolve() == Path("/")
-    environ = Path(f"/proc/{server}/environ").read_bytes().split(b"\0")
-    assert not any(e.startswith(SECRET_ENV.encode() + b"=") for e in environ)
-    from tests.cheaters import memory_regions
-    from tests.conftest import TEST_SECRET
-
-    scanned = 0
-    for chunk in memory_regions(server, "rw", 1 << 30):
-        scanned += len(chunk)
-        assert secret.encode() not in chunk and TEST_SECRET.encode() not in chunk, "a run secret in its memory"
-    assert scanned > 1 << 20, "its memory was read"
-
-
-@FORK_SERVER
-def test_processes_forked_from_the_arena_share_its_fork_server() -> None:
-    import multiprocessing
-
-    from arena import sandbox
-
-    context = multiprocessing.get_context("fork")
-    queue = context.Queue()
-    child = context.Process(target=_parent_of_an_attack, args=(queue,))
-    sandbox.start()  # as the serial tournament does before its first matchup
-    child.start()
-    parent = queue.get(timeout=120)
-    child.join(30)
-    assert child.exitcode == 0
-    assert parent == sandbox._server.process.pid, "a serial matchup's attack comes from its parent's fork server"
-
-
-@ROOT_ONLY
-def test_without_the_fork_server_each_attack_gets_a_fresh_interpreter_as_isolated(monkeypatch) -> None:
-    run = Path(tempfile.mkdtemp())
-    monkeypatch.chdir(run)
-    monkeypatch.setenv("PROBE_DIR", str(run))
-    monkeypatch.setenv(SECRET_ENV, "ab" * 32)
-    monkeypatch.setenv("ARENA_SANDBOX_EXEC", "1")
-    a = Parent(Parent.Params())
-    assert int(run_attack(a, view_of(a)).scores[0]) == os.getpid(), "exec'd by the arena itself"
-    facts = run_attack(Probe(Probe.Params()), view_of(Probe(Probe.Params()))).scores
-    assert list(facts[[0, 1, 2, 3, 4, 6]]) == [1.0, 0.0, 0.0, 0.0, 1.0, 0.0] and facts[5] <= 16
-    shutil.rmtree(run, ignore_errors=True)

@@ -1,0 +1,79 @@
+"""One metric over a track's defense × attack grid: each cell's mean ± sd over ok seeds, its interval, or ``n/r``
+where the sample cannot resolve the metric (a value the game left null, or a TPR at an FPR finer than
+1/n_nonmembers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from arena.contracts.metric import fpr_level
+from arena.results.leaderboard.intervals import Interval, bootstrap_interval, mean_interval, mean_std
+from arena.results.leaderboard.resample import Resampler
+from arena.results.leaderboard.rows import MetricInfo, resolvable
+
+NOT_RESOLVABLE = "n/r"
+
+Groups = dict[tuple[str, str], list[dict[str, Any]]]
+"""(defense label, attack label) → the rows of that cell, one per seed."""
+
+
+@dataclass
+class MetricGrid:
+    """One metric over a track's defense × attack grid."""
+
+    info: MetricInfo
+    means: pd.DataFrame  # NaN where no ok seed or not resolvable
+    cells: pd.DataFrame  # "mean ± sd (n=k)", "n/r" or ""
+    intervals: dict[tuple[str, str], Interval] = field(default_factory=dict)
+    not_resolvable: set[tuple[str, str]] = field(default_factory=set)
+    seeds: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    @classmethod
+    def empty(cls, info: MetricInfo, defenses: list[str], attacks: list[str]) -> MetricGrid:
+        return cls(info, pd.DataFrame(np.nan, index=defenses, columns=attacks),
+                   pd.DataFrame("", index=defenses, columns=attacks))
+
+
+def metric_grid(info: MetricInfo, groups: Groups, defenses: list[str], attacks: list[str],
+                resampler: Resampler | None) -> MetricGrid:
+    """The grid of ``info.name``; intervals bootstrapped by ``resampler`` where every seed's draws hold the metric
+    (None: t-intervals over seeds)."""
+    name = info.name
+    grid = MetricGrid.empty(info, defenses, attacks)
+    for (d, a), group in groups.items():
+        ok = [r for r in group if r["status"] == "ok" and name in (r.get("metrics") or {})]
+        if not ok:
+            continue
+        values = [r["metrics"][name] for r in ok]
+        if any(v is None or not resolvable(name, r["metrics"].get("n_nonmembers")) for v, r in zip(values, ok)):
+            grid.not_resolvable.add((d, a))
+            grid.cells.loc[d, a] = NOT_RESOLVABLE
+            continue
+        values = [float(v) for v in values]
+        mu, sd = mean_std(values)
+        grid.means.loc[d, a] = mu
+        grid.cells.loc[d, a] = f"{mu:.3f} ± {sd:.3f} (n={len(values)})"
+        grid.seeds[d, a] = len(values)
+        draws = resampler.of(name, ok) if resampler is not None else None
+        grid.intervals[d, a] = mean_interval(values, info.bounds) if draws is None else \
+            bootstrap_interval(mu, draws, info.bounds)
+    return grid
+
+
+def unresolvable_warnings(track: str, grids: dict[str, MetricGrid], groups: Groups) -> list[str]:
+    """One warning per TPR@FPR metric with cells the non-members cannot resolve, naming the finest FPR they can."""
+    warnings = []
+    for n, grid in grids.items():
+        if grid.not_resolvable and fpr_level(n) is not None:
+            counts = sorted({r["metrics"].get("n_nonmembers") for (d, a) in grid.not_resolvable
+                             for r in groups[d, a] if r["status"] == "ok" and r["metrics"].get("n_nonmembers")})
+            fewest = min(counts) if counts else None
+            resolution = f"{fewest} non-members resolve FPR only to {1 / fewest:.2%}" if fewest else \
+                "too few non-members"
+            warnings.append(f"warning: {track}: {n} cannot be resolved in {len(grid.not_resolvable)} cell(s): "
+                            f"{resolution} (1/n_nonmembers > FPR); shown as {NOT_RESOLVABLE}")
+    return warnings

@@ -1,0 +1,158 @@
+"""The board in the formats it is read in: a text table (``arena leaderboard``), CSV and JSON with one record per
+track × defense × attack, and the interval table of one metric (the report's)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from arena.results.leaderboard.board import TrackBoard
+from arena.results.leaderboard.grid import NOT_RESOLVABLE, MetricGrid
+
+
+def interval_table(board: TrackBoard, metric: str | None = None) -> pd.DataFrame:
+    """The interval of each mean of ``metric`` (the ranking one by default; utility first) as display strings,
+    shaped like ``cells``; ``n/r`` where the metric cannot be resolved."""
+    grid = board.grids.get(metric or board.metric)
+    table = pd.DataFrame("", index=board.cells.index, columns=board.cells.columns)
+    intervals = grid.intervals if grid is not None else board.intervals
+    for (d, a), interval in intervals.items():
+        table.loc[d, a] = interval.text()
+    for d, a in (grid.not_resolvable if grid is not None else ()):
+        table.loc[d, a] = NOT_RESOLVABLE
+    table.insert(0, "utility", [board.utility_intervals[d].text() if d in board.utility_intervals else ""
+                                for d in table.index])
+    return table
+
+
+def render_table(boards: list[TrackBoard]) -> str:
+    out = []
+    for b in boards:
+        direction = "higher" if b.higher_is_better else "lower"
+        beside = f"; {', '.join(b.beside)} beside it" if b.beside else ""
+        out.append(f"== track {b.track} ({b.game}; ranked by {b.metric}, {direction} = stronger attack{beside}) ==")
+        out.extend(b.warnings)
+        table = b.cells.copy()
+        table.insert(0, "utility", b.utility.map(lambda v: "" if np.isnan(v) else f"{v:.3f}"))
+        table.insert(1, "claimed ε", [f"{b.claimed[d]:.4g}" if d in b.claimed else "" for d in table.index])
+        out.append(table.to_string())
+        for m in b.beside:
+            out.append("")
+            out.append(f"{m}:")
+            out.append(b.grids[m].cells.to_string())
+        out.append("")
+        out.append(b.interval_method + ":")
+        for m in b.shown:
+            if m in b.grids:
+                out.append(f"{m}:")
+                out.append(interval_table(b, m).to_string())
+        out.append("")
+        out.append(f"attacks by mean rank of {b.metric} across defenses (1 = strongest):")
+        out.append(b.attack_ranking.to_string(float_format=lambda v: f"{v:.2f}"))
+        out.append("")
+        out.append("defenses: utility against worst-case attack score (pareto = on the front):")
+        out.append(b.defense_ranking.to_string(float_format=lambda v: f"{v:.3f}"))
+        if b.failures:
+            out.append("")
+            out.append("failed matchups:")
+            out.extend(f"  {f}" for f in b.failures)
+        if b.violations:
+            out.append("")
+            out.append("DP VIOLATIONS (the attack's empirical ε lower bound exceeds the claimed ε):")
+            out.extend(f"  {v}" for v in b.violations)
+        out.append("")
+    return "\n".join(out)
+
+
+def long_rows(boards: list[TrackBoard]) -> list[dict[str, Any]]:
+    """One record per track × defense × attack with every metric's mean and interval ends (``n/r`` for a mean that
+    cannot be resolved), the ranking metric, the interval method, utility and claimed ε."""
+    out = []
+    for b in boards:
+        for d in b.means.index:
+            for a in b.means.columns:
+                rec: dict[str, Any] = {
+                    "track": b.track, "game": b.game, "defense": d, "attack": a, "rank_by": b.metric,
+                    "seeds": max((g.seeds.get((d, a), 0) for g in b.grids.values()), default=0),
+                    "interval": getattr(b.intervals.get((d, a)), "method", ""),
+                    "utility": b.utility.get(d, math.nan), "claimed_epsilon": b.claimed.get(d, math.nan),
+                    "cell": b.cells.loc[d, a],
+                }
+                for name, g in b.grids.items():
+                    if (d, a) in g.not_resolvable:
+                        rec[name], rec[f"{name}_low"], rec[f"{name}_high"] = NOT_RESOLVABLE, math.nan, math.nan
+                        continue
+                    iv = g.intervals.get((d, a))
+                    rec[name] = g.means.loc[d, a]
+                    rec[f"{name}_low"] = math.nan if iv is None else iv.low
+                    rec[f"{name}_high"] = math.nan if iv is None else iv.high
+                out.append(rec)
+    return out
+
+
+def render_csv(boards: list[TrackBoard]) -> str:
+    """One line per track × defense × attack; for every metric its mean, ``_low`` and ``_high`` columns."""
+    records = long_rows(boards)
+    if not records:
+        return ""
+    fixed = ["track", "game", "defense", "attack", "rank_by", "seeds", "interval", "utility", "claimed_epsilon"]
+    metrics: list[str] = []
+    for b in boards:
+        for m in (*b.shown, *b.grids):
+            if m not in metrics:
+                metrics.append(m)
+    declared = {m for b in boards for m, g in b.grids.items() if g.info.declared}
+    columns = [*fixed, *(c for m in metrics for c in ((m, f"{m}_low", f"{m}_high") if m in declared else (m,))),
+               "cell"]
+    return pd.DataFrame(records).reindex(columns=columns).to_csv(index=False)
+
+
+def render_json(boards: list[TrackBoard]) -> str:
+    def clean(v: Any) -> Any:
+        if isinstance(v, (float, np.floating)):
+            return None if np.isnan(v) else float(v)
+        return v
+
+    def cell(g: MetricGrid, d: str, a: str) -> Any:
+        return NOT_RESOLVABLE if (d, a) in g.not_resolvable else clean(g.means.loc[d, a])
+
+    out = []
+    for b in boards:
+        main = b.grids.get(b.metric)
+        out.append({
+            "track": b.track,
+            "game": b.game,
+            "metric": b.metric,
+            "rank_by": b.metric,
+            "beside": list(b.beside),
+            "higher_is_better": b.higher_is_better,
+            "interval_method": b.interval_method,
+            "seeds": b.n_seeds,
+            "warnings": b.warnings,
+            "metric_info": {n: {"higher_is_better": g.info.higher_is_better,
+                                "bounds": [clean(x) if math.isfinite(x) else None for x in g.info.bounds],
+                                "declared": g.info.declared} for n, g in b.grids.items()},
+            "cells": {d: {a: cell(main, d, a) if main else None for a in b.means.columns} for d in b.means.index},
+            "intervals": {d: {a: [clean(_end(b, d, a, "low")), clean(_end(b, d, a, "high"))] for a in b.means.columns}
+                          for d in b.means.index},
+            "rows": [{k: clean(v) for k, v in rec.items()} for rec in long_rows([b])],
+            "utility": {d: clean(v) for d, v in b.utility.items()},
+            "claimed_epsilon": {d: b.claimed.get(d) for d in b.means.index},
+            "attack_ranking": {a: clean(r) for a, r in b.attack_ranking["mean_rank"].items()},
+            "defense_ranking": [
+                {"defense": d, **{k: clean(v) for k, v in rec.items()}}
+                for d, rec in b.defense_ranking.to_dict(orient="index").items()
+            ],
+            "failures": b.failures,
+            "violations": b.violations,
+        })
+    return json.dumps(out, indent=2, default=lambda o: bool(o) if isinstance(o, np.bool_) else str(o))
+
+
+def _end(board: TrackBoard, defense: str, attack: str, end: str) -> float:
+    interval = board.intervals.get((defense, attack))
+    return math.nan if interval is None else getattr(interval, end)

@@ -1,0 +1,98 @@
+"""An attack plugin: the calibrated-loss attack (Watson et al. 2022, "On the importance of difficulty calibration
+in membership attacks"), for the built-in membership game and for the example attribute game.
+
+A record's loss under the released model says little by itself: some records are hard for every model. The
+attack subtracts a reference, the mean loss of population records of the same class, so that what is left is
+how much better the model fits this record than records like it: members are fitted better.
+
+Scenario files name them ``attacks: [{name: example-calibrated-loss, fpr: 0.05}]`` (membership tracks) and
+``attacks: [{name: example-calibrated-attribute}]`` (example-attribute tracks). Both declare the threat model
+``query`` (the model's losses on chosen points) + ``population`` (records from the same distribution that are
+not members); the arena gives their ``run`` a view with exactly those items, in a process of its own.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from arena import Attack, MembershipGuess, MembershipView, PluginParams, hookimpl
+from arena_example_game import AttributeGuess, AttributeView  # another distribution's public types
+
+
+def class_means(values: torch.Tensor, y: torch.Tensor, n_classes: int) -> torch.Tensor:
+    """Mean of ``values`` [..., n] over the records of each class, [..., n_classes]; a class with no record gets
+    the overall mean."""
+    counts = torch.bincount(y, minlength=n_classes).to(values.dtype)
+    sums = torch.zeros(*values.shape[:-1], n_classes, dtype=values.dtype).index_add_(-1, y, values)
+    overall = values.mean(-1, keepdim=True).expand_as(sums)
+    return torch.where(counts > 0, sums / counts.clamp_min(1.0), overall)
+
+
+class CalibratedLossParams(PluginParams):
+    fpr: float = Field(default=0.1, gt=0.0, lt=1.0,
+                       description="false-positive rate on the population that the hard decisions are set for")
+
+
+class CalibratedLoss(Attack):
+    """Score = the class's mean population loss minus the record's loss (higher: more member-like); decide
+    "member" above the population's own (1 - fpr) quantile of that score."""
+
+    name = "example-calibrated-loss"
+    version = "1"
+    game = "membership"
+    threat_model = frozenset({"query", "population"})
+    Params = CalibratedLossParams
+    params: CalibratedLossParams
+
+    def run(self, view: MembershipView) -> MembershipGuess:
+        reference = view.model.loss(view.population_X, view.population_y).double()
+        means = class_means(reference, view.population_y, view.n_classes)
+        scores = means[view.challenge_y] - view.model.loss(view.challenge_X, view.challenge_y).double()
+        calibrated_population = means[view.population_y] - reference
+        threshold = float(torch.quantile(calibrated_population, 1.0 - self.params.fpr))
+        return MembershipGuess(scores=scores.numpy(), decisions=(scores > threshold).numpy())
+
+
+class CalibratedAttributeParams(PluginParams):
+    calibrate: bool = Field(default=True, description="subtract, per class and candidate value, the population's "
+                            "mean loss with that value filled in (else: the plain loss)")
+
+
+class CalibratedAttribute(Attack):
+    """Fill each candidate value into the blanked column, query the loss, and guess the value the model fits
+    best relative to population records of the same class with the same value filled in."""
+
+    name = "example-calibrated-attribute"
+    version = "1"
+    game = "example-attribute"
+    threat_model = frozenset({"query", "population"})
+    Params = CalibratedAttributeParams
+    params: CalibratedAttributeParams
+
+    @staticmethod
+    def _filled(X: torch.Tensor, column: int, candidates: torch.Tensor) -> torch.Tensor:
+        """[L, n, d]: ``X`` with ``column`` set to each candidate value in turn."""
+        out = X.unsqueeze(0).repeat(len(candidates), 1, 1)
+        out[:, :, column] = candidates.to(X.dtype).unsqueeze(1)
+        return out
+
+    def _losses(self, view: AttributeView, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Loss [L, n] of each record with each candidate value filled in (one query for all of them)."""
+        L, n = len(view.candidates), len(y)
+        filled = self._filled(X, view.column, view.candidates).reshape(L * n, -1)
+        return view.model.loss(filled, y.repeat(L)).double().reshape(L, n)
+
+    def run(self, view: AttributeView) -> AttributeGuess:
+        loss = self._losses(view, view.targets_X, view.targets_y)  # [L, t]
+        if self.params.calibrate:
+            reference = self._losses(view, view.population_X, view.population_y)  # [L, p]
+            loss = loss - class_means(reference, view.population_y, view.n_classes)[:, view.targets_y]
+        return AttributeGuess(choice=loss.argmin(0).numpy().astype(np.int64))
+
+
+@hookimpl
+def register_attacks(register) -> None:  # noqa: ANN001 - the registry's callback
+    register(CalibratedLoss)
+    register(CalibratedAttribute)
