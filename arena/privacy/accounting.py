@@ -38,20 +38,9 @@ def _event(noise_multiplier: float, q: float, steps: int) -> dp_accounting.DpEve
 def epsilon(
     noise_multiplier: float, q: float, steps: int, delta: float, accountant: Accountant = "rdp"
 ) -> float:
-    """epsilon at `delta` after `steps` Gaussian steps with noise std / clip = noise_multiplier."""
-    if not 0 < q <= 1 or steps < 0 or not 0 < delta < 1 or noise_multiplier < 0:
-        raise ValueError("need 0 < q <= 1, steps >= 0, 0 < delta < 1, noise_multiplier >= 0")
-    if noise_multiplier == 0:
-        return float("inf") if steps else 0.0
-    relation = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
-    if accountant == "rdp":
-        acc = rdp.RdpAccountant(neighboring_relation=relation)
-    elif accountant == "pld":
-        acc = pld.PLDAccountant(neighboring_relation=relation)
-    else:
-        raise ValueError(f"unknown accountant {accountant!r}; choose from {list(ACCOUNTANT_NAMES)}")
-    acc.compose(_event(noise_multiplier, q, steps))
-    return float(acc.get_epsilon(delta))
+    """epsilon at `delta` after `steps` Gaussian steps with noise std / clip = noise_multiplier, under add/remove
+    (``epsilon_under`` with relation "add_remove")."""
+    return epsilon_under(noise_multiplier, q, steps, delta, accountant=accountant, relation="add_remove")
 
 
 def calibrate_noise(

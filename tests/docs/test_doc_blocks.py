@@ -38,7 +38,7 @@ def test_runnable_blocks_run(page: Path, tmp_path: Path, monkeypatch: pytest.Mon
     namespace: dict = {"__name__": f"docs_{page.stem.replace('-', '_')}"}
     for block in (b for b in python_blocks(page) if b.runnable):
         code = compile(block.code, block.where, "exec")
-        exec(code, namespace)  # noqa: S102 - the documentation's own example
+        exec(code, namespace)
 
 
 def test_the_readme_marks_nothing_it_cannot_run() -> None:

@@ -78,7 +78,7 @@ def test_the_docs_have_python_blocks() -> None:
 
 
 @pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=lambda b: b.where)
-def test_doc_code_imports_only_the_public_facade(block) -> None:  # noqa: ANN001 - a tests.docs.markdown.Block
+def test_doc_code_imports_only_the_public_facade(block) -> None:
     for module, names in _arena_imports(block.code):
         assert module == "arena", f"{block.where}: imports {module}; plugins and examples import from arena only"
         missing = [n for n in names if not hasattr(arena, n)]

@@ -19,7 +19,7 @@ from tests.docs.markdown import DOCS, block
 GUIDE = DOCS / "plugins.md"
 
 
-def _install(plugin_dist, module: str, entry: str | None = None) -> None:  # noqa: ANN001 - the conftest fixture
+def _install(plugin_dist, module: str, entry: str | None = None) -> None:
     """The guide's block that starts with ``# <module>.py``, installed as distribution ``<module>``."""
     plugin_dist(module.replace("_", "-"), module, block(GUIDE, f"# {module}.py"), entry=entry)
 
@@ -89,7 +89,7 @@ def test_the_dp_defense_claims_what_its_accountant_gives(plugin_dist, tmp_path: 
 @pytest.mark.slow
 def test_the_plain_pytorch_defense_trains_each_model_alone() -> None:
     ns: dict = {}
-    exec(block(GUIDE, "class LabelSmoothing(Defense)"), ns)  # noqa: S102 - the guide's own example
+    exec(block(GUIDE, "class LabelSmoothing(Defense)"), ns)
     defense = ns["LabelSmoothing"](ns["SmoothParams"]())
     arch = architecture("cnn", (1, 8, 8), 10, channels=[4], hidden=8)
     g = torch.Generator().manual_seed(0)

@@ -13,6 +13,7 @@ noise floor any real attack must rise above.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -96,6 +97,25 @@ METRICS = (
 )
 
 
+def resample_targets(arrays: Mapping[str, Any], metrics: Sequence[str], *, resamples: int,
+                     seed: int) -> dict[str, np.ndarray] | None:
+    """The game's ``resample``: bootstrap draws of its metrics from one matchup's saved arrays, member and
+    non-member targets each drawn with replacement (so every draw keeps the counts of the game played)."""
+    if "correct" not in arrays or "is_member" not in arrays:
+        return None
+    correct = np.asarray(arrays["correct"]).astype(bool)
+    member = np.asarray(arrays["is_member"]).astype(bool)
+    inside, outside = correct[member], correct[~member]
+    if not len(inside) or not len(outside):
+        return None
+    rng = np.random.default_rng(seed)
+    on_members = inside[rng.integers(0, len(inside), (resamples, len(inside)))].mean(axis=1)
+    on_others = outside[rng.integers(0, len(outside), (resamples, len(outside)))].mean(axis=1)
+    draws = {"attribute_accuracy": on_members, "attribute_accuracy_nonmembers": on_others,
+             "attribute_advantage": on_members - on_others}
+    return {name: values for name, values in draws.items() if name in metrics}
+
+
 class AttributeGame(Game):
     """Per seed, disjoint: members (the first ``targets`` of them are the member targets), non-member targets,
     a test set and the attacker's population."""
@@ -107,8 +127,8 @@ class AttributeGame(Game):
     Guess = AttributeGuess
     metrics = METRICS
     primary_metric = "attribute_advantage"
-    rank_metric = "attribute_advantage"
-    resample = None  # no bootstrap over targets: intervals come from the seeds
+    rank_metric = None  # rank by the primary metric
+    resample = "arena_example_game:resample_targets"  # the leaderboard's bootstrap intervals (imported on use)
     audit_rule = audit_view = report_view = None  # no DP audit, no report section of its own
     spec: AttributeSpec
 
