@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -22,7 +22,9 @@ from arena.contracts.metric import Metric
 from arena.contracts.release import Release
 from arena.contracts.spec import GameSpec
 from arena.contracts.view import View, view_capabilities
-from arena.run.procedure import TrainingProcedure
+
+if TYPE_CHECKING:  # a type only: the procedure is the pipeline's, handed to a game at play time
+    from arena.run.procedure import TrainingProcedure
 
 
 @dataclass

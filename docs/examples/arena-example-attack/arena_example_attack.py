@@ -4,8 +4,8 @@ The membership attack is the calibrated-loss attack (Watson et al. 2022, "On the
 calibration in membership attacks").
 
 A record's loss under the released model says little by itself: some records are hard for every model. The
-attack subtracts a reference, the mean loss of population records of the same class, so that what is left is
-how much better the model fits this record than records like it: members are fitted better. The attribute
+attack subtracts a reference, the mean (log-)loss of population records of the same class, so that what is left
+is how much better the model fits this record than records like it: members are fitted better. The attribute
 attack fills each candidate value into the blanked column and keeps the one the model fits best.
 
 Scenario files name them ``attacks: [{name: example-calibrated-loss, fpr: 0.05}]`` (membership tracks) and
@@ -39,9 +39,20 @@ class CalibratedLossParams(PluginParams):
                        description="false-positive rate on the population that the hard decisions are set for")
 
 
+LOSS_FLOOR = 1e-12
+
+
+def log_loss(model, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:  # noqa: ANN001 - a BlackBox
+    """log of each record's cross-entropy, float64 [n]; a loss that rounds to zero counts as LOSS_FLOOR."""
+    return model.loss(X, y).double().clamp_min(LOSS_FLOOR).log()
+
+
 class CalibratedLoss(Attack):
-    """Score = the class's mean population loss minus the record's loss (higher: more member-like); decide
-    "member" above the population's own (1 - fpr) quantile of that score."""
+    """Score = the mean log-loss of population records of the record's class minus the record's own log-loss
+    (higher: more member-like); decide "member" above the population's own (1 - fpr) quantile of that score.
+
+    Losses are compared in log space: they are heavy-tailed (a population record with a noisy label has a loss
+    many times the others'), and a plain mean would be that record's rather than the class's."""
 
     name = "example-calibrated-loss"
     version = "1"
@@ -51,11 +62,10 @@ class CalibratedLoss(Attack):
     params: CalibratedLossParams
 
     def run(self, view: MembershipView) -> MembershipGuess:
-        reference = view.model.loss(view.population_X, view.population_y).double()
-        means = class_means(reference, view.population_y, view.n_classes)
-        scores = means[view.challenge_y] - view.model.loss(view.challenge_X, view.challenge_y).double()
-        calibrated_population = means[view.population_y] - reference
-        threshold = float(torch.quantile(calibrated_population, 1.0 - self.params.fpr))
+        reference = log_loss(view.model, view.population_X, view.population_y)
+        difficulty = class_means(reference, view.population_y, view.n_classes)
+        scores = difficulty[view.challenge_y] - log_loss(view.model, view.challenge_X, view.challenge_y)
+        threshold = float(torch.quantile(difficulty[view.population_y] - reference, 1.0 - self.params.fpr))
         return MembershipGuess(scores=scores.numpy(), decisions=(scores > threshold).numpy())
 
 

@@ -7,7 +7,7 @@ always give the same records, so the set's fingerprint, and with it every cache 
 from __future__ import annotations
 
 import numpy as np
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, PositiveInt, ValidationInfo, field_validator
 
 from arena import Dataset, DatasetLoader, PluginParams, hookimpl, minmax_scale
 
@@ -26,11 +26,14 @@ class BlobsParams(PluginParams):
                                description="share of records whose label is redrawn uniformly at random")
     seed: int = Field(default=0, ge=0, lt=2**32)
 
-    @model_validator(mode="after")
-    def _binary_fits(self) -> BlobsParams:
-        if self.binary > self.features:
-            raise ValueError(f"binary: {self.binary} binary columns but only {self.features} features")
-        return self
+    @field_validator("binary")
+    @classmethod
+    def _binary_fits(cls, binary: int, info: ValidationInfo) -> int:
+        # fields are validated in order: ``features`` (declared above) is in info.data once it is valid
+        features = info.data.get("features")
+        if features is not None and binary > features:
+            raise ValueError(f"{binary} binary columns but only {features} features")
+        return binary
 
 
 class Blobs(DatasetLoader):

@@ -19,11 +19,12 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
-from pydantic import ConfigDict, Field, PositiveInt, model_validator
+from pydantic import ConfigDict, Field, PositiveInt, ValidationInfo, field_validator
 
 from arena import (
     Attack,
     BlackBox,
+    Dataset,
     Game,
     GameSpec,
     Grant,
@@ -51,11 +52,13 @@ class AttributeSpec(GameSpec):
     column: int = Field(default=-1, description="the sensitive attribute's column (negative: from the end)")
     max_values: int = Field(default=16, ge=2, le=256, description="most distinct values the column may take")
 
-    @model_validator(mode="after")
-    def _targets_are_members(self) -> AttributeSpec:
-        if self.targets > self.members:
-            raise ValueError(f"targets: {self.targets} member targets but only {self.members} members")
-        return self
+    @field_validator("targets")
+    @classmethod
+    def _targets_are_members(cls, targets: int, info: ValidationInfo) -> int:
+        members = info.data.get("members")  # validated first: declared above
+        if members is not None and targets > members:
+            raise ValueError(f"{targets} member targets but only {members} members")
+        return targets
 
     def required_points(self) -> int:
         return self.members + self.targets + self.test + self.population
@@ -132,7 +135,7 @@ class AttributeGame(Game):
     audit_rule = audit_view = report_view = None  # no DP audit, no report section of its own
     spec: AttributeSpec
 
-    def __init__(self, spec: AttributeSpec, dataset: Any, seed: int) -> None:
+    def __init__(self, spec: AttributeSpec, dataset: Dataset, seed: int) -> None:
         super().__init__(spec, dataset, seed)
         order = np.random.default_rng(derive_seed(seed, GAME, "split")).permutation(dataset.n)
         m, t, n_test, p = spec.members, spec.targets, spec.test, spec.population
@@ -150,7 +153,7 @@ class AttributeGame(Game):
         self._secret = np.searchsorted(self.candidates, values[self.targets])  # the index of each target's value
 
     @classmethod
-    def problems(cls, spec: AttributeSpec, dataset: Any) -> list[tuple[str, str]]:
+    def problems(cls, spec: AttributeSpec, dataset: Dataset) -> list[tuple[str, str]]:
         found = super().problems(spec, dataset)
         if not -dataset.n_features <= spec.column < dataset.n_features:
             return [*found, ("column", f"{spec.column} is out of range: {dataset.name!r} has "
