@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from arena.contracts.spec import GameSpec, Track
     from arena.contracts.view import Grant, ThreatModelError, View
     from arena.hookspecs import hookimpl
-    from arena.run.procedure import TrainingProcedure
+    from arena.pipeline.procedure import TrainingProcedure
 
     # isort: split
     # The built-in games, their views and guesses
@@ -84,7 +84,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "BlackBox": ("arena.contracts.release", "BlackBox"),
     "LabelOnly": ("arena.contracts.release", "LabelOnly"),
     "Metric": ("arena.contracts.metric", "Metric"),
-    "TrainingProcedure": ("arena.run.procedure", "TrainingProcedure"),
+    "TrainingProcedure": ("arena.pipeline.procedure", "TrainingProcedure"),
     # The built-in games, their views and guesses
     "MembershipGame": ("arena.games.membership", "MembershipGame"),
     "MembershipView": ("arena.games.membership", "MembershipView"),

@@ -19,14 +19,14 @@ from typing import Any, TextIO
 
 import pandas as pd
 
-from arena.run.row import FRAME_COLUMNS, STATUSES
-from arena.run.scenario import ScenarioError
+from arena.pipeline.row import FRAME_COLUMNS, STATUSES
+from arena.pipeline.scenario import ScenarioError
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_VIOLATION = 0, 1, 2, 3
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 IDENTITY = FRAME_COLUMNS
-"""The first columns of ``Results.frame()`` (``arena.run.row``: the matchup's identity, status, utility, seconds and
+"""The first columns of ``Results.frame()`` (``arena.pipeline.row``: the matchup's identity, status, utility, seconds and
 error), the metrics after them."""
 
 
@@ -47,7 +47,7 @@ class Results:
 
     def __init__(self, run_dir: Path | str, keys: frozenset[str] | None = None, warnings: Sequence[str] = (),
                  written: int = 0) -> None:
-        from arena.run.store import RunStore
+        from arena.pipeline.store import RunStore
 
         self.run_dir = Path(run_dir)
         self.store = RunStore(self.run_dir)
@@ -189,13 +189,13 @@ def run(
     into ``out/scenarios/`` as YAML) into the run directory ``out`` (created; re-running resumes) and return its
     ``Results``. Writes the report unless ``report=False``.
 
-    Raises ``ScenarioError`` (all problems of invalid input, before any work), ``arena.run.store.RunDirError`` (a
+    Raises ``ScenarioError`` (all problems of invalid input, before any work), ``arena.pipeline.store.RunDirError`` (a
     directory the arena did not write, or one another run holds), ``OSError`` (an unwritable directory) and
     ``KeyboardInterrupt`` (finished matchups are kept; run again to resume).
     """
-    from arena.run import tournament
-    from arena.run.plan import plan
-    from arena.run.store import RunStore
+    from arena.pipeline import tournament
+    from arena.pipeline.plan import plan
+    from arena.pipeline.store import RunStore
 
     if workers is not None and workers < 1:
         raise ScenarioError(["workers: must be at least 1"])

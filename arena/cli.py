@@ -56,8 +56,8 @@ def _problems(problems: list[str]) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from arena.api import rank_by_problems
-    from arena.run.plan import plan
-    from arena.run.scenario import ScenarioError
+    from arena.pipeline.plan import plan
+    from arena.pipeline.scenario import ScenarioError
 
     try:
         p = plan(args.scenarios)
@@ -74,8 +74,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     """``arena run``: ``arena.api.run`` plus what a terminal shows (warnings, the leaderboard, a summary)."""
     from arena import api
     from arena.results import leaderboard
-    from arena.run.scenario import ScenarioError
-    from arena.run.store import RunDirError
+    from arena.pipeline.scenario import ScenarioError
+    from arena.pipeline.store import RunDirError
 
     if args.workers is not None and args.workers < 1:
         return _problems(["--workers: must be at least 1"])

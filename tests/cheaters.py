@@ -54,7 +54,7 @@ def membership_from_seed(view, seed: int) -> np.ndarray | None:  # noqa: ANN001
 
 def membership_from_secret(view, secret: bytes) -> np.ndarray | None:  # noqa: ANN001
     """With the run's secret, the scenario seed is a small number: try them."""
-    from arena.run.store import challenger_seed
+    from arena.pipeline.store import challenger_seed
 
     for s in SCENARIO_SEEDS:
         seed = challenger_seed(secret, s)

@@ -12,8 +12,8 @@ import yaml
 
 import arena
 from arena.api import Results, UnknownNameError
-from arena.run.row import FRAME_COLUMNS, SCHEMA_VERSION
-from arena.run.scenario import ScenarioError
+from arena.pipeline.row import FRAME_COLUMNS, SCHEMA_VERSION
+from arena.pipeline.scenario import ScenarioError
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 TINY = {

@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("arena.engine",),
     ("arena.contracts",),
     ("arena.hookspecs", "arena.registry", "arena.plugins"),
-    ("arena.run",),
+    ("arena.pipeline",),
     ("arena.results",),
     ("arena.games",),
     ("arena.api", "arena.cli"),
@@ -128,7 +128,7 @@ class _Scanner(ast.NodeVisitor):
             return
         for alias in node.names:
             sub = f"{base}.{alias.name}"
-            # `from arena.run import store` imports the module arena.run.store; `from arena import Model`, the facade.
+            # `from arena.pipeline import store` imports the module arena.pipeline.store; `from arena import Model`, the facade.
             self._add(sub if sub in self.modules else base, node, "from-import")
 
     def visit_Call(self, node: ast.Call) -> None:
@@ -247,7 +247,7 @@ def test_no_upward_imports() -> None:
 def test_the_core_names_no_game() -> None:
     """The run and the results reach games only through the registry (implied by the layers; stated on its own
     so that a failure says what it means)."""
-    core = ("arena.run", "arena.results", "arena.engine", "arena.privacy", "arena.contracts")
+    core = ("arena.pipeline", "arena.results", "arena.engine", "arena.privacy", "arena.contracts")
     offending = [
         e for e in package_edges()
         if e.source.startswith(core) and (e.target == "arena.games" or e.target.startswith("arena.games."))
@@ -353,7 +353,7 @@ def test_cycle_and_layer_checks_catch_what_they_should() -> None:
     assert [sorted({e.source for e in c}) for c in found] == [["a", "b", "c"]]
     assert cycles([edge("a", "b"), edge("b", "c")]) == []
     assert layer_of("arena") == 9 and layer_of("arena._version") == 0
-    assert layer_of("arena.games.membership.rule") == 7 and layer_of("arena.run.store") == 5
+    assert layer_of("arena.games.membership.rule") == 7 and layer_of("arena.pipeline.store") == 5
     assert layer_of("arena.plugins") == 4 and layer_of("arena.results.report.html") == 6
     assert layer_of("arena.nowhere") is None
 

@@ -296,7 +296,7 @@ def register_metrics(register):
 
 
 def test_third_party_dataset_and_metric_are_usable(plugin_dist, tmp_path) -> None:
-    from arena.run.plan import plan
+    from arena.pipeline.plan import plan
 
     plugin_dist("arena-stripes", "arena_stripes_plugin", DATASET_AND_METRIC)
     regs = registries()

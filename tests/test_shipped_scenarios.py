@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
-from arena.run.store import RunStore
+from arena.pipeline.store import RunStore
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 CIFAR = SCENARIOS / "cifar10-wrn.yaml"

@@ -24,7 +24,7 @@ from arena.contracts.spec import GameSpec
 from arena.contracts.view import View, view_capabilities
 
 if TYPE_CHECKING:  # a type only: the procedure is the pipeline's, handed to a game at play time
-    from arena.run.procedure import TrainingProcedure
+    from arena.pipeline.procedure import TrainingProcedure
 
 
 @dataclass

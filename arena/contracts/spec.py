@@ -1,5 +1,5 @@
 """The scenario's typed form: tracks, plugin references, the training recipe and a game's spec (pydantic models,
-unknown keys forbidden). What a plugin reads of the scenario it plays in; ``arena.run.scenario`` reads the files."""
+unknown keys forbidden). What a plugin reads of the scenario it plays in; ``arena.pipeline.scenario`` reads the files."""
 
 from __future__ import annotations
 

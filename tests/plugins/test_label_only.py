@@ -14,9 +14,9 @@ from arena.contracts.spec import PluginRef
 from arena.contracts.view import ThreatModelError
 from arena.engine.recipe import Recipe
 from arena.games.membership import MembershipGame, MembershipGameSpec
-from arena.run.plan import load_dataset
-from arena.run.procedure import TrainingProcedure
-from arena.run.store import TensorCache
+from arena.pipeline.plan import load_dataset
+from arena.pipeline.procedure import TrainingProcedure
+from arena.pipeline.store import TensorCache
 from arena_plugins.defenses import NonPrivate
 from arena_plugins.label_only import LabelOnlyMIA, perturbations, shifts, translate
 from tests.conftest import architecture

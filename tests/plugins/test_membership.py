@@ -17,10 +17,10 @@ from arena.contracts.spec import PluginRef
 from arena.engine.recipe import Recipe
 from arena.games.membership import MembershipGame, MembershipGameSpec
 from arena.games.membership.pools import plan_pool
-from arena.run.plan import load_dataset, plan
-from arena.run.procedure import TrainingProcedure
-from arena.run.store import RunStore, TensorCache
-from arena.run.tournament import run
+from arena.pipeline.plan import load_dataset, plan
+from arena.pipeline.procedure import TrainingProcedure
+from arena.pipeline.store import RunStore, TensorCache
+from arena.pipeline.tournament import run
 from arena_plugins.defenses import NonPrivate
 from arena_plugins.membership import (
     LiRA,

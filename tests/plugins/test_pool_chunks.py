@@ -11,8 +11,8 @@ import torch
 
 from arena.engine.recipe import Recipe
 from arena.games.membership.pools import train_pool
-from arena.run.procedure import TrainingProcedure
-from arena.run.store import TensorCache
+from arena.pipeline.procedure import TrainingProcedure
+from arena.pipeline.store import TensorCache
 from arena_plugins.defenses import NonPrivate
 from arena_plugins.membership import true_class_log_odds
 from tests.conftest import architecture

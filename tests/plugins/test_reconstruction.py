@@ -17,11 +17,11 @@ from arena.engine.output_perturbation import clip_rows, fit_penalised
 from arena.engine.recipe import Recipe
 from arena.games.reconstruction import ReconstructionGame, ReconstructionGameSpec
 from arena.games.reconstruction.grids import GRID_FILE
-from arena.run import tournament
-from arena.run.execute import play_matchup
-from arena.run.plan import plan
-from arena.run.procedure import TrainingProcedure
-from arena.run.store import SECRET_ENV, RunStore
+from arena.pipeline import tournament
+from arena.pipeline.execute import play_matchup
+from arena.pipeline.plan import plan
+from arena.pipeline.procedure import TrainingProcedure
+from arena.pipeline.store import SECRET_ENV, RunStore
 from arena_plugins import defenses
 from arena_plugins.defenses import NonPrivate, OutputPerturbation
 from arena_plugins.reconstruction import (

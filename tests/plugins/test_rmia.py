@@ -17,9 +17,9 @@ from arena.contracts.spec import PluginRef
 from arena.engine.recipe import Recipe
 from arena.games.membership import MembershipGame, MembershipGameSpec
 from arena.games.membership.pools import ShadowPool
-from arena.run.plan import load_dataset
-from arena.run.procedure import TrainingProcedure
-from arena.run.store import TensorCache
+from arena.pipeline.plan import load_dataset
+from arena.pipeline.procedure import TrainingProcedure
+from arena.pipeline.store import TensorCache
 from arena_plugins.defenses import NonPrivate
 from arena_plugins.membership import LiRA, ThresholdMIA
 from arena_plugins.rmia import RMIA, offline_log_prob, rmia_scores

@@ -14,9 +14,9 @@ from arena.contracts.spec import PluginRef
 from arena.engine.recipe import Recipe
 from arena.games.membership import MembershipGame, MembershipGameSpec
 from arena.games.membership.pools import plan_pool
-from arena.run.plan import load_dataset
-from arena.run.procedure import TrainingProcedure
-from arena.run.store import TensorCache
+from arena.pipeline.plan import load_dataset
+from arena.pipeline.procedure import TrainingProcedure
+from arena.pipeline.store import TensorCache
 from arena_plugins.defenses import NonPrivate
 from arena_plugins.membership import ShadowMIA
 from tests.conftest import architecture

@@ -17,9 +17,9 @@ from arena.privacy.binomial import epsilon_from_counts, max_certifiable
 from arena.privacy.heldout import split_halves
 from arena.results import leaderboard
 from arena.results.audit import audit_lines, audit_rows, audit_store, clopper_pearson, violation_findings
-from arena.run import tournament
-from arena.run.plan import plan
-from arena.run.store import RunStore
+from arena.pipeline import tournament
+from arena.pipeline.plan import plan
+from arena.pipeline.store import RunStore
 from tests.conftest import write_scenario
 
 DELTA = 1e-5

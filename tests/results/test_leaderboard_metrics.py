@@ -19,8 +19,8 @@ from arena.engine.seeds import resample_seed
 from arena.games.membership.metrics import membership_metrics, resample
 from arena.results import leaderboard
 from arena.results.audit import saved_arrays
-from arena.run.execute import game_columns, metric_info
-from arena.run.store import RunStore
+from arena.pipeline.execute import game_columns, metric_info
+from arena.pipeline.store import RunStore
 
 
 def make_run(root, seeds=(0, 1), n_out=100, shift=1.0, metric_info_rows=True, game="membership") -> RunStore:

@@ -49,8 +49,8 @@ from arena.games.audit.canaries import (
     run_truths,
     train_with_canaries,
 )
-from arena.run.procedure import TrainingProcedure
-from arena.run.store import content_key, tensor_digest
+from arena.pipeline.procedure import TrainingProcedure
+from arena.pipeline.store import content_key, tensor_digest
 
 KINDS = ("gradient", "input")
 ESTIMATORS = ("eps_one_run", "eps_heldout", "eps_gdp", "eps_gdp_fit")
@@ -252,7 +252,7 @@ class AuditGame(Game):
         return Release(models=models, utility=float(models.accuracy(Xt, yt).mean()), claim=self.run.claim)
 
     def _train(self, procedure: TrainingProcedure, X: torch.Tensor, y: torch.Tensor) -> CanaryRun:
-        from arena.run.procedure import resolve_device
+        from arena.pipeline.procedure import resolve_device
 
         device = resolve_device(procedure.device)
         run = train_with_canaries(procedure.defense, procedure.arch, procedure.recipe, X.to(device),

@@ -17,7 +17,7 @@ from arena.contracts.view import Grant, View
 from arena.engine.seeds import derive_seed, permutation
 from arena.games.membership.guess import MembershipGuess
 from arena.games.membership.metrics import METRICS, membership_metrics
-from arena.run.procedure import TrainingProcedure
+from arena.pipeline.procedure import TrainingProcedure
 
 
 class MembershipGameSpec(GameSpec):

@@ -104,8 +104,8 @@ def per_class_tpr(seeds: list[dict[str, np.ndarray]]) -> dict[int, tuple[float |
 
 def _dataset(ctx: Any):  # noqa: ANN202 - the track's Dataset, or None
     """The track's dataset, loaded from the scenario kept in the run directory (None if that fails)."""
-    from arena.run.plan import load_dataset
-    from arena.run.scenario import ScenarioError, parse_scenario
+    from arena.pipeline.plan import load_dataset
+    from arena.pipeline.scenario import ScenarioError, parse_scenario
 
     for path in sorted((ctx.store.root / "scenarios").glob("*.yaml")):
         try:

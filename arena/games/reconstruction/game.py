@@ -42,7 +42,7 @@ from arena.contracts.view import Grant, View
 from arena.engine.seeds import derive_seed, permutation
 from arena.games.reconstruction.grids import GRID_FILE, save_grid
 from arena.games.reconstruction.guess import ReconstructionGuess
-from arena.run.procedure import TrainingProcedure
+from arena.pipeline.procedure import TrainingProcedure
 
 
 class ReconstructionGameSpec(GameSpec):

@@ -1,7 +1,7 @@
 """What a board reads from result rows: the latest row of each matchup, how to read each metric, the game's primary
 and ranking metric, the claims, the scenarios' ``rank_by``.
 
-Rows carry ``metric_info``, ``primary_metric`` and ``rank_metric`` (``arena.run.row``), so reading a run imports
+Rows carry ``metric_info``, ``primary_metric`` and ``rank_metric`` (``arena.pipeline.row``), so reading a run imports
 no plugin; rows written before they existed fall back to the registry (and to nothing, for a game no longer
 registered).
 """
@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from arena.contracts.metric import fpr_level
-from arena.run.row import BOARD_COLUMNS
+from arena.pipeline.row import BOARD_COLUMNS
 
 
 def latest_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The last row written for each matchup key (a re-run replaces an earlier failure); rows lacking a board's
-    columns (``arena.run.row.BOARD_COLUMNS``) are left out."""
+    columns (``arena.pipeline.row.BOARD_COLUMNS``) are left out."""
     by_key: dict[str, dict[str, Any]] = {}
     for row in rows:
         if row.keys() >= BOARD_COLUMNS:
@@ -142,7 +142,7 @@ def claimed_epsilons(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 def rank_by_of(run_dir: Path | str) -> dict[str, str]:
     """Scenario name → its ``rank_by``, from the scenario files kept in a run directory (unreadable ones skipped)."""
-    from arena.run.scenario import ScenarioError, parse_scenario
+    from arena.pipeline.scenario import ScenarioError, parse_scenario
 
     out = {}
     for path in sorted((Path(run_dir) / "scenarios").glob("*.yaml")):

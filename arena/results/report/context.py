@@ -21,7 +21,7 @@ from arena.results.audit import Audit
 from arena.results.leaderboard import TrackBoard
 from arena.results.report import plots
 from arena.results.report.plots import Figures, RocCurve, RocPanel, slug
-from arena.run.store import RunStore
+from arena.pipeline.store import RunStore
 
 
 def fmt(value: object, digits: int = 3) -> str:

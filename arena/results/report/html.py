@@ -24,7 +24,7 @@ from arena.results.audit import Audit, audit_rows, game_part, saved_arrays, viol
 from arena.results.leaderboard import TrackBoard
 from arena.results.report import plots
 from arena.results.report.context import Page, TrackContext, fmt, render, template_dirs
-from arena.run.store import RunStore
+from arena.pipeline.store import RunStore
 
 
 def registered_games() -> Mapping[str, Any]:

@@ -96,7 +96,7 @@ def played():
     from arena.contracts.dataset import Dataset
     from arena.engine.architecture import Architecture
     from arena.engine.recipe import Recipe
-    from arena.run.procedure import TrainingProcedure
+    from arena.pipeline.procedure import TrainingProcedure
     from arena_plugins.defenses import DPSGD
     from arena_plugins.models import LogReg
 
@@ -148,7 +148,7 @@ def test_a_second_release_comes_from_the_cache_with_the_same_bits(tmp_path, play
     game, _, procedure = played
     from dataclasses import replace
 
-    from arena.run.store import TensorCache
+    from arena.pipeline.store import TensorCache
 
     cached = replace(procedure, cache=TensorCache(tmp_path))
     first = AuditGame(game.spec, game.dataset, seed=0)

@@ -12,8 +12,8 @@ from arena.contracts.view import ThreatModelError
 from arena.engine.recipe import Recipe
 from arena.games.membership import MembershipGame, MembershipGameSpec
 from arena.games.membership.guess import MembershipGuess
-from arena.run.plan import load_dataset
-from arena.run.procedure import TrainingProcedure
+from arena.pipeline.plan import load_dataset
+from arena.pipeline.procedure import TrainingProcedure
 from arena_plugins.defenses import NonPrivate
 from tests.conftest import architecture
 

@@ -22,7 +22,7 @@ from arena.games.reconstruction import (
 )
 from arena.games.reconstruction.grids import GRID_FILE
 from arena.games.reconstruction.guess import ReconstructionGuess
-from arena.run.procedure import TrainingProcedure
+from arena.pipeline.procedure import TrainingProcedure
 from arena_plugins.defenses import NonPrivate
 from tests.conftest import architecture
 

@@ -15,7 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from arena.games.membership.metrics import membership_metrics
-from arena.run.store import RunStore
+from arena.pipeline.store import RunStore
 
 EVIL_DEFENSE = "<script>alert(1)</script>"
 EVIL_ATTACK = "<img src=x onerror=alert(2)> $\\frac$"

@@ -18,7 +18,7 @@ from sklearn.metrics import roc_curve
 from arena.games.membership.metrics import membership_metrics
 from arena.privacy.tradeoff import claim_tradeoff, pld_profile, tradeoff_from_profile
 from arena.results.report import plots
-from arena.run.store import RunStore
+from arena.pipeline.store import RunStore
 
 DELTA = 1e-5
 AUDIT_TRACK, MIA_TRACK = "tiny-audit", "tiny-mia"

@@ -1,5 +1,5 @@
 """The run directory: results.jsonl (appended atomically, torn tail ignored, lines that are not rows of
-``arena.run.row`` set aside), a content-addressed tensor cache verified on every read, a marker saying the
+``arena.pipeline.row`` set aside), a content-addressed tensor cache verified on every read, a marker saying the
 directory is the arena's, and a lock held while a run uses it."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from safetensors.torch import save_file
 
 from arena._version import __version__
 from arena.engine.seeds import challenger_seed as challenger_seed  # re-exported: the secret's seed, beside it
-from arena.run.row import row_problem
+from arena.pipeline.row import row_problem
 
 RESULTS = "results.jsonl"
 REJECTED = "results.rejected.jsonl"

@@ -19,10 +19,10 @@ import pytest
 import torch
 
 from arena.cli import main
-from arena.run.row import SCHEMA_VERSION, row_problem
-from arena.run.store import REJECTED, RunStore, TensorCache
+from arena.pipeline.row import SCHEMA_VERSION, row_problem
+from arena.pipeline.store import REJECTED, RunStore, TensorCache
 from tests.conftest import TEST_SECRET, write_scenario
-from tests.run.test_faults import SMALL
+from tests.pipeline.test_faults import SMALL
 
 TWO_SEEDS = SMALL.replace("seeds: [0]", "seeds: [0, 1]")
 
@@ -176,7 +176,7 @@ def test_a_second_run_into_a_locked_directory_is_refused(finished, capsys) -> No
 
 HOLD = """
 import sys
-from arena.run.store import RunStore
+from arena.pipeline.store import RunStore
 
 with RunStore(sys.argv[1]).lock():
     print("held", flush=True)

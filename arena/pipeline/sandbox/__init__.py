@@ -44,8 +44,8 @@ handed over, the calls answered, ``run_attack``), ``server`` (how the attack's p
 or a fresh interpreter), ``child`` (the attack's process: the user change, the proxies, the guess sent back).
 """
 
-from arena.run.sandbox.parent import AttackFailed, guess_types, run_attack
-from arena.run.sandbox.server import SECRET_ENV, start
-from arena.run.sandbox.wire import decode, encode
+from arena.pipeline.sandbox.parent import AttackFailed, guess_types, run_attack
+from arena.pipeline.sandbox.server import SECRET_ENV, start
+from arena.pipeline.sandbox.wire import decode, encode
 
 __all__ = ["SECRET_ENV", "AttackFailed", "decode", "encode", "guess_types", "run_attack", "start"]

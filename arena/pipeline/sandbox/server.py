@@ -27,7 +27,7 @@ import sys
 import threading
 from typing import Any
 
-from arena.run.sandbox import child
+from arena.pipeline.sandbox import child
 
 SECRET_ENV = "ARENA_RUN_SECRET"
 PRELOAD = ("arena.contracts.view",)
@@ -64,7 +64,7 @@ def launch(theirs: socket.socket, modules: list[str], env: dict[str, str]) -> An
 def _exec_child(theirs: socket.socket, env: dict[str, str]) -> subprocess.Popen:
     """The attack's process as a fresh interpreter (where no fork server runs)."""
     return subprocess.Popen(
-        [sys.executable, "-c", f"from arena.run.sandbox.child import main; main({theirs.fileno()})"],
+        [sys.executable, "-c", f"from arena.pipeline.sandbox.child import main; main({theirs.fileno()})"],
         pass_fds=(theirs.fileno(),), env=env, cwd="/", stdin=subprocess.DEVNULL,
     )
 
@@ -80,7 +80,7 @@ class _Server:
         try:
             env = child_env()
             self.process = subprocess.Popen(
-                [sys.executable, "-c", f"from arena.run.sandbox.server import main; main({theirs.fileno()})"],
+                [sys.executable, "-c", f"from arena.pipeline.sandbox.server import main; main({theirs.fileno()})"],
                 pass_fds=(theirs.fileno(),), env=env, cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             )
         finally:

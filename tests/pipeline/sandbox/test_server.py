@@ -1,4 +1,4 @@
-"""arena.run.sandbox.server: the attacks' processes come from a fork server holding no secret, or from a fresh
+"""arena.pipeline.sandbox.server: the attacks' processes come from a fork server holding no secret, or from a fresh
 interpreter each, equally isolated."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 
 from arena.contracts.attack import Attack
 from arena.games.membership.guess import MembershipGuess
-from arena.run.sandbox import SECRET_ENV, run_attack
-from tests.run.sandbox.test_sandbox import ROOT_ONLY, Probe, view_of
+from arena.pipeline.sandbox import SECRET_ENV, run_attack
+from tests.pipeline.sandbox.test_sandbox import ROOT_ONLY, Probe, view_of
 
 FORK_SERVER = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux's")
 
@@ -36,7 +36,7 @@ def _parent_of_an_attack(queue) -> None:  # noqa: ANN001
 
 @FORK_SERVER
 def test_the_fork_server_is_exec_d_without_the_secret_and_holds_none(monkeypatch) -> None:
-    from arena.run.sandbox import server as fork_server
+    from arena.pipeline.sandbox import server as fork_server
 
     secret = "cd" * 32
     monkeypatch.setenv(SECRET_ENV, secret)
@@ -62,8 +62,8 @@ def test_the_fork_server_is_exec_d_without_the_secret_and_holds_none(monkeypatch
 def test_processes_forked_from_the_arena_share_its_fork_server() -> None:
     import multiprocessing
 
-    from arena.run import sandbox
-    from arena.run.sandbox import server as fork_server
+    from arena.pipeline import sandbox
+    from arena.pipeline.sandbox import server as fork_server
 
     context = multiprocessing.get_context("fork")
     queue = context.Queue()

@@ -102,7 +102,7 @@ def test_valid_scenario_counts_its_matchups(tiny_scenario, capsys) -> None:
 
 
 def test_dpsgd_epsilon_list_expands_into_configurations(tmp_path) -> None:
-    from arena.run.plan import plan
+    from arena.pipeline.plan import plan
 
     path = write_scenario(tmp_path / "s.yaml", TINY.replace("epsilons: [4]", "epsilons: [0.5, 2, 8]"))
     labels = sorted({m.defense.label for m in plan([path]).matchups})

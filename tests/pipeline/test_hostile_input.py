@@ -16,7 +16,7 @@ import pytest
 
 from arena.cli import main
 from tests.conftest import write_scenario
-from tests.run.test_faults import SMALL
+from tests.pipeline.test_faults import SMALL
 
 DPSGD = SMALL.replace("      - {name: nonprivate}",
                       "      - {name: nonprivate}\n      - {name: dpsgd, epsilons: [4], delta: 1.0e-5, clip: 1.0}")
@@ -152,7 +152,7 @@ def test_a_five_megabyte_yaml_validates_in_under_five_seconds(tmp_path, capsys) 
     (about 3 s of CPU here) that a first ``validate`` in the process pays whatever the file."""
     import yaml
 
-    from arena.run.scenario import _ScenarioLoader
+    from arena.pipeline.scenario import _ScenarioLoader
 
     if yaml.__with_libyaml__:
         assert issubclass(_ScenarioLoader, yaml.CSafeLoader), "the C parser where PyYAML has it"
@@ -206,9 +206,9 @@ def test_a_model_too_large_to_train_is_refused_without_allocating_it(tmp_path, c
     """44 GB of weights (11 billion parameters), on a machine said to have 64 GiB free: the old check built the
     model for real (allocating it, or failing for want of memory); now it is counted on the meta device and
     refused, because training it needs about 4 x 44 GB, in well under a second."""
-    import arena.run.plan
+    import arena.pipeline.plan
 
-    monkeypatch.setattr(arena.run.plan, "available_memory", lambda: 64 * 2**30)
+    monkeypatch.setattr(arena.pipeline.plan, "available_memory", lambda: 64 * 2**30)
     path = write_scenario(tmp_path / "big.yaml", SMALL.replace("{name: logreg}", "{name: mlp, hidden: [1000000000]}"))
     assert main(["validate", str(write_scenario(tmp_path / "warm.yaml", SMALL))]) == 0  # imports, plugins: untimed
     capsys.readouterr()
@@ -221,9 +221,9 @@ def test_a_model_too_large_to_train_is_refused_without_allocating_it(tmp_path, c
 def test_a_shadow_pool_counts_every_model_trained_at_once(tmp_path, capsys, monkeypatch) -> None:
     """A 44 MB model fits 1 GiB four times over, but not 32 x 4 times: with an attack that trains shadow pools of
     pool_chunk models per call, it is refused; alone it validates."""
-    import arena.run.plan
+    import arena.pipeline.plan
 
-    monkeypatch.setattr(arena.run.plan, "available_memory", lambda: 2**30)
+    monkeypatch.setattr(arena.pipeline.plan, "available_memory", lambda: 2**30)
     mlp = SMALL.replace("{name: logreg}", "{name: mlp, hidden: [1000000]}")
     assert main(["validate", str(write_scenario(tmp_path / "alone.yaml", mlp))]) == 0, capsys.readouterr().err
     pool = write_scenario(tmp_path / "pool.yaml", mlp.replace("{name: threshold-mia}", "{name: lira, shadows: 8}"))

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from arena.run.store import SECRET_ENV, RunStore
+from arena.pipeline.store import SECRET_ENV, RunStore
 from tests.conftest import TINY, write_scenario
 
 SLOW = TINY.replace("seeds: [0, 1]", "seeds: [0, 1, 2, 3]").replace("epochs: 5", "epochs: 40")
@@ -91,8 +91,8 @@ def test_torn_last_line_is_ignored_and_repaired(tmp_path: Path) -> None:
 
 
 def test_rerun_of_a_finished_run_plays_nothing(tmp_path: Path, tiny_scenario: Path) -> None:
-    from arena.run.plan import plan
-    from arena.run.tournament import pending, run
+    from arena.pipeline.plan import plan
+    from arena.pipeline.tournament import pending, run
 
     store = RunStore(tmp_path / "run")
     p = plan([tiny_scenario])

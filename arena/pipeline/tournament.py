@@ -17,12 +17,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-from arena.run import sandbox
-from arena.run.execute import base_row, play_matchup, train_release
-from arena.run.plan import Matchup, Plan
-from arena.run.procedure import gpu_request
-from arena.run.progress import Progress
-from arena.run.store import RunStore
+from arena.pipeline import sandbox
+from arena.pipeline.execute import base_row, play_matchup, train_release
+from arena.pipeline.plan import Matchup, Plan
+from arena.pipeline.procedure import gpu_request
+from arena.pipeline.progress import Progress
+from arena.pipeline.store import RunStore
 
 FINISHED = {"ok", "skipped"}
 

@@ -6,7 +6,7 @@ could not reach open (``keep_code_reachable``), drops to the user ``nobody`` whe
 (``drop_privileges``), dies with its parent, and only then unpickles the attack and its view, whose interfaces
 become proxies (``QueryProxy``, ``LabelProxy``, ``TrainingProxy``) that send every call over the pipe to the
 arena. It runs the attack and sends back its guess, or its failure, as a JSON header and raw tensors
-(``arena.run.sandbox.wire``), then exits.
+(``arena.pipeline.sandbox.wire``), then exits.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import numpy as np
 import torch
 
 from arena.contracts.release import Models
-from arena.run.sandbox.wire import TRAIN_ATTRS, Remote, encode, guess_message
+from arena.pipeline.sandbox.wire import TRAIN_ATTRS, Remote, encode, guess_message
 
 SANDBOX_USER = "nobody"
-_ATTACK_PROCESS = False  # set in an attack's process: it starts no fork server (arena.run.sandbox.server)
+_ATTACK_PROCESS = False  # set in an attack's process: it starts no fork server (arena.pipeline.sandbox.server)
 
 
 def in_attack_process() -> bool:

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from arena.cli import main
-from arena.run.plan import plan
-from arena.run.store import SECRET_ENV, RunStore
-from arena.run.tournament import run
+from arena.pipeline.plan import plan
+from arena.pipeline.store import SECRET_ENV, RunStore
+from arena.pipeline.tournament import run
 from tests.conftest import TINY, write_scenario
 
 FAULTY = """

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from arena.engine.recipe import Recipe
-from arena.run.procedure import TrainingProcedure
-from arena.run.store import TensorCache
+from arena.pipeline.procedure import TrainingProcedure
+from arena.pipeline.store import TensorCache
 from arena_plugins.defenses import DPSGD, NonPrivate
 from tests.conftest import architecture
 

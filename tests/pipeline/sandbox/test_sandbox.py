@@ -1,4 +1,4 @@
-"""arena.run.sandbox: the attack's process holds its view alone, answers come back as data, failures are the attack's."""
+"""arena.pipeline.sandbox: the attack's process holds its view alone, answers come back as data, failures are the attack's."""
 
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ from arena.contracts.release import BlackBox, LabelOnly
 from arena.contracts.view import Grant, View, view_items
 from arena.engine.recipe import Recipe
 from arena.games.membership.guess import MembershipGuess
-from arena.run.procedure import TrainingProcedure
-from arena.run.sandbox import SECRET_ENV, AttackFailed, run_attack
-from arena.run.store import TensorCache
+from arena.pipeline.procedure import TrainingProcedure
+from arena.pipeline.sandbox import SECRET_ENV, AttackFailed, run_attack
+from arena.pipeline.store import TensorCache
 from arena_plugins.defenses import NonPrivate
 from tests.conftest import architecture
 
@@ -291,8 +291,8 @@ def test_a_view_item_the_sandbox_does_not_know_is_refused_before_anything_starts
 def test_the_attacks_process_dies_with_the_arena(shared: Path) -> None:
     pidfile = shared / "pid"
     script = textwrap.dedent(f"""
-        from arena.run.sandbox import run_attack
-        from tests.run.sandbox.test_sandbox import Sleeps, view_of
+        from arena.pipeline.sandbox import run_attack
+        from tests.pipeline.sandbox.test_sandbox import Sleeps, view_of
         a = Sleeps(Sleeps.Params())
         run_attack(a, view_of(a, pidfile={str(pidfile)!r}))
     """)

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from arena.run.plan import plan
-from arena.run.row import BOARD_COLUMNS, FIELDS, FRAME_COLUMNS, SCHEMA_VERSION, ResultRow, row_problem
-from arena.run.tournament import failed_row
+from arena.pipeline.plan import plan
+from arena.pipeline.row import BOARD_COLUMNS, FIELDS, FRAME_COLUMNS, SCHEMA_VERSION, ResultRow, row_problem
+from arena.pipeline.tournament import failed_row
 from tests.conftest import write_scenario
-from tests.run.test_faults import SMALL
+from tests.pipeline.test_faults import SMALL
 
 
 @pytest.fixture

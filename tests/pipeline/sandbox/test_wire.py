@@ -1,4 +1,4 @@
-"""arena.run.sandbox.wire: what comes back from an attack's process is data (a JSON header and raw tensors)."""
+"""arena.pipeline.sandbox.wire: what comes back from an attack's process is data (a JSON header and raw tensors)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from arena.run.sandbox import decode, encode
+from arena.pipeline.sandbox import decode, encode
 
 
 def test_messages_carry_tensors_of_every_dtype_exactly() -> None:

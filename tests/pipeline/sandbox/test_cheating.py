@@ -1,7 +1,7 @@
 """Cheating attacks (``tests/cheaters.py``) against a non-private model that honest LiRA attacks successfully.
 
 Each route is shown to work where it would (in the game's process, or with the scenario seed as the game's seed,
-as before the run secret), then shown to fail where attacks actually run: in ``arena.run.sandbox`` with the game
+as before the run secret), then shown to fail where attacks actually run: in ``arena.pipeline.sandbox`` with the game
 keyed by the run's secret, and through the tournament. "Fail" means: the matchup fails with the error that
 blocked the route (a threat-model error, a permission error), or the guess is at chance (AUC within 0.5 ± 0.1 on
 200 challenge points; a reconstruction no better than the guesses that ignore the model, κ).
@@ -21,10 +21,10 @@ from arena.contracts.spec import PluginRef
 from arena.engine.recipe import Recipe
 from arena.games.membership import MembershipGame, MembershipGameSpec
 from arena.games.reconstruction import ReconstructionGame, ReconstructionGameSpec
-from arena.run.plan import load_dataset
-from arena.run.procedure import TrainingProcedure
-from arena.run.sandbox import AttackFailed, guess_types, run_attack
-from arena.run.store import SECRET_ENV, RunStore, challenger_seed
+from arena.pipeline.plan import load_dataset
+from arena.pipeline.procedure import TrainingProcedure
+from arena.pipeline.sandbox import AttackFailed, guess_types, run_attack
+from arena.pipeline.store import SECRET_ENV, RunStore, challenger_seed
 from arena_plugins.defenses import NonPrivate
 from arena_plugins.membership import LiRA
 from tests import cheaters

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from arena.run.progress import Progress, format_duration
+from arena.pipeline.progress import Progress, format_duration
 
 
 class Clock:

@@ -10,7 +10,7 @@ import pytest
 
 from arena.cli import main
 from arena.engine.seeds import derive_seed
-from arena.run.store import SECRET, SECRET_ENV, RunDirError, RunStore, challenger_seed
+from arena.pipeline.store import SECRET, SECRET_ENV, RunDirError, RunStore, challenger_seed
 
 HEX = "ab" * 32
 

@@ -23,8 +23,8 @@ from arena.contracts.spec import GameSpec, PluginRef, Scenario, Track, TrainingO
 from arena.engine.architecture import Architecture, has_batch_norm
 from arena.plugins import Registries, registries
 from arena.registry import UnknownNameError
-from arena.run.scenario import ScenarioError, parse_scenario, pydantic_problems
-from arena.run.store import content_key
+from arena.pipeline.scenario import ScenarioError, parse_scenario, pydantic_problems
+from arena.pipeline.store import content_key
 
 
 @dataclass(frozen=True)

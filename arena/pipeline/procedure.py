@@ -18,7 +18,7 @@ from arena.contracts.defense import Claim, Defense, FitTask
 from arena.contracts.release import Models
 from arena.engine.architecture import Architecture
 from arena.engine.recipe import Recipe
-from arena.run.store import TensorCache, content_key, tensor_digest
+from arena.pipeline.store import TensorCache, content_key, tensor_digest
 
 Solver = Literal["auto", "gradient", "newton"]
 Device = Literal["cpu", "cuda", "auto"]

@@ -19,11 +19,11 @@ from arena.engine.augment import Augment
 from arena.engine.recipe import Recipe
 from arena.engine.seeds import challenger_seed
 from arena.plugins import registries
-from arena.run import sandbox
-from arena.run.plan import Matchup, architecture, load_dataset
-from arena.run.procedure import TrainingProcedure
-from arena.run.row import SCHEMA_VERSION
-from arena.run.store import RunStore
+from arena.pipeline import sandbox
+from arena.pipeline.plan import Matchup, architecture, load_dataset
+from arena.pipeline.procedure import TrainingProcedure
+from arena.pipeline.row import SCHEMA_VERSION
+from arena.pipeline.store import RunStore
 
 
 def recipe(training: dict[str, Any]) -> Recipe:
@@ -57,7 +57,7 @@ def _plugin_version(entry: Any, name: str, version: str) -> str:
 
 
 def base_row(matchup: Matchup) -> dict[str, Any]:
-    """The columns of a result row (``arena.run.row.ResultRow``) that the matchup determines: its identity, the
+    """The columns of a result row (``arena.pipeline.row.ResultRow``) that the matchup determines: its identity, the
     versions of the code that plays it, and how to read its game's metrics (``metric_info``, the game's primary
     and ranking metric), so that no plugin is needed to read the row."""
     regs = registries()

@@ -3,7 +3,7 @@
 ``run_attack`` builds what the child receives from the view's granted items alone (``_split_view``): plain
 values, ``Models`` where a view grants them, and for each interface a ``Remote`` that the child turns into a
 proxy; anything else is refused (``TypeError``) before a process starts. It then starts the attack's process
-(``arena.run.sandbox.server.launch``), sends it the boot message and serves it (``_serve``): each call of a proxy
+(``arena.pipeline.sandbox.server.launch``), sends it the boot message and serves it (``_serve``): each call of a proxy
 is answered from the object behind it (``_answer``: ``BlackBox`` queries, ``LabelOnly`` labels, training through
 the run's cache), until the guess comes back, rebuilt only as a class the game allows (``guess_types``: the
 game's declared ``Guess``). A failure of the attack's process, or a timeout, is raised as ``AttackFailed``.
@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 from arena.contracts.release import BlackBox, LabelOnly, Models
-from arena.run.sandbox import server
-from arena.run.sandbox.wire import TRAIN_ATTRS, Remote, decode, guess_fields
+from arena.pipeline.sandbox import server
+from arena.pipeline.sandbox.wire import TRAIN_ATTRS, Remote, decode, guess_fields
 
 _PLAIN = (int, float, str, bool, bytes, type(None), np.integer, np.floating, np.bool_)
 _QUERY_METHODS = frozenset({"predict_proba", "log_proba", "loss"})
@@ -58,7 +58,7 @@ def guess_types(game: Any = None) -> tuple[type, ...]:
 
 
 def _is_procedure(value: Any) -> bool:
-    from arena.run.procedure import TrainingProcedure
+    from arena.pipeline.procedure import TrainingProcedure
 
     return isinstance(value, TrainingProcedure)
 

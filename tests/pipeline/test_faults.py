@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from arena.cli import main
-from arena.run.store import RunStore
+from arena.pipeline.store import RunStore
 from tests.conftest import write_scenario
 
 SMALL = """
@@ -277,7 +277,7 @@ def test_a_claim_above_the_configured_epsilon_fails_its_matchup(plugin_dist, tmp
 
 def test_claim_problem_allows_the_target_and_below() -> None:
     from arena.contracts.defense import Claim
-    from arena.run.execute import claim_problem
+    from arena.pipeline.execute import claim_problem
 
     assert claim_problem(None, None) is None
     assert claim_problem(Claim(epsilon=0.99, delta=1e-5, accountant="rdp"), 1.0) is None
@@ -331,7 +331,7 @@ def test_unpenalised_logreg_fit_does_not_call_newton(solver: str, monkeypatch) -
     from arena.contracts.defense import FitTask
     from arena.contracts.spec import Track
     from arena.engine.recipe import Recipe
-    from arena.run.plan import architecture
+    from arena.pipeline.plan import architecture
 
     def refuse(*args, **kwargs):
         raise AssertionError("Newton must not run without a penalty")
@@ -341,7 +341,7 @@ def test_unpenalised_logreg_fit_does_not_call_newton(solver: str, monkeypatch) -
         "name": "t", "dataset": {"name": "digits"}, "model": {"name": "logreg"},
         "training": {"epochs": 1, "lr": 0.1}, "game": {"name": "membership", "members": 10},
         "defenses": [{"name": "nonprivate"}], "attacks": [{"name": "threshold-mia"}]})
-    from arena.run.plan import load_dataset
+    from arena.pipeline.plan import load_dataset
 
     data = load_dataset(track.dataset)
     arch = architecture(track, data)
