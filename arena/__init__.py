@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     # Plugin contracts: what a plugin subclasses or returns
     from arena.contracts.attack import Attack, Capability
     from arena.contracts.dataset import Dataset, DatasetLoader
-    from arena.contracts.defense import Claim, Defense, Fit, FitTask
+    from arena.contracts.defense import RECIPE_FIELDS, Claim, Defense, Fit, FitTask
     from arena.contracts.game import Game, Outcome
     from arena.contracts.metric import Metric
     from arena.contracts.model import Model, ModelParams
@@ -32,11 +32,13 @@ if TYPE_CHECKING:
     # The built-in games, their views and guesses
     from arena.games.audit import AuditGame, AuditView, CanaryGuess
     from arena.games.membership import MembershipGame, MembershipGuess, MembershipView
+    from arena.games.membership.game import TrainedElsewhere
     from arena.games.reconstruction import ReconstructionGame, ReconstructionGuess, ReconstructionView
 
     # isort: split
     # The Python API
-    from arena.api import Results, load, run
+    from arena.api import MergedResults, Results, evaluate, load, run
+    from arena.games.membership.evaluate import Evaluation, EvaluationInputError
 
     # isort: split
     # Helpers plugins need: training, privacy accounting, data, shadow pools, canaries
@@ -70,6 +72,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "FitTask": ("arena.contracts.defense", "FitTask"),
     "Fit": ("arena.contracts.defense", "Fit"),
     "Claim": ("arena.contracts.defense", "Claim"),
+    "RECIPE_FIELDS": ("arena.contracts.defense", "RECIPE_FIELDS"),
     "Attack": ("arena.contracts.attack", "Attack"),
     "Capability": ("arena.contracts.attack", "Capability"),
     "Game": ("arena.contracts.game", "Game"),
@@ -89,6 +92,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "MembershipGame": ("arena.games.membership", "MembershipGame"),
     "MembershipView": ("arena.games.membership", "MembershipView"),
     "MembershipGuess": ("arena.games.membership", "MembershipGuess"),
+    "TrainedElsewhere": ("arena.games.membership.game", "TrainedElsewhere"),
     "ReconstructionGame": ("arena.games.reconstruction", "ReconstructionGame"),
     "ReconstructionView": ("arena.games.reconstruction", "ReconstructionView"),
     "ReconstructionGuess": ("arena.games.reconstruction", "ReconstructionGuess"),
@@ -99,6 +103,10 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "run": ("arena.api", "run"),
     "load": ("arena.api", "load"),
     "Results": ("arena.api", "Results"),
+    "MergedResults": ("arena.api", "MergedResults"),
+    "evaluate": ("arena.api", "evaluate"),
+    "Evaluation": ("arena.games.membership.evaluate", "Evaluation"),
+    "EvaluationInputError": ("arena.games.membership.evaluate", "EvaluationInputError"),
     # Helpers plugins need: training, privacy accounting, data, shadow pools, canaries
     "train": ("arena.engine.trainer", "train"),
     "Recipe": ("arena.engine.recipe", "Recipe"),

@@ -26,8 +26,8 @@ EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_VIOLATION = 0, 1, 2, 3
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 IDENTITY = FRAME_COLUMNS
-"""The first columns of ``Results.frame()`` (``arena.pipeline.row``: the matchup's identity, status, utility, seconds and
-error), the metrics after them."""
+"""The first columns of ``Results.frame()`` (``arena.pipeline.row``: the matchup's identity, status, utility, seconds
+and error), the metrics after them."""
 
 
 class UnknownNameError(ValueError):
@@ -41,8 +41,11 @@ class UnknownNameError(ValueError):
 class Results:
     """A run directory's results: the rows, the DP audit, the leaderboard and the report.
 
-    ``keys`` restricts them to the matchups of one plan (what ``run`` played); None: every row of the directory.
-    ``warnings`` are lines the run set aside or wants the user to see.
+    The rows are those of the scenario as run: the latest row of each matchup the run directory's last run
+    planned (``RUN_DIR/matchups.json``), labelled as it labels them; rows of other keys (superseded by another
+    plugin version or source, other parameters, another scenario) stay in results.jsonl as history
+    (``frame(history=True)``, ``arena leaderboard --history``) and are never averaged in. ``keys`` restricts them
+    further (None: no further). ``warnings`` are lines the run set aside or wants the user to see.
     """
 
     def __init__(self, run_dir: Path | str, keys: frozenset[str] | None = None, warnings: Sequence[str] = (),
@@ -64,17 +67,40 @@ class Results:
 
     @cached_property
     def rows(self) -> list[dict[str, Any]]:
-        """The latest result row of each matchup (a re-run replaces an earlier failure)."""
+        """The latest result row of each current matchup (a re-run replaces an earlier failure)."""
         from arena.results.leaderboard import latest_rows
 
-        rows = latest_rows(self.store.results())
+        rows = latest_rows(self.store.current_rows())
         return rows if self.keys is None else [r for r in rows if r["key"] in self.keys]
+
+    def history(self) -> list[dict[str, Any]]:
+        """The latest row of every matchup key the run directory holds, each with ``superseded`` (True: not a
+        matchup of the scenario as run; it is never part of ``rows``)."""
+        from arena.results.leaderboard import latest_rows
+
+        return latest_rows(self.store.history_rows())
 
     @cached_property
     def audit(self):  # noqa: ANN201 - arena.results.audit.Audit, imported lazily
-        from arena.results.audit import audit_store
+        from arena.results.audit import audit_rows
 
-        return audit_store(self.store, self.rows)
+        return audit_rows(self.rows, self.arrays())
+
+    def arrays(self):  # noqa: ANN201 - arena.contracts.arrays.ArrayLoader
+        """The loader of each matchup's saved arrays (scores and membership, ...) by matchup key."""
+        from arena.results.audit import saved_arrays
+
+        return saved_arrays(self.store)
+
+    def draws(self):  # noqa: ANN201 - arena.results.leaderboard.DrawLoader
+        """The loader of each matchup's bootstrap draws of its metrics (saved when it was scored) by matchup key."""
+        return self.store.load_draws
+
+    def rank_by(self) -> dict[str, str]:
+        """Scenario name → its ``rank_by`` (from the scenario files kept in the run directory)."""
+        from arena.results import leaderboard
+
+        return leaderboard.rank_by_of(self.run_dir)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -91,18 +117,26 @@ class Results:
             return EXIT_FAILED
         return EXIT_VIOLATION if self.audit.violations else EXIT_OK
 
-    def frame(self) -> pd.DataFrame:
+    def frame(self, history: bool = False) -> pd.DataFrame:
         """One row per matchup: its identity, status, utility and seconds, then every metric as a column (NaN where
-        a matchup has none, or where its non-members cannot resolve a TPR@FPR)."""
+        a matchup has none, or where its non-members cannot resolve a TPR@FPR). ``history``: every matchup key
+        the run directory holds, superseded ones too, with the columns ``superseded`` and ``versions.<plugin>``
+        (which code made each row) after the identity."""
+        rows = self.history() if history else self.rows
+        kinds = list(dict.fromkeys(k for r in rows for k in (r.get("versions") or {}))) if history else []
+        columns = [*IDENTITY, "superseded", *(f"versions.{k}" for k in kinds)] if history else list(IDENTITY)
         records = []
-        for r in self.rows:
+        for r in rows:
             rec = {k: r.get(k) for k in IDENTITY}
+            if history:
+                rec["superseded"] = bool(r.get("superseded"))
+                rec.update({f"versions.{k}": (r.get("versions") or {}).get(k) for k in kinds})
             for name, value in (r.get("metrics") or {}).items():
                 rec[name] = value
             records.append(rec)
-        frame = pd.DataFrame.from_records(records, columns=list(IDENTITY)) if not records else \
+        frame = pd.DataFrame.from_records(records, columns=columns) if not records else \
             pd.DataFrame.from_records(records)
-        for col in frame.columns[len(IDENTITY):]:
+        for col in frame.columns[len(columns):]:
             if frame[col].map(lambda v: v is None or isinstance(v, (int, float))).all():
                 frame[col] = pd.to_numeric(frame[col], errors="coerce")
         return frame
@@ -111,7 +145,7 @@ class Results:
         """The leaderboard's boards: every track (or ``track``), ranked by ``metric`` or the scenarios' ``rank_by``
         (tracks without ``metric`` are left out). Unknown names raise ``UnknownNameError`` listing the known."""
         from arena.results import leaderboard
-        from arena.results.audit import saved_arrays, violation_findings
+        from arena.results.audit import violation_findings
 
         tracks = list(dict.fromkeys(r["track"] for r in self.rows))
         if track is not None and track not in tracks:
@@ -123,9 +157,9 @@ class Results:
                 raise UnknownNameError("metric", metric, known)
             with_metric = {r["track"] for r in rows if metric in (r.get("metrics") or {})}
             rows = [r for r in rows if r["track"] in with_metric]
-        rank_by = metric if metric is not None else leaderboard.rank_by_of(self.run_dir)
-        return leaderboard.build(rows, violation_findings(self.audit), rank_by=rank_by,
-                                 arrays=saved_arrays(self.store))
+        rank_by = metric if metric is not None else self.rank_by()
+        return leaderboard.build(rows, violation_findings(self.audit), rank_by=rank_by, arrays=self.arrays(),
+                                 draws=self.draws())
 
     def leaderboard(self, metric: str | None = None, track: str | None = None) -> pd.DataFrame:
         """One row per track × defense × attack: the ranking metric, then every metric's mean with its 95% interval
@@ -140,10 +174,95 @@ class Results:
 
         return write_report(self.run_dir)
 
+    def publish(self, out: Path | str) -> Path:
+        """Write a static site of these results (``arena.results.publish``) into ``out``; return its index page."""
+        from arena.results.publish import publish
 
-def load(run_dir: Path | str) -> Results:
-    """The results of an existing run directory."""
-    return Results(run_dir)
+        return publish(self, out)
+
+
+class MergedResults(Results):
+    """Several run directories as one benchmark (``arena.results.merge``): rows of the same track, defense and
+    attack definition pool their seeds; conflicting definitions are shown apart (``track@hash8``); the DP audit
+    is each run's own. ``runs`` are the run directories, ``merged`` the merge (its warnings, renamed tracks)."""
+
+    def __init__(self, run_dirs: Sequence[Path | str]) -> None:
+        from arena.results.merge import check_runs, merge
+
+        problems = check_runs(run_dirs)
+        if problems:
+            raise FileNotFoundError("; ".join(problems))
+        self.runs = [Results(d) for d in run_dirs]
+        self.merged = merge([(r.run_dir, r.rows, r.audit) for r in self.runs])
+        self.run_dir = self.runs[0].run_dir
+        self.store = self.runs[0].store
+        self.keys = None
+        self.warnings = [*(w for r in self.runs for w in r.warnings), *self.merged.warnings]
+        self.written = 0
+
+    def __repr__(self) -> str:
+        counts = self.counts
+        return (f"MergedResults({len(self.runs)} runs: {len(self.rows)} matchups, {counts['ok']} ok, "
+                f"{counts['skipped']} skipped, {counts['failed']} failed)")
+
+    @cached_property
+    def rows(self) -> list[dict[str, Any]]:
+        """Every run's rows, merged: keys ``key@run``, with ``source_key`` and ``run`` (the run's name)."""
+        return self.merged.rows
+
+    @cached_property
+    def audit(self):  # noqa: ANN201 - arena.results.audit.Audit
+        return self.merged.audit()
+
+    def arrays(self):  # noqa: ANN201 - arena.contracts.arrays.ArrayLoader
+        return self.merged.arrays()
+
+    def draws(self):  # noqa: ANN201 - arena.results.leaderboard.DrawLoader
+        return self.merged.draws()
+
+    def rank_by(self) -> dict[str, str]:
+        return self.merged.rank_by()
+
+    def frame(self, history: bool = False) -> pd.DataFrame:
+        """``Results.frame()`` with the column ``run`` (each row's run directory, by its name in the merge);
+        ``history``: each run's own history frame, one after the other (never merged)."""
+        if history:
+            frames = [r.frame(history=True) for r in self.runs]
+            for run, frame in zip(self.merged.runs, frames):
+                frame.insert(0, "run", run.name)
+            return pd.concat(frames, ignore_index=True)
+        frame = super().frame()
+        frame.insert(1, "run", [r["run"] for r in self.rows])
+        return frame
+
+    def report(self) -> Path:
+        raise TypeError("a merged benchmark has no run directory of its own to write a report into; publish it "
+                        "(Results.publish(out), arena publish RUN... --out DIR) or report each run")
+
+
+def load(run_dir: Path | str | Sequence[Path | str]) -> Results:
+    """The results of an existing run directory, or of several merged into one benchmark (a list of them:
+    ``MergedResults``). ``FileNotFoundError`` names a directory without results."""
+    if isinstance(run_dir, (str, Path)):
+        return Results(run_dir)
+    dirs = list(run_dir)
+    if not dirs:
+        raise ValueError("load: no run directory given")
+    return Results(dirs[0]) if len(dirs) == 1 else MergedResults(dirs)
+
+
+def evaluate(scores: Any, is_member: Any, *, decisions: Any = None, resamples: int = 1000, seed: int = 0,
+             confidence: float = 0.95):  # noqa: ANN201 - arena.games.membership.evaluate.Evaluation
+    """Bring your own scores: every membership metric of ``scores`` (higher means member; pass ``-loss`` for
+    losses) against ``is_member`` (0/1), as a membership matchup computes them: AUC, advantage, TPR at 10/1/0.1 %
+    FPR (None, shown ``n/r``, where the non-members cannot resolve it) and, given ``decisions``, the balanced
+    accuracy; each with its ``confidence`` interval from ``resamples`` stratified bootstrap draws (seeded by
+    ``seed``). Returns an ``Evaluation`` (``.metrics``, ``.intervals``, ``.table()``, ``.frame()``, ``.figure()``,
+    ``.save(out)``); a ``ValueError`` (``EvaluationInputError``) names the field of a bad input."""
+    from arena.games.membership.evaluate import evaluate as evaluate_scores
+
+    return evaluate_scores(scores, is_member, decisions=decisions, resamples=resamples, seed=seed,
+                           confidence=confidence)
 
 
 def rank_by_problems(parsed: Sequence[tuple[Path, Any]]) -> list[str]:
@@ -170,8 +289,43 @@ def _scenario_file(store: Any, scenario: Mapping[str, Any]) -> Path:
 
     name = scenario.get("name")
     stem = name if isinstance(name, str) and _SAFE_NAME.match(name) else "scenario"
-    store.write_text(f"scenarios/{stem}.yaml", yaml.safe_dump(dict(scenario), sort_keys=False, allow_unicode=True))
+    text = yaml.safe_dump(dict(scenario), sort_keys=False, allow_unicode=True)
+    _keep_scenario(store, stem, text)
     return store.root / "scenarios" / f"{stem}.yaml"
+
+
+def _archive(store: Any, path: Path) -> None:
+    """Move a scenario file of the run directory to ``scenarios/history/<stem>-<hash>.yaml``: the scenario an
+    earlier run played, which the superseded rows of results.jsonl came from."""
+    import hashlib
+
+    body = path.read_bytes()
+    store.write_text(f"scenarios/history/{path.stem}-{hashlib.sha256(body).hexdigest()[:8]}.yaml",
+                     body.decode("utf-8", "replace"))
+    path.unlink()
+
+
+def _keep_scenario(store: Any, name: str, text: str) -> None:
+    """Write ``scenarios/<name>.yaml``, archiving a different one it replaces (``_archive``)."""
+    target = store.root / "scenarios" / f"{name}.yaml"
+    if target.exists() and target.read_text(encoding="utf-8", errors="replace") != text:
+        _archive(store, target)
+    if not target.exists():
+        store.write_text(f"scenarios/{name}.yaml", text)
+
+
+def _record_scenarios(store: Any, scenarios: Sequence[tuple[Path, Any]]) -> None:
+    """``RUN_DIR/scenarios/`` holds the scenarios as run, one file each; those of earlier runs that this one does
+    not play, or plays changed, are archived under ``scenarios/history/``."""
+    names = set()
+    for path, scenario in scenarios:
+        names.add(scenario.name)
+        target = store.root / "scenarios" / f"{scenario.name}.yaml"
+        if Path(path).resolve() != target.resolve():
+            _keep_scenario(store, scenario.name, Path(path).read_text(encoding="utf-8"))
+    for old in sorted((store.root / "scenarios").glob("*.yaml")):
+        if old.stem not in names:
+            _archive(store, old)
 
 
 def run(
@@ -184,10 +338,13 @@ def run(
     verbose: bool = False,
     report: bool = True,
     progress: TextIO | None = None,
+    fresh: bool = False,
 ) -> Results:
     """Play every matchup of a scenario (a path, a list of paths, or a scenario as a dict, which is first written
     into ``out/scenarios/`` as YAML) into the run directory ``out`` (created; re-running resumes) and return its
-    ``Results``. Writes the report unless ``report=False``.
+    ``Results``: those of this scenario's matchups only (rows of earlier runs with other keys are history).
+    Writes the report unless ``report=False``. ``fresh``: discard the run directory's cache of trained models and
+    play every matchup again.
 
     Raises ``ScenarioError`` (all problems of invalid input, before any work), ``arena.pipeline.store.RunDirError`` (a
     directory the arena did not write, or one another run holds), ``OSError`` (an unwritable directory) and
@@ -195,7 +352,7 @@ def run(
     """
     from arena.pipeline import tournament
     from arena.pipeline.plan import plan
-    from arena.pipeline.store import RunStore
+    from arena.pipeline.store import RunDirError, RunStore
 
     if workers is not None and workers < 1:
         raise ScenarioError(["workers: must be at least 1"])
@@ -222,14 +379,15 @@ def run(
             problems = rank_by_problems(p.scenarios)
             if problems:
                 raise ScenarioError(problems)
-        for path, scenario in p.scenarios:
-            target = store.root / "scenarios" / f"{scenario.name}.yaml"
-            if Path(path).resolve() != target.resolve():
-                store.write_text(f"scenarios/{scenario.name}.yaml", Path(path).read_text(encoding="utf-8"))
+        _record_scenarios(store, p.scenarios)
+        try:
+            before = store.matchups()
+        except RunDirError:  # a damaged record of the last run's matchups: this run rewrites it
+            before = None
         written = tournament.run(p, store, serial=serial, workers=workers, address=address, verbose=verbose,
-                                 progress=progress or sys.stderr)
-        results = Results(store.root, frozenset(m.key for m in p.matchups), warnings, len(written))
+                                 progress=progress or sys.stderr, fresh=fresh)
+        results = Results(store.root, None, warnings, len(written))
         page = store.root / "report" / "index.html"
-        if report and (written or not page.exists()):
+        if report and (written or store.matchups() != before or not page.exists()):
             results.report()
     return results

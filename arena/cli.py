@@ -25,24 +25,45 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("scenarios", nargs="+", type=Path, help="scenario YAML files")
     run.add_argument("--out", type=Path, required=True, help="run directory (created; re-running resumes)")
     mode = run.add_mutually_exclusive_group()
-    mode.add_argument("--serial", action="store_true", help="one matchup at a time, each in a child process (debugging)")
+    mode.add_argument("--serial", action="store_true",
+                      help="one matchup at a time, each in a child process (debugging)")
     mode.add_argument("--address", help="join an existing Ray cluster at this address instead of starting one")
     run.add_argument("--workers", type=int, help="cap on matchups running at once (default: all cores)")
     run.add_argument("--no-report", action="store_true", help="do not write RUN_DIR/report/index.html at the end")
     run.add_argument("--verbose", action="store_true", help="let Ray's own start-up messages and worker logs through")
+    run.add_argument("--fresh", action="store_true", help="ignore the run directory's cache: retrain every model and "
+                     "play every matchup again (the new rows replace the old ones)")
 
     val = sub.add_parser("validate", help="check scenario files without running anything")
     val.add_argument("scenarios", nargs="+", type=Path)
 
-    lb = sub.add_parser("leaderboard", help="print the leaderboard of a run directory")
-    lb.add_argument("run_dir", type=Path)
+    lb = sub.add_parser("leaderboard", help="print the leaderboard of a run directory, or of several merged into one "
+                        "benchmark (seeds of the same definitions pooled, conflicting ones shown apart)")
+    lb.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN", help="run directories (two or more: merged)")
     lb.add_argument("--format", choices=["table", "csv", "json"], default="table",
                     help="table (default); csv and json carry every metric with its interval")
     lb.add_argument("--metric", help="rank by this metric (e.g. tpr@1%%fpr, auc); default: the scenario's rank_by")
     lb.add_argument("--track", help="only this track")
+    lb.add_argument("--history", action="store_true", help="list every matchup the run directory holds, one line "
+                    "each, with a 'superseded' column: rows of earlier runs (another plugin version or source, other "
+                    "parameters, another scenario) that the leaderboard leaves out")
 
     rep = sub.add_parser("report", help="write RUN_DIR/report/index.html (tables, plots, DP audit, timings)")
     rep.add_argument("run_dir", type=Path)
+
+    pub = sub.add_parser("publish", help="write a static site of one or more run directories (merged as by "
+                         "leaderboard): tracks, boards, methods, downloads, DP audit, a content hash per row")
+    pub.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN", help="run directories (two or more: merged)")
+    pub.add_argument("--out", type=Path, required=True, help="the site's directory (created; its pages replaced)")
+
+    ev = sub.add_parser("evaluate", help="every membership metric, interval and the ROC figure of your own scores "
+                        "(a .npz or .csv with scores and is_member, optionally decisions)")
+    ev.add_argument("file", type=Path, metavar="FILE", help=".npz arrays or .csv columns: scores (higher means "
+                    "member), is_member (0/1), optionally decisions (0/1)")
+    ev.add_argument("--out", type=Path, help="also write metrics.json, metrics.csv and roc.{png,svg,pdf} here")
+    ev.add_argument("--format", choices=["table", "json"], default="table")
+    ev.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples for the intervals (default 1000)")
+    ev.add_argument("--seed", type=int, default=0, help="seed of the bootstrap resamples")
 
     sub.add_parser("plugins", help="list loaded plugins and what they register")
     return p
@@ -73,16 +94,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """``arena run``: ``arena.api.run`` plus what a terminal shows (warnings, the leaderboard, a summary)."""
     from arena import api
-    from arena.results import leaderboard
     from arena.pipeline.scenario import ScenarioError
     from arena.pipeline.store import RunDirError
+    from arena.results import leaderboard
 
     if args.workers is not None and args.workers < 1:
         return _problems(["--workers: must be at least 1"])
     page = args.out / "report" / "index.html"
     try:
         results = api.run(args.scenarios, out=args.out, serial=args.serial, workers=args.workers,
-                          address=args.address, verbose=args.verbose, report=not args.no_report)
+                          address=args.address, verbose=args.verbose, report=not args.no_report,
+                          fresh=args.fresh)
     except ScenarioError as exc:
         return _problems(exc.problems)
     except RunDirError as exc:
@@ -97,7 +119,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     audit = results.audit
     print(leaderboard.render_table(results.boards()))
     counts = results.counts
-    print(f"{len(results.rows)} matchups: {counts['ok']} ok, {counts['skipped']} skipped, {counts['failed']} failed; "
+    print(f"{len(results.rows)} matchups: {counts['ok']} ok, {counts['skipped']} skipped, {counts['failed']} failed "
+          f"({results.written} played by this run, {len(results.rows) - results.written} from earlier runs); "
           f"results in {results.store.results_path}")
     tested = ", ".join(f"{g.tested} {name}" for name, g in audit.games.items() if g.tested) or "0"
     print(f"DP audit: {tested} matchup(s) against a claimed (ε, δ), {len(audit.violations)} violation(s) "
@@ -111,21 +134,65 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     from arena import api
+    from arena.pipeline.store import RunDirError
     from arena.results import leaderboard
+    from arena.results.merge import check_runs
 
+    problems = check_runs(args.run_dirs)
+    if problems:
+        return _problems(problems)
+    if args.history:
+        return _history(args)
     try:
-        results = api.load(args.run_dir)
+        results = api.load(args.run_dirs)
         boards = results.boards(metric=args.metric, track=args.track)
-    except FileNotFoundError:
-        return _problems([f"{args.run_dir}: no results.jsonl here"])
+    except (FileNotFoundError, RunDirError) as exc:
+        return _problems([str(exc)])
     except api.UnknownNameError as exc:
         return _problems([f"--{exc.kind}: unknown {exc.kind} {exc.name!r}; known: {', '.join(exc.known)}"])
+    for line in getattr(getattr(results, "merged", None), "warnings", ()):
+        print(f"warning: {line}", file=sys.stderr)
     if args.format != "table":  # the table carries its warnings; keep CSV and JSON parseable
         for b in boards:
             for line in b.warnings:
                 print(line, file=sys.stderr)
     render = {"table": leaderboard.render_table, "csv": leaderboard.render_csv, "json": leaderboard.render_json}
     print(render[args.format](boards))
+    return EXIT_OK
+
+
+def _history(args: argparse.Namespace) -> int:
+    """``arena leaderboard RUN... --history``: every matchup key of each run directory, one line each (its latest
+    row), the superseded ones labelled; never averaged."""
+    import pandas as pd
+
+    from arena import api
+    from arena.pipeline.store import RunDirError
+
+    frames = []
+    try:
+        for run_dir in args.run_dirs:
+            frame = api.load(run_dir).frame(history=True)
+            if len(args.run_dirs) > 1:
+                frame.insert(0, "run", run_dir.name)
+            frames.append(frame)
+    except (FileNotFoundError, RunDirError) as exc:
+        return _problems([str(exc)])
+    frame = pd.concat(frames, ignore_index=True)
+    if args.track is not None:
+        frame = frame[frame["track"] == args.track]
+    if args.metric is not None and args.metric not in frame.columns:
+        known = [c for c in frame.columns if c not in api.IDENTITY and c != "superseded" and
+                 not c.startswith("versions.")]
+        return _problems([f"--metric: unknown metric {args.metric!r}; known: {', '.join(known)}"])
+    if args.format == "csv":
+        print(frame.to_csv(index=False), end="")
+    elif args.format == "json":
+        print(frame.to_json(orient="records", indent=2))
+    else:
+        shown = [c for c in ("run", "superseded", "track", "defense_label", "attack_label", "seed", "status",
+                             "utility", args.metric, "versions.defense", "versions.attack") if c in frame.columns]
+        print(frame[shown].to_string(index=False) if len(frame) else "(no rows)")
     return EXIT_OK
 
 
@@ -142,6 +209,58 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_publish(args: argparse.Namespace) -> int:
+    """``arena publish RUN... --out DIR``: the static site of the run directories (``arena.results.publish``)."""
+    from arena import api
+    from arena.pipeline.store import RunDirError
+    from arena.results.merge import check_runs
+
+    problems = check_runs(args.run_dirs)
+    if args.out.exists() and not args.out.is_dir():
+        problems.append(f"--out: {args.out}: not a directory")
+    if any(args.out.resolve() == d.resolve() for d in args.run_dirs):
+        problems.append(f"--out: {args.out} is a run directory given; choose another folder for the site")
+    if problems:
+        return _problems(problems)
+    try:
+        results = api.load(args.run_dirs)
+        page = results.publish(args.out)
+    except (FileNotFoundError, RunDirError) as exc:
+        return _problems([str(exc)])
+    except OSError as exc:
+        return _problems([f"{exc.filename or args.out}: cannot write the site: {exc.strerror or exc}"])
+    for line in getattr(getattr(results, "merged", None), "warnings", ()):
+        print(f"warning: {line}", file=sys.stderr)
+    print(page)
+    return EXIT_OK
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """``arena evaluate FILE``: ``arena.evaluate`` of a scores file; a bad file is exit 2 naming the file and the
+    field, and nothing is written."""
+    import json
+
+    from arena.games.membership.evaluate import EvaluationInputError, evaluate_file
+
+    if args.resamples < 0:
+        return _problems(["--resamples: must be at least 0"])
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        return _problems([f"--out: {args.out}: not a directory"])
+    try:
+        result = evaluate_file(args.file, resamples=args.resamples, seed=args.seed)
+    except EvaluationInputError as exc:
+        return _problems([f"{args.file}: {exc}"])
+    if args.out is not None:
+        try:
+            written = result.save(args.out)
+        except OSError as exc:
+            return _problems([f"{exc.filename or args.out}: cannot write: {exc.strerror or exc}"])
+        for path in written:
+            print(f"wrote {path}", file=sys.stderr)
+    print(json.dumps(result.as_dict(), indent=2) if args.format == "json" else result.table())
+    return EXIT_OK
+
+
 def cmd_plugins(args: argparse.Namespace) -> int:
     from arena.plugins import registries
 
@@ -149,8 +268,9 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     print("plugins:")
     for info in regs.plugins:
         print(f"  {info.name:40} {info.distribution} {info.version} ({info.module})")
-    for kind, reg in (("games", regs.games), ("datasets", regs.datasets), ("models", regs.models), ("defenses", regs.defenses), ("attacks", regs.attacks),
-                      ("metrics", regs.metrics)):
+    kinds = (("games", regs.games), ("datasets", regs.datasets), ("models", regs.models),
+             ("defenses", regs.defenses), ("attacks", regs.attacks), ("metrics", regs.metrics))
+    for kind, reg in kinds:
         print(f"{kind}:")
         for e in reg:
             print(f"  {e.name:24} from {e.distribution} {e.version}")
@@ -163,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     from arena.registry import RegistryError
 
     handlers = {"run": cmd_run, "validate": cmd_validate, "leaderboard": cmd_leaderboard, "report": cmd_report,
-                "plugins": cmd_plugins}
+                "plugins": cmd_plugins, "publish": cmd_publish, "evaluate": cmd_evaluate}
     try:
         return handlers[args.command](args)
     except (PluginLoadError, RegistryError) as exc:

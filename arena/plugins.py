@@ -12,7 +12,7 @@ import pluggy
 from arena import hookspecs
 from arena.contracts.attack import Attack
 from arena.contracts.dataset import DatasetLoader
-from arena.contracts.defense import Defense
+from arena.contracts.defense import Defense, honours_problem
 from arena.contracts.game import Game
 from arena.contracts.metric import Metric
 from arena.contracts.model import Model
@@ -135,7 +135,7 @@ def build_registries() -> Registries:
         games=Registry("game", Game, check=_game_problem),
         datasets=Registry("dataset", DatasetLoader),
         models=Registry("model", Model),
-        defenses=Registry("defense", Defense),
+        defenses=Registry("defense", Defense, check=honours_problem),
         attacks=Registry("attack", Attack, check=_attack_problem),
         metrics=Registry("metric", Metric, instances=True),
         plugins=infos,

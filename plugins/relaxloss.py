@@ -1,5 +1,8 @@
-"""RelaxLoss (Chen, Yu & Fritz, ICLR 2022), written in plain PyTorch on the defense API: ordinary autograd and
-``torch.optim`` on ``task.ensemble()``, batches from ``task.minibatches()``.
+"""RelaxLoss (Chen, Yu & Fritz, ICLR 2022), written in plain PyTorch on the defense API: ordinary autograd on
+``task.ensemble()``, batches from ``task.minibatches()`` (the recipe's epochs, batch size and augmentation), the
+recipe's optimiser from ``task.optimizer()`` (learning rate, momentum, ``model.l2`` as weight decay on weights,
+the moving average of ``training.ema``, released by ``task.finish()``). It trains by gradient steps, so it
+honours every recipe field but ``solver`` (a track asking for ``newton`` is refused when validated).
 
 Algorithm 1 of the paper, per mini-batch B and per model, with L the mean cross-entropy on B and α the target
 loss level:
@@ -13,7 +16,7 @@ loss level:
 (The authors' CIFAR code adds an ascent term and gates the soft loss on misclassified examples instead; their
 non-image code applies it to every example. We follow the paper's algorithm with the correct-only gate.)
 The K models are independent: each model's α test is its own, taken by masks, and the summed loss gives each
-model its own gradient; ``model.l2`` is weight decay on the weight tensors. Claims no privacy guarantee.
+model its own gradient. Claims no privacy guarantee.
 """
 
 from __future__ import annotations
@@ -21,10 +24,10 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as F  # noqa: N812 - the usual name
 from pydantic import Field
 
-from arena import Defense, Fit, FitTask, PluginParams, hookimpl
+from arena import RECIPE_FIELDS, Defense, Fit, FitTask, PluginParams, hookimpl
 
 
 class RelaxLossParams(PluginParams):
@@ -58,24 +61,20 @@ class RelaxLoss(Defense):
     name = "relaxloss"
     Params = RelaxLossParams
     params: RelaxLossParams
+    honours = RECIPE_FIELDS - {"solver"}
 
     def fit(self, task: FitTask) -> Fit:
         if task.solver == "newton":
             raise ValueError("relaxloss trains by gradient steps; solver 'newton' does not apply")
-        recipe = task.recipe
         ensemble = task.ensemble()
-        penalised = {id(p) for p in ensemble.penalised()}
-        trainable = [p for p in ensemble.parameters() if p.requires_grad]
-        groups = [{"params": [p for p in trainable if id(p) in penalised], "weight_decay": task.arch.l2},
-                  {"params": [p for p in trainable if id(p) not in penalised], "weight_decay": 0.0}]
-        opt = torch.optim.SGD([g for g in groups if g["params"]], lr=recipe.lr, momentum=recipe.momentum)
-        batch = recipe.batch_size
+        opt = task.optimizer(ensemble)
+        batch = task.recipe.batch_size
         per_epoch = 1 if batch is None or batch >= task.n else math.ceil(task.n / batch)
         for step, (X, y, valid) in enumerate(task.minibatches()):
             opt.zero_grad(set_to_none=True)
             relaxloss_objective(ensemble(X), y, valid, self.params.alpha, step // per_epoch).backward()
             opt.step()
-        return Fit.of(ensemble)
+        return task.finish(ensemble, opt)
 
 
 @hookimpl

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import sys
 import textwrap
@@ -48,20 +49,26 @@ PluginFactory = Callable[..., Path]
 def plugin_dist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PluginFactory:
     """Write a real distribution (module + ``.dist-info`` with ``entry_points.txt``) and put it on the path.
 
-    The folder is also put on PYTHONPATH so Ray workers started afterwards import the same plugin.
+    The folder is also put on PYTHONPATH so Ray workers started afterwards import the same plugin. It is installed
+    as ``pip install -e`` would record it (``direct_url.json``: an editable local directory), so its source is
+    hashed into its matchups' keys (``arena.pipeline.provenance``); ``editable=False`` leaves that record out
+    (the folder is no ``site-packages``, so the source is hashed all the same).
     """
     site = tmp_path / "site"
     site.mkdir()
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setenv("PYTHONPATH", str(site))
 
-    def make(dist: str, module: str, source: str, version: str = "1.0", entry: str | None = None) -> Path:
+    def make(dist: str, module: str, source: str, version: str = "1.0", entry: str | None = None,
+             editable: bool = True) -> Path:
         (site / f"{module}.py").write_text(textwrap.dedent(source))
         monkeypatch.delitem(sys.modules, module, raising=False)  # another test may have loaded a same-named one
         info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
         (info / "entry_points.txt").write_text(f"[arena]\n{entry or module} = {module}\n")
+        if editable:
+            (info / "direct_url.json").write_text(json.dumps({"url": site.as_uri(), "dir_info": {"editable": True}}))
         registries.cache_clear()
         return site
 

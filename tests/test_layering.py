@@ -128,7 +128,7 @@ class _Scanner(ast.NodeVisitor):
             return
         for alias in node.names:
             sub = f"{base}.{alias.name}"
-            # `from arena.pipeline import store` imports the module arena.pipeline.store; `from arena import Model`, the facade.
+            # `from arena.pipeline import store` imports arena.pipeline.store; `from arena import Model`, the facade.
             self._add(sub if sub in self.modules else base, node, "from-import")
 
     def visit_Call(self, node: ast.Call) -> None:

@@ -156,6 +156,15 @@ def test_the_five_example_distributions_play_one_tournament(site: Path, tmp_path
             assert any(line.split()[:1] == [name] and f"from {dist} {VERSION}" in line
                        for line in listing.stdout.splitlines()), f"{name} of {dist} not listed:\n{listing.stdout}"
 
+    # The plan holds the example defense to the recipe fields it honours: an exact solver is refused before any
+    # work, at the field that asks for it.
+    newton = tmp_path / "newton.yaml"
+    newton.write_text(textwrap.dedent(SCENARIO).replace("momentum: 0.9}", "momentum: 0.9, solver: newton}", 1))
+    refused = _arena(site, tmp_path, "validate", str(newton))
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert (f"{newton}: tracks[0].training.solver: defense 'example-label-smoothing' (tracks[0].defenses[1]) does "
+            "not honour training.solver") in refused.stderr, refused.stderr
+
     scenario = tmp_path / "third-party.yaml"
     scenario.write_text(textwrap.dedent(SCENARIO))
     run = _arena(site, tmp_path, "run", str(scenario), "--out", str(tmp_path / "run"), "--serial")
@@ -175,13 +184,23 @@ def test_the_five_example_distributions_play_one_tournament(site: Path, tmp_path
                 assert _in_bounds(value, row["metric_info"][name]["bounds"]), (name, value)
         assert 1 / 3 < row["utility"] <= 1.0  # each release beats the 3-class coin on held-out records
         assert row["claim"] is None  # neither defense claims (ε, δ)
-    # The rows name the third-party code that made them.
-    assert f"arena-example-attack {VERSION} / example-calibrated-loss v1" in \
-        by["blobs-membership", "nonprivate", "example-calibrated-loss"]["versions"]["attack"]
-    assert f"arena-example-defense {VERSION} / example-label-smoothing v1" in \
-        by["blobs-membership", "example-label-smoothing", "example-calibrated-loss"]["versions"]["defense"]
-    assert f"arena-example-game {VERSION} / example-attribute-prior v1" in \
-        by["blobs-attribute", "nonprivate", "example-attribute-prior"]["versions"]["attack"]
+    # The rows name the third-party code that made them: distribution and version, then the plugin and its own.
+    for (track, defense, attack), kind, dist, name in [
+        (("blobs-membership", "nonprivate", "example-calibrated-loss"), "attack", "arena-example-attack",
+         "example-calibrated-loss"),
+        (("blobs-membership", "example-label-smoothing", "example-calibrated-loss"), "defense",
+         "arena-example-defense", "example-label-smoothing"),
+        (("blobs-attribute", "nonprivate", "example-attribute-prior"), "attack", "arena-example-game",
+         "example-attribute-prior"),
+        (("blobs-attribute", "nonprivate", "example-attribute-prior"), "game", "arena-example-game",
+         "example-attribute"),
+        (("blobs-attribute", "nonprivate", "example-attribute-loss"), "model", "arena-example-model",
+         "example-resmlp"),
+        (("blobs-attribute", "nonprivate", "example-attribute-loss"), "dataset", "arena-example-dataset",
+         "example-blobs"),
+    ]:
+        recorded = by[track, defense, attack]["versions"][kind]
+        assert recorded.startswith(f"{dist} {VERSION}") and recorded.endswith(f"/ {name} v1"), recorded
 
     # Membership: 60 members memorised by a 128-wide MLP on 64-dimensional noisy blobs; the calibrated loss
     # tells them from 60 non-members far above chance (AUC 0.5).

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -34,14 +34,58 @@ class Claim:
         return dict(self.__dict__)
 
 
+RECIPE_FIELDS = frozenset({"epochs", "lr", "batch_size", "momentum", "solver", "augment", "ema", "l2"})
+"""The fields of a track's training recipe (``training.<field>``, and the model's ``l2``) a defense may honour."""
+
+
+class RecipeSGD(torch.optim.SGD):
+    """``torch.optim.SGD`` as the engine steps: heavy-ball momentum (v ← μv + g; w ← w − lr·v), weight decay
+    ``model.l2`` on the weight tensors only, and, when the recipe asks (``training.ema``), an exponential moving
+    average of the iterates updated after every step, which ``FitTask.finish`` releases."""
+
+    def __init__(self, weights: list[torch.Tensor], others: list[torch.Tensor], recipe: Recipe, l2: float) -> None:
+        groups = [{"params": weights, "weight_decay": l2}, {"params": others, "weight_decay": 0.0}]
+        super().__init__([g for g in groups if g["params"]], lr=recipe.lr, momentum=recipe.momentum)
+        self.ema = recipe.ema
+        self.average: dict[int, torch.Tensor] = (
+            {id(p): p.detach().clone() for p in [*weights, *others]} if self.ema else {})
+
+    def step(self, closure=None):  # noqa: ANN001, ANN201 - torch.optim's signature
+        loss = super().step(closure)
+        with torch.no_grad():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if id(p) in self.average:
+                        self.average[id(p)].mul_(self.ema).add_(p, alpha=1.0 - self.ema)
+        return loss
+
+
+def _stacked(params: object) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(weights, others) among the trainable tensors of an ``Ensemble`` (its ``penalised`` ones are the weights)
+    or of an iterable of tensors stacked over the K models (weights: two or more dimensions per model)."""
+    if isinstance(params, Ensemble):
+        penalised = {id(p) for p in params.penalised()}
+        trainable = [p for p in params.parameters() if p.requires_grad]
+        return [p for p in trainable if id(p) in penalised], [p for p in trainable if id(p) not in penalised]
+    tensors = [p for p in params if p.requires_grad] if isinstance(params, Iterable) else []
+    if not tensors:
+        raise TypeError("pass the ensemble (task.ensemble()) or its trainable tensors, stacked over the K models")
+    return [p for p in tensors if p.ndim >= 3], [p for p in tensors if p.ndim < 3]
+
+
 @dataclass(frozen=True)
 class FitTask:
     """Everything a defense needs to train K models of one architecture at once.
 
     ``X`` is [K, n, d] (flat records) and ``y`` [K, n]: model k trains on (X[k], y[k]). ``init_seeds`` fix each
     model's initialisation, ``train_seeds`` its sampling, augmentation and noise. A defense may hand the task to
-    the engine (``arena.engine.trainer.train``) or train in plain PyTorch: ``ensemble()`` is an ``nn.Module``
-    holding the K seeded models, ``minibatches()`` the recipe's batches, and ``Fit.of(ensemble)`` the result.
+    the engine (``arena.engine.trainer.train``) or train in plain PyTorch on the task's device (``device``):
+    ``ensemble()`` is an ``nn.Module`` holding the K seeded models, ``minibatches()`` the recipe's batches (its
+    epochs, batch size and augmentation), ``optimizer(ensemble)`` the recipe's optimiser (learning rate, momentum,
+    ``model.l2`` as weight decay on weights, the moving average of ``training.ema``), ``penalty(ensemble)`` the L2
+    penalty for a loss stepped by an optimiser of the defense's own, and ``finish(ensemble, optimizer)`` the result.
+    A plain-PyTorch defense declares the recipe fields it honours (``Defense.honours``); a track that sets one it
+    does not is refused when the scenario is validated.
     """
 
     arch: Architecture
@@ -64,6 +108,42 @@ class FitTask:
         """The K models, initialised from ``init_seeds`` exactly as the engine initialises them."""
         return Ensemble(self.arch, init_state(self.arch, self.init_seeds, self.X.dtype, self.X.device))
 
+    @property
+    def device(self) -> torch.device:
+        """Where the task's data lives, and where ``ensemble()`` puts the models: train there."""
+        return self.X.device
+
+    def optimizer(self, params: Ensemble | Iterable[torch.Tensor]) -> RecipeSGD:
+        """The recipe's optimiser for ``params`` (the ensemble, or its trainable tensors stacked over the K
+        models): the engine's update (``lr``, ``momentum``), ``model.l2`` as weight decay on the weight tensors
+        only (not biases or norm scales), and the recipe's moving average of the iterates (``ema``), which
+        ``finish`` releases. Do not add ``penalty`` to a loss it steps: the decay is that penalty's gradient."""
+        weights, others = _stacked(params)
+        return RecipeSGD(weights, others, self.recipe, self.arch.l2)
+
+    def penalty(self, params: Ensemble | Iterable[torch.Tensor]) -> torch.Tensor:
+        """``model.l2``'s penalty Σ_k (l2/2)·||w_k||² over the weight tensors of the K models (0 without l2): add it
+        to the summed loss when stepping with an optimiser of the defense's own (not with ``optimizer``)."""
+        weights, _ = _stacked(params)
+        if not self.arch.l2 or not weights:
+            return torch.zeros((), dtype=self.X.dtype, device=self.device)
+        return 0.5 * self.arch.l2 * sum(w.pow(2).sum() for w in weights)
+
+    def finish(self, ensemble: Ensemble, optimizer: torch.optim.Optimizer | None = None,
+               claim: Claim | None = None) -> Fit:
+        """The trained models of ``ensemble`` as the recipe releases them: the moving average of ``optimizer``
+        (from ``optimizer()``) when the recipe keeps one, else the last iterate; with ``claim``."""
+        if not self.recipe.ema:
+            return Fit.of(ensemble, claim)
+        if not isinstance(optimizer, RecipeSGD):
+            raise ValueError(f"the recipe keeps a moving average of the iterates (training.ema = {self.recipe.ema:g})"
+                             ": step with task.optimizer(ensemble) and pass it to task.finish(ensemble, optimizer)")
+        state = ensemble.detached()
+        for name, p in ensemble.state().items():
+            if id(p) in optimizer.average:
+                state[name] = optimizer.average[id(p)].detach().clone()
+        return Fit(state, claim)
+
     def minibatches(self, poisson: bool = False) -> Iterator[Batch]:
         """(X [K, B, *input_shape], y [K, B], valid [K, B] or None) per step: a fresh per-model shuffle each epoch
         cut into batches (or, with ``poisson``, DP-SGD's Poisson samples), augmented as the recipe asks."""
@@ -71,6 +151,18 @@ class FitTask:
         source = (poisson_batches if poisson else batches)(self.X, self.y, self.recipe, seeds)
         for Xb, yb, valid in augmented(source, self.arch, self.recipe.augment, seeds):
             yield Xb.reshape(*Xb.shape[:2], *self.arch.input_shape), yb, valid
+
+
+def honours_problem(cls: type) -> str | None:
+    """Why a defense class's ``honours`` is not a set of recipe fields, or None (checked at registration)."""
+    honours = getattr(cls, "honours", RECIPE_FIELDS)
+    if not isinstance(honours, (set, frozenset)) or not all(isinstance(f, str) for f in honours):
+        return f"declares honours = {honours!r}: a frozenset of recipe fields ({', '.join(sorted(RECIPE_FIELDS))})"
+    unknown = sorted(honours - RECIPE_FIELDS)
+    if unknown:
+        return (f"declares honours with unknown recipe fields {', '.join(map(repr, unknown))}; known: "
+                f"{', '.join(sorted(RECIPE_FIELDS))}")
+    return None
 
 
 @dataclass(frozen=True)
@@ -94,6 +186,11 @@ class Defense:
     Params: ClassVar[type[BaseModel]] = NoParams
     per_example_gradients: ClassVar[bool] = False
     """True for defenses that clip per-example gradients (DP-SGD): models that mix examples are refused."""
+    honours: ClassVar[frozenset[str]] = RECIPE_FIELDS
+    """The recipe fields (``RECIPE_FIELDS``) this defense's training follows: every one for a defense that hands
+    its task to the engine. A defense trained in plain PyTorch lists those it applies (the ``FitTask`` helpers
+    apply them all); a scenario that sets any other away from its neutral value (momentum, ema or l2 above 0,
+    a batch size, augmentation, solver 'newton'; epochs and lr always count) is refused, naming the field."""
 
     def __init__(self, params: BaseModel) -> None:
         self.params = params

@@ -1,5 +1,6 @@
 """The scenario's typed form: tracks, plugin references, the training recipe and a game's spec (pydantic models,
-unknown keys forbidden). What a plugin reads of the scenario it plays in; ``arena.pipeline.scenario`` reads the files."""
+unknown keys forbidden). What a plugin reads of the scenario it plays in; ``arena.pipeline.scenario`` reads the
+files."""
 
 from __future__ import annotations
 
@@ -41,6 +42,24 @@ class PluginRef(BaseModel):
     @property
     def options(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
+
+
+MAX_LABEL = 40
+
+
+class EntryRef(PluginRef):
+    """A defense or attack entry of a track: a plugin reference that may carry a ``label`` for tables and figures
+    (short, printable, unique among the track's defenses or attacks; planning checks it). Without one, the label is
+    the plugin's name plus the parameters that differ between entries of that plugin on the track."""
+
+    label: str | None = Field(default=None, min_length=1, max_length=MAX_LABEL)
+
+    @field_validator("label")
+    @classmethod
+    def _printable(cls, label: str | None) -> str | None:
+        if label is not None and (label != label.strip() or not label.isprintable()):
+            raise ValueError("a label holds printable characters only, without leading or trailing spaces")
+        return label
 
 
 class AugmentSpec(Strict):
@@ -100,8 +119,8 @@ class Track(Strict):
     model: PluginRef
     training: TrainingSpec
     game: SerializeAsAny[GameSpec]
-    defenses: list[PluginRef] = Field(min_length=1)
-    attacks: list[PluginRef] = Field(min_length=1)
+    defenses: list[EntryRef] = Field(min_length=1)
+    attacks: list[EntryRef] = Field(min_length=1)
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     pool_chunk: PositiveInt = Field(default=32, description="shadow models per independently scheduled chunk")
 

@@ -33,6 +33,11 @@ def split_seed(key: str) -> int:
     return derive_seed("audit-split", key)
 
 
+RESAMPLES = 1000
+"""Bootstrap draws of each metric of a matchup: drawn once when it is scored (``arena.pipeline.execute``) and read
+back by the leaderboard."""
+
+
 def resample_seed(key: str, seed: int = 0) -> int:
     """The seed of a matchup's bootstrap resamples on the leaderboard: fixed by its key (and the board's ``seed``),
     not by the order of work."""

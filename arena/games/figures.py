@@ -1,13 +1,14 @@
-"""Figure helpers the games share (their report sections draw with matplotlib's Agg canvas, no pyplot)."""
+"""Figure helpers the games share. Their figures are drawn for print through ``arena.results.figures`` (TrueType
+fonts, constrained layout, at most three panels a row, one colour per defense of a track), which importing this
+module also sets up for the figures a game saves itself (the reconstruction grids)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from arena.results.figures import figure, text, wrap
 
-def text(s: object) -> str:
-    """A plugin-supplied string made literal for matplotlib (a '$' would otherwise start mathtext)."""
-    return str(s).replace("\\", "\\\\").replace("$", r"\$")
+__all__ = ["as_image", "figure", "text", "wrap"]
 
 
 def as_image(record: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:

@@ -5,6 +5,8 @@ The same functions run in-process (``--serial``) and inside Ray workers, so both
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import math
 import platform
 import time
@@ -17,13 +19,13 @@ import torch
 from arena._version import __version__
 from arena.engine.augment import Augment
 from arena.engine.recipe import Recipe
-from arena.engine.seeds import challenger_seed
-from arena.plugins import registries
+from arena.engine.seeds import RESAMPLES, challenger_seed, resample_seed
 from arena.pipeline import sandbox
 from arena.pipeline.plan import Matchup, architecture, load_dataset
 from arena.pipeline.procedure import TrainingProcedure
 from arena.pipeline.row import SCHEMA_VERSION
 from arena.pipeline.store import RunStore
+from arena.plugins import registries
 
 
 def recipe(training: dict[str, Any]) -> Recipe:
@@ -48,19 +50,35 @@ def procedure_for(matchup: Matchup, store: RunStore) -> TrainingProcedure:
         device=matchup.track.device,
         cache=store.cache,
         chunk=matchup.track.pool_chunk,
+        code={k: p.identity() for k, p in matchup.provenance().items() if k in ("model", "defense")},
     )
 
 
 def _plugin_version(entry: Any, name: str, version: str) -> str:
-    """'distribution version / name vversion': which code a row's plugin came from."""
+    """'distribution version / name vversion': which code a row's plugin came from (a matchup planned without
+    provenance)."""
     return f"{entry.distribution} {entry.version} / {name} v{version}"
+
+
+def plugin_versions(matchup: Matchup) -> dict[str, str]:
+    """Which code each plugin of the matchup came from (game, dataset, model, defense, attack):
+    'distribution version / name vversion', and for a plugin installed locally or in editable mode its source
+    hash as ``<kind>.source`` (``arena.pipeline.provenance``)."""
+    regs = registries()
+    known = {k: v for kind, p in matchup.provenance().items() for k, v in p.versions(kind).items()}
+    fallback = {"game": (regs.games, matchup.track.game.name, matchup.game_version),
+                "defense": (regs.defenses, matchup.defense.name, matchup.defense.version),
+                "attack": (regs.attacks, matchup.attack.name, matchup.attack.version)}
+    for kind, (registry, name, version) in fallback.items():
+        if kind not in known:
+            known[kind] = _plugin_version(registry.entry(name), name, version)
+    return known
 
 
 def base_row(matchup: Matchup) -> dict[str, Any]:
     """The columns of a result row (``arena.pipeline.row.ResultRow``) that the matchup determines: its identity, the
     versions of the code that plays it, and how to read its game's metrics (``metric_info``, the game's primary
     and ranking metric), so that no plugin is needed to read the row."""
-    regs = registries()
     game = matchup.track.game.name
     return {
         "schema": SCHEMA_VERSION,
@@ -71,25 +89,34 @@ def base_row(matchup: Matchup) -> dict[str, Any]:
         "game": game,
         "defense": matchup.defense.name,
         "defense_label": matchup.defense.label,
-        "defense_params": matchup.defense.params,
+        "defense_params": {**matchup.defense.params, "training": matchup.defense.training},
         "epsilon": matchup.defense.epsilon,
         "delta": matchup.defense.delta,
         "attack": matchup.attack.name,
         "attack_label": matchup.attack.label,
         "attack_params": matchup.attack.params,
+        "threat_model": planned_threat_model(matchup),
         "seed": matchup.seed,
+        "definition": matchup.definition,
         "versions": {
             "arena": __version__,
             "torch": torch.__version__,
             "python": platform.python_version(),
-            "game": _plugin_version(regs.games.entry(game), game, matchup.game_version),
-            "defense": _plugin_version(regs.defenses.entry(matchup.defense.name), matchup.defense.name,
-                                       matchup.defense.version),
-            "attack": _plugin_version(regs.attacks.entry(matchup.attack.name), matchup.attack.name,
-                                      matchup.attack.version),
+            **plugin_versions(matchup),
         },
         **game_columns(game),
     }
+
+
+def planned_threat_model(matchup: Matchup) -> list[str]:
+    """The capabilities the matchup's attack is played with, sorted: the plan's static reading of its class (for
+    a matchup planned without one, read now; none when the class declares no plain one)."""
+    if matchup.attack.threat_model is not None:
+        return sorted(matchup.attack.threat_model)
+    try:
+        return sorted(sandbox.static_attack(registries().attacks.get(matchup.attack.name)).threat_model)
+    except (TypeError, KeyError):
+        return []
 
 
 def _finite(v: float) -> float | None:
@@ -151,41 +178,72 @@ def claim_problem(claim: Any, target: float | None) -> str | None:
     return None
 
 
+def bootstrap_draws(game_cls: type, outcome: Any, key: str) -> dict[str, np.ndarray]:
+    """The game's bootstrap draws of the matchup's metrics from its arrays (``Game.resample``, ``RESAMPLES`` draws
+    seeded by the key), drawn once when it is scored and saved beside its row for the leaderboard to read."""
+    module, _, name = (getattr(game_cls, "resample", None) or "").partition(":")
+    draws = getattr(importlib.import_module(module), name)(
+        outcome.arrays, list(outcome.metrics), resamples=RESAMPLES, seed=resample_seed(key)) if name else None
+    return dict(draws or {})
+
+
 def play_matchup(matchup: Matchup, run_dir: str) -> dict[str, Any]:
     """Play one matchup and return its result row; a plugin's exception fails this matchup only."""
     torch.set_num_threads(1)
     start = time.perf_counter()
     row = base_row(matchup)
     row.update(status="ok", utility=None, metrics={}, notes=[], claim=None, error=None, traceback=None)
+    store = None
     try:
         store = RunStore(run_dir)
         regs = registries()
-        attack_cls = regs.attacks.get(matchup.attack.name)
-        attack = attack_cls(attack_cls.Params.model_validate(matchup.attack.params))
-        reason = attack.skip_reason(matchup.track)
-        if reason is not None:
-            row.update(status="skipped", error=reason)
-        else:
-            procedure = procedure_for(matchup, store)
-            dataset = load_dataset(matchup.track.dataset)
-            game = game_for(matchup, dataset, store)
-            release = game.release(procedure)
-            row.update(utility=None if release.utility is None else float(release.utility),
-                       claim=release.claim.as_dict() if release.claim else None)
-            broken = claim_problem(release.claim, matchup.defense.epsilon)
-            if broken is not None:
-                row.update(status="failed", error=f"claim: {broken}")
+        game_cls = regs.games.get(matchup.track.game.name)
+        attack = sandbox.attack_ref(regs.attacks.get(matchup.attack.name), matchup.attack.params,
+                                    threat_model=matchup.attack.threat_model)  # the plan's, read statically
+        # built, validated and asked skip_reason in its own process: no attack code runs in this one
+        with sandbox.AttackProcess(attack, track=matchup.track, guesses=sandbox.guess_types(game_cls)) as process:
+            reason = process.skip_reason()
+            if reason is not None:
+                row.update(status="skipped", error=reason)
             else:
-                view = game.view(attack, release, procedure)
-                outcome = game.score(attack, sandbox.run_attack(attack, view, guesses=sandbox.guess_types(game)))
-                row.update(metrics=outcome.metrics, notes=outcome.notes)
-                if outcome.arrays:
-                    store.save_arrays(matchup.key, {k: torch.from_numpy(np.ascontiguousarray(v))
-                                                    for k, v in outcome.arrays.items()})
-                game.save_artifacts(outcome, store.artifact_dir(matchup.key))
-    except sandbox.AttackFailed as exc:  # the attack's own process raised, exited or died
+                procedure = procedure_for(matchup, store)
+                dataset = load_dataset(matchup.track.dataset)
+                game = game_for(matchup, dataset, store)
+                release = game.release(procedure)
+                row.update(utility=None if release.utility is None else float(release.utility),
+                           claim=release.claim.as_dict() if release.claim else None)
+                broken = claim_problem(release.claim, matchup.defense.epsilon)
+                if broken is not None:
+                    row.update(status="failed", error=f"claim: {broken}")
+                else:
+                    view = game.view(attack, release, procedure)
+                    outcome = game.score(attack, process.run(view))
+                    row.update(metrics=outcome.metrics, notes=outcome.notes)
+                    if outcome.arrays:
+                        store.save_arrays(matchup.key, {k: torch.from_numpy(np.ascontiguousarray(v))
+                                                        for k, v in outcome.arrays.items()})
+                        store.save_draws(matchup.key, bootstrap_draws(game_cls, outcome, matchup.key))
+                    game.save_artifacts(outcome, store.artifact_dir(matchup.key))
+    except sandbox.AttackFailed as exc:  # the attack's own process raised, exited, died or was refused
         row.update(status="failed", error=str(exc), traceback=exc.child_traceback)
+        _keep_full_text(store, matchup.key, exc.full_text)
+    except sandbox.ServerDied:
+        raise  # the arena's fault, not the attack's: played again, as after a worker's death
     except Exception as exc:  # noqa: BLE001 - isolation: any plugin failure fails this matchup only
-        row.update(status="failed", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+        text, trace = f"{type(exc).__name__}: {exc}", traceback.format_exc()
+        row.update(status="failed", error=sandbox.clip_text(text, sandbox.ERROR_CHARS),
+                   traceback=sandbox.clip_text(trace, sandbox.TRACEBACK_CHARS, tail=True))
+        if len(text) > sandbox.ERROR_CHARS or len(trace) > sandbox.TRACEBACK_CHARS:
+            _keep_full_text(store, matchup.key, sandbox.clip_text(f"{text}\n\n{trace}", sandbox.ARTIFACT_CHARS))
     row["seconds"] = round(time.perf_counter() - start, 4)
     return row
+
+
+def _keep_full_text(store: RunStore | None, key: str, text: str | None) -> None:
+    """A failure's text longer than its row keeps, beside the matchup's artifacts (``error.txt``, capped)."""
+    if store is None or not text:
+        return
+    with contextlib.suppress(OSError):
+        directory = store.artifact_dir(key)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "error.txt").write_text(text, encoding="utf-8")

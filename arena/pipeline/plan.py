@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +21,14 @@ from arena.contracts.defense import Defense
 from arena.contracts.game import Game
 from arena.contracts.spec import GameSpec, PluginRef, Scenario, Track, TrainingOverride, TrainingSpec
 from arena.engine.architecture import Architecture, has_batch_norm
-from arena.plugins import Registries, registries
-from arena.registry import UnknownNameError
+from arena.pipeline.honours import unhonoured
+from arena.pipeline.labels import Labelled, assign, flatten
+from arena.pipeline.provenance import Provenance, provenance, track_provenance
+from arena.pipeline.sandbox.static import static_attack
 from arena.pipeline.scenario import ScenarioError, parse_scenario, pydantic_problems
 from arena.pipeline.store import content_key
+from arena.plugins import Registries, registries
+from arena.registry import UnknownNameError
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,8 @@ class DefenseConfig:
     label: str
     training: dict[str, Any]
     """The track's training recipe with this entry's ``training`` override applied (JSON form)."""
+    code: Provenance | None = None
+    """The defense plugin's provenance (``arena.pipeline.provenance``): part of the key."""
 
 
 @dataclass(frozen=True)
@@ -47,19 +53,11 @@ class AttackConfig:
     params: dict[str, Any]
     version: str
     label: str
-
-
-def config_label(
-    name: str, params: BaseModel, epsilon: float | None = None, recipe: dict[str, Any] | None = None
-) -> str:
-    """'name', or 'name(eps=2, k=v, training.batch_size=256)' listing ε, every optional parameter set away from its
-    default and every recipe field a defense entry overrides."""
-    optional = {k for k, f in type(params).model_fields.items() if not f.is_required()}
-    changed = params.model_dump(mode="json", exclude_defaults=True, include=optional)
-    changed.pop("epsilons", None)
-    changed.update({f"training.{k}": v for k, v in (recipe or {}).items()})
-    parts = ([f"eps={epsilon:g}"] if epsilon is not None else []) + [f"{k}={v}" for k, v in sorted(changed.items())]
-    return f"{name}({', '.join(parts)})" if parts else name
+    threat_model: frozenset[str] | None = None
+    """The capabilities its class declares, read statically (``arena.pipeline.sandbox.static``): what its view
+    grants and its rows record (None: read from the class when it is played)."""
+    code: Provenance | None = None
+    """The attack plugin's provenance (``arena.pipeline.provenance``): part of the key."""
 
 
 @dataclass(frozen=True)
@@ -74,26 +72,52 @@ class Matchup:
     data_fingerprint: str
     game_version: str
     """The version of the registered game the track plays (``Game.version``)."""
+    code: dict[str, Provenance] = field(default_factory=dict, hash=False)
+    """The provenance of the track's ``game``, ``dataset`` and ``model`` plugins (``arena.pipeline.provenance``)."""
+
+    def provenance(self) -> dict[str, Provenance]:
+        """Every plugin that shapes the matchup, by kind: game, dataset, model, defense, attack."""
+        return {**self.code, **({"defense": self.defense.code} if self.defense.code else {}),
+                **({"attack": self.attack.code} if self.attack.code else {})}
 
     def track_identity(self) -> dict[str, Any]:
         """The parts of the track that determine a release (not the lists of other defenses and attacks): its
-        dataset, model, recipe and device, and the game played: its spec (with its name) and its version."""
+        dataset, model, recipe and device, and the game played: its spec (with its name) and its version; the
+        code of its game, dataset and model plugins (name, version, distribution and, installed locally, source)."""
         return {
             **self.track.model_dump(mode="json", include={"name", "dataset", "model", "training", "game", "device"}),
             "game_version": self.game_version,
             "data": self.data_fingerprint,
+            **({"code": {k: p.identity() for k, p in sorted(self.code.items())}} if self.code else {}),
         }
+
+    def defense_identity(self) -> dict[str, Any]:
+        """The defense configuration as keyed: name, parameters, version, its effective recipe and its code."""
+        code = {"code": self.defense.code.identity()} if self.defense.code else {}
+        return {"name": self.defense.name, "params": self.defense.params, "version": self.defense.version,
+                "training": self.defense.training, **code}
+
+    def attack_identity(self) -> dict[str, Any]:
+        """The attack configuration as keyed: name, parameters, version and its code."""
+        code = {"code": self.attack.code.identity()} if self.attack.code else {}
+        return {"name": self.attack.name, "params": self.attack.params, "version": self.attack.version, **code}
 
     @property
     def release_key(self) -> str:
-        defense = {"name": self.defense.name, "params": self.defense.params, "version": self.defense.version,
-                   "training": self.defense.training}
-        return content_key({"track": self.track_identity(), "defense": defense, "seed": self.seed})
+        return content_key({"track": self.track_identity(), "defense": self.defense_identity(), "seed": self.seed})
 
     @property
     def key(self) -> str:
-        attack = {"name": self.attack.name, "params": self.attack.params, "version": self.attack.version}
-        return content_key({"release": self.release_key, "attack": attack})
+        return content_key({"release": self.release_key, "attack": self.attack_identity()})
+
+    @property
+    def definition(self) -> dict[str, str]:
+        """Hashes of the matchup's definition apart from its seed (and the run's secret): ``track``
+        (``track_identity``), ``defense`` and ``attack``. Rows of any runs that share all three are seeds of one
+        matchup definition, which ``arena.results.merge`` pools; a track name with two ``track`` hashes is two
+        tracks."""
+        return {"track": content_key(self.track_identity()), "defense": content_key(self.defense_identity()),
+                "attack": content_key(self.attack_identity())}
 
 
 @dataclass(frozen=True)
@@ -128,7 +152,7 @@ TRAINING_MEMORY_FACTOR = 4
 and the per-example work (activations, clipped gradients), counted conservatively low."""
 
 
-class _TooLarge(Exception):
+class _TooLarge(Exception):  # noqa: N818 - a signal inside the guard, never raised to a caller
     """A model build asked for more real memory than its track could ever train with."""
 
 
@@ -180,10 +204,10 @@ def _models_at_once(track: Track, regs: Registries) -> tuple[int, str]:
     the track is granted ``training`` (it trains shadow pools, ``pool_chunk`` models per call), else one."""
     for ref in track.attacks:
         try:
-            cls = regs.attacks.get(ref.name)
-        except UnknownNameError:
+            threat_model = static_attack(regs.attacks.get(ref.name)).threat_model
+        except (UnknownNameError, TypeError):
             continue
-        if "training" in cls.threat_model:
+        if "training" in threat_model:
             return track.pool_chunk, f" x {track.pool_chunk} models at once (pool_chunk: attack {ref.name!r} " \
                                      "trains shadow models)"
     return 1, ""
@@ -255,12 +279,6 @@ def _training(
         return options, None
 
 
-def _overridden(base: TrainingSpec, recipe: TrainingSpec) -> dict[str, Any]:
-    """The recipe fields a defense entry set away from the track's, for its label."""
-    old, new = base.model_dump(mode="json"), recipe.model_dump(mode="json")
-    return {k: v for k, v in new.items() if old[k] != v}
-
-
 def _plugin_params(
     source: str, prefix: str, ref: PluginRef, cls: type, problems: list[str], options: dict[str, Any] | None = None
 ) -> BaseModel | None:
@@ -322,6 +340,7 @@ def _check_track(
                         "features); use solver 'auto' or 'gradient', or set model.l2")
 
     defenses: list[DefenseConfig] = []
+    named: list[Labelled] = []
     for j, ref in enumerate(track.defenses):
         prefix = f"{where}.defenses[{j}]"
         cls = _lookup(source, prefix, ref.name, regs.defenses, problems)
@@ -333,42 +352,50 @@ def _check_track(
             problems.append(f"{source}: {where}.model: model {track.model.name!r} has BatchNorm layers, which mix "
                             f"examples in a batch, so defense {cls.name!r} ({prefix}) cannot clip per-example "
                             "gradients; use a GroupNorm model (e.g. norm: group)")
+        problems.extend(unhonoured(source, where, j, cls, ref, training, arch.l2 if arch is not None else 0.0))
+        code = provenance(regs.defenses.entry(cls.name))
+        recipe = training.model_dump(mode="json")
         for config in cls.expand(params):
             defense: Defense = cls(config)
             if game is not None:
-                for field, msg in defense.validate_for(game.train_size(track.game)):
-                    problems.append(f"{source}: {prefix}.{field}: {msg}")
-            eps = defense.target_epsilon()
-            defenses.append(
-                DefenseConfig(cls.name, config.model_dump(mode="json"), cls.version, eps, defense.target_delta(),
-                              config_label(cls.name, config, eps, _overridden(track.training, training)),
-                              training.model_dump(mode="json"))
-            )
-    labels = [d.label for d in defenses]
-    if len(set(labels)) != len(labels):
-        problems.append(f"{source}: {where}.defenses: the same defense configuration appears twice")
+                for field_name, msg in defense.validate_for(game.train_size(track.game)):
+                    problems.append(f"{source}: {prefix}.{field_name}: {msg}")
+            eps, dumped = defense.target_epsilon(), config.model_dump(mode="json")
+            defenses.append(DefenseConfig(cls.name, dumped, cls.version, eps, defense.target_delta(), "", recipe,
+                                          code))
+            named.append(Labelled(cls.name, flatten({**dumped, "training": recipe}), eps, j, ref.label))
+    defenses = assign(source, f"{where}.defenses", "defense", defenses, named, problems)
 
     attacks: list[AttackConfig] = []
+    named = []
     for j, ref in enumerate(track.attacks):
         prefix = f"{where}.attacks[{j}]"
         cls = _lookup(source, prefix, ref.name, regs.attacks, problems)
-        params = _plugin_params(source, prefix, ref, cls, problems) if cls else None
-        if params is None:
+        try:  # its declarations read statically: none of its code runs for them
+            info = static_attack(cls) if cls else None
+            if info is not None and info.name != ref.name:
+                raise TypeError(f"it is registered as {ref.name!r} but its class declares name = {info.name!r}")
+        except TypeError as exc:
+            problems.append(f"{source}: {prefix}.name: attack {ref.name!r}: {exc}")
             continue
-        if cls.game not in regs.games:
-            problems.append(f"{source}: {prefix}.name: attack {cls.name!r} declares game = {cls.game!r}: "
-                            f"{UnknownNameError('game', cls.game, regs.games.names())}")
-        elif cls.game != track.game.name:
-            problems.append(f"{source}: {prefix}.name: attack {cls.name!r} plays the {cls.game!r} game, "
+        params = _plugin_params(source, prefix, ref, cls, problems) if cls else None
+        if params is None or info is None:
+            continue
+        if info.game not in regs.games:
+            problems.append(f"{source}: {prefix}.name: attack {info.name!r} declares game = {info.game!r}: "
+                            f"{UnknownNameError('game', info.game, regs.games.names())}")
+        elif info.game != track.game.name:
+            problems.append(f"{source}: {prefix}.name: attack {info.name!r} plays the {info.game!r} game, "
                             f"but this track plays {track.game.name!r}")
-        elif game is not None and not cls.threat_model <= game.capabilities:
-            missing = ", ".join(sorted(cls.threat_model - game.capabilities))
-            problems.append(f"{source}: {prefix}.name: attack {cls.name!r} needs {missing}, "
+        elif game is not None and not info.threat_model <= game.capabilities:
+            missing = ", ".join(sorted(info.threat_model - game.capabilities))
+            problems.append(f"{source}: {prefix}.name: attack {info.name!r} needs {missing}, "
                             f"which the {game.name!r} game does not grant")
-        attacks.append(AttackConfig(cls.name, params.model_dump(mode="json"), cls.version,
-                                    config_label(cls.name, params)))
-    if len({a.label for a in attacks}) != len(attacks):
-        problems.append(f"{source}: {where}.attacks: the same attack configuration appears twice")
+        dumped = params.model_dump(mode="json")
+        code = provenance(regs.attacks.entry(info.name), module=info.entry.partition(":")[0], version=info.version)
+        attacks.append(AttackConfig(info.name, dumped, info.version, "", info.threat_model, code))
+        named.append(Labelled(info.name, flatten(dumped), None, j, ref.label))
+    attacks = assign(source, f"{where}.attacks", "attack", attacks, named, problems)
     return track, dataset, defenses, attacks
 
 
@@ -403,11 +430,12 @@ def plan(paths: list[Path], local: bool = True) -> Plan:
                 continue
             fingerprint = dataset.fingerprint()
             game_version = str(regs.games.get(track.game.name).version) if track.game.name in regs.games else ""
+            code = track_provenance(track, regs)
             for defense in defenses:
                 for attack in attacks:
                     for seed in scenario.seeds:
                         matchups.append(Matchup(scenario.name, track, defense, attack, seed, fingerprint,
-                                                game_version))
+                                                game_version, code))
     if problems:
         raise ScenarioError(problems)
     return Plan(tuple(parsed), tuple(matchups))

@@ -82,6 +82,9 @@ class TrainingProcedure:
     chunk: int = 32
     """Models per independently scheduled and cached part of a shadow pool (``train_chunks``)."""
     stats: TrainingStats = field(default_factory=TrainingStats)
+    code: dict = field(default_factory=dict)
+    """The code that trains (``arena.pipeline.provenance``: the defense's and model's plugins, with their source
+    hashes when installed locally), part of every cache key: an edited defense never reuses models."""
 
     def identity(self) -> dict:
         """Everything that determines the trained models apart from data and seeds."""
@@ -92,6 +95,7 @@ class TrainingProcedure:
             "arch": self.arch.identity(),
             "recipe": {**self.recipe.__dict__, "augment": self.recipe.augment.__dict__},
             "solver": self.solver,
+            **({"code": self.code} if self.code else {}),
         }
 
     def __call__(

@@ -5,8 +5,9 @@ runs on every line it reads.
 belongs to. Every row the arena writes carries ``schema = SCHEMA_VERSION``. Rows written before the schema existed
 carry none: they are version 0 and are checked as they always were (a matchup ``key``, a known ``status``, and the
 types of ``metrics``, ``seed``, ``track``, ``defense_label`` and ``attack_label`` where present). A row of version 1
-holds every field with its declared type. A row of a newer schema than this arena's is not read: an older arena
-cannot know what its fields mean, so the store sets it aside like any other line that is not a row.
+or later holds every field of its version (``Col.since``) with its declared type. A row of a newer schema than this
+arena's is not read: an older arena cannot know what its fields mean, so the store sets it aside like any other line
+that is not a row.
 
 Derived here: ``BOARD_COLUMNS`` (what a row needs to appear on a leaderboard) and ``FRAME_COLUMNS`` (the first
 columns of ``Results.frame()``, in order).
@@ -18,7 +19,7 @@ import types
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypedDict, Union, get_args, get_origin, get_type_hints
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class Col:
     frame: bool = False
     board: bool = False
     legacy: bool = False
+    since: int = 1
+    """The first schema version whose rows hold the field (older rows lack it)."""
 
 
 class ResultRow(TypedDict):
@@ -46,13 +49,21 @@ class ResultRow(TypedDict):
     defense: Annotated[str, Col("the defense plugin's name", frame=True, board=True)]
     defense_label: Annotated[str, Col("the defense configuration's label (dpsgd(eps=1))", frame=True, board=True,
                                       legacy=True)]
-    defense_params: Annotated[dict[str, Any], Col("the defense configuration's parameters (JSON form)")]
+    defense_params: Annotated[dict[str, Any], Col("the defense configuration's parameters (JSON form), its "
+                                                  "effective training recipe under 'training'")]
     epsilon: Annotated[float | None, Col("the configuration's target ε; null: it targets none", frame=True)]
     delta: Annotated[float | None, Col("the configuration's target δ; null: it targets none")]
     attack: Annotated[str, Col("the attack plugin's name", frame=True)]
     attack_label: Annotated[str, Col("the attack configuration's label", frame=True, board=True, legacy=True)]
     attack_params: Annotated[dict[str, Any], Col("the attack's parameters (JSON form)")]
+    threat_model: Annotated[list[str], Col("the capabilities the attack was played with (its class's "
+                                           "threat_model, read statically when planned): what its view granted")]
     seed: Annotated[int, Col("the scenario seed", frame=True, board=True, legacy=True)]
+    definition: Annotated[dict[str, str], Col("hashes of the matchup's definition apart from its seed: 'track' (the "
+                                              "track as run: dataset, model, recipe, game spec and versions, data "
+                                              "fingerprint), 'defense' and 'attack' (name, parameters, version, "
+                                              "recipe); rows of any runs that share all three pool as seeds",
+                                              since=2)]
     status: Annotated[Literal["ok", "skipped", "failed"], Col("what became of the matchup", frame=True, board=True,
                                                               legacy=True)]
     utility: Annotated[float | None, Col("the release's utility (test accuracy); null: no release", frame=True)]
@@ -63,8 +74,9 @@ class ResultRow(TypedDict):
     metrics: Annotated[dict[str, Any], Col("metric name → value (null: the sample cannot resolve it)", legacy=True)]
     notes: Annotated[list[str], Col("the game's notes on what the sample cannot resolve")]
     claim: Annotated[dict[str, Any] | None, Col("the release's privacy claim (ε, δ, accountant); null: none")]
-    versions: Annotated[dict[str, str], Col("arena, torch and python; the game's, defense's and attack's "
-                                            "distribution and plugin versions")]
+    versions: Annotated[dict[str, str], Col("arena, torch and python; the game's, dataset's, model's, defense's "
+                                            "and attack's distribution and plugin versions, with a hash of the "
+                                            "source of a plugin installed locally or in editable mode")]
     metric_info: Annotated[dict[str, dict[str, Any]], Col("each metric of the game: higher_is_better, bounds "
                                                           "(null for an infinite end)")]
     primary_metric: Annotated[str | None, Col("the game's primary metric (shown beside the ranking one)")]
@@ -140,8 +152,10 @@ def row_problem(obj: object) -> str | None:
             if name in obj and not isinstance(obj[name], kind):
                 return f"{name!r} is not a {kind.__name__}"
         return None
-    for name, (hint, _) in FIELDS.items():
+    for name, (hint, col) in FIELDS.items():
         if name not in obj:
+            if col.since > version:
+                continue
             return f"a row of schema {version} without {name!r}"
         if not _fits(obj[name], hint):
             return f"{name!r} is {type(obj[name]).__name__}, not {describe(hint)}"

@@ -26,6 +26,8 @@ from arena.pipeline.row import row_problem
 
 RESULTS = "results.jsonl"
 REJECTED = "results.rejected.jsonl"
+MATCHUPS = "matchups.json"
+"""The keys of the matchups of the scenario as last run (and how it labels them): which rows are current."""
 MARKER = ".arena-run"
 LOCK = ".arena-lock"
 SECRET = ".arena-secret"
@@ -284,6 +286,18 @@ class RunStore:
     def load_arrays(self, key: str) -> dict[str, torch.Tensor] | None:
         return self.artifacts.get(key, "arrays")
 
+    def save_draws(self, key: str, draws: dict[str, np.ndarray]) -> None:
+        """Keep one matchup's bootstrap draws of its metrics (drawn once, when it was scored) beside its arrays, so
+        that a leaderboard reads them instead of resampling the scores again."""
+        if draws:
+            self.artifacts.put(key, "bootstrap", {k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.float64))
+                                                  for k, v in draws.items()})
+
+    def load_draws(self, key: str) -> dict[str, np.ndarray] | None:
+        """The bootstrap draws ``save_draws`` kept (metric → draws), None where the matchup saved none."""
+        saved = self.artifacts.get(key, "bootstrap")
+        return None if saved is None else {k: v.numpy() for k, v in saved.items()}
+
     def write_json(self, name: str, obj: object) -> None:
         text = json.dumps(obj, indent=2, sort_keys=True, default=str)
         _atomic_write(self.root / name, lambda tmp: Path(tmp).write_text(text))
@@ -312,6 +326,59 @@ class RunStore:
         cut = data.rfind(b"\n") + 1
         with open(path, "r+b") as f:
             f.truncate(cut)
+
+    def set_matchups(self, matchups: dict[str, dict]) -> None:
+        """Record the matchups of the scenario as run (matchup key → its ``defense_label`` and ``attack_label``,
+        and whatever else describes it), atomically, at the start of a run: from now on only rows of these keys
+        are results (``current_rows``); every other row stays in results.jsonl as history."""
+        self.write_json(MATCHUPS, {"arena": __version__, "matchups": matchups})
+
+    def matchups(self) -> dict[str, dict] | None:
+        """The matchups recorded by ``set_matchups``; None for a run directory written before the arena recorded
+        them (all of its rows are then current)."""
+        path = self.root / MATCHUPS
+        if not path.exists():
+            return None
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise RunDirError(f"{path}: unreadable ({type(exc).__name__}: {exc}); run the scenario again to "
+                              "rewrite it") from None
+        matchups = data.get("matchups") if isinstance(data, dict) else None
+        if not isinstance(matchups, dict) or not all(isinstance(v, dict) for v in matchups.values()):
+            raise RunDirError(f"{path}: not a record of matchups; run the scenario again to rewrite it")
+        return matchups
+
+    def latest_rows(self) -> list[dict]:
+        """The last row written for each matchup key (a re-run replaces an earlier failure, ``--fresh`` every
+        row), in the order the keys first appear."""
+        by_key: dict[str, dict] = {}
+        for row in self.results():
+            by_key[row["key"]] = row
+        return list(by_key.values())
+
+    def current_rows(self) -> list[dict]:
+        """The latest row of each matchup of the scenario as run, labelled as that scenario labels it (labels are
+        no part of a key: a relabelled entry replays nothing): what the leaderboard, the report, the frame and
+        the audit read. Rows of other keys (superseded: another version or source of a plugin, other
+        parameters, another scenario) are left out."""
+        matchups = self.matchups()
+        rows = self.latest_rows()
+        if matchups is None:
+            return rows
+        out = []
+        for row in rows:
+            entry = matchups.get(row["key"])
+            if entry is not None:
+                out.append({**row, **{k: entry[k] for k in ("defense_label", "attack_label") if k in entry}})
+        return out
+
+    def history_rows(self) -> list[dict]:
+        """The latest row of every matchup key ever written, each with ``superseded``: False for the current
+        matchups (``current_rows``, labelled as they are now), True for the others."""
+        current = {r["key"]: r for r in self.current_rows()}
+        return [{**current[r["key"]], "superseded": False} if r["key"] in current else {**r, "superseded": True}
+                for r in self.latest_rows()]
 
     def results(self) -> list[dict]:
         """Every complete result row; a torn last line is ignored, and each line that is not a row is skipped

@@ -10,6 +10,7 @@ import multiprocessing
 import multiprocessing.context
 import multiprocessing.process
 import os
+import shutil
 import signal
 import sys
 import time
@@ -27,10 +28,22 @@ from arena.pipeline.store import RunStore
 FINISHED = {"ok", "skipped"}
 
 
-def pending(plan: Plan, store: RunStore) -> list[Matchup]:
-    """Matchups whose key has no finished (ok or skipped) row yet; failed ones are played again."""
+def pending(plan: Plan, store: RunStore, fresh: bool = False) -> list[Matchup]:
+    """Matchups whose key has no finished (ok or skipped) row yet; failed ones are played again; every one when
+    ``fresh``."""
+    if fresh:
+        return list(plan.matchups)
     done = {row["key"] for row in store.results() if row.get("status") in FINISHED}
     return [m for m in plan.matchups if m.key not in done]
+
+
+def matchup_records(plan: Plan) -> dict[str, dict[str, Any]]:
+    """What the run directory records of each planned matchup (``RunStore.set_matchups``): its labels, and what
+    it is, to read a row's place in the scenario without the plan."""
+    return {m.key: {"defense_label": m.defense.label, "attack_label": m.attack.label, "scenario": m.scenario,
+                    "track": m.track.name, "defense": m.defense.name, "attack": m.attack.name, "seed": m.seed,
+                    "release_key": m.release_key}
+            for m in plan.matchups}
 
 
 def _by_release(matchups: list[Matchup]) -> dict[str, list[Matchup]]:
@@ -52,13 +65,14 @@ def run_serial(
 
     A child that exits (``sys.exit``, ``os._exit``, a signal), raises ``KeyboardInterrupt`` or outlives its
     timeout fails its own matchup and the run goes on; a child that died is played again up to ``retries`` times,
-    as Ray does. ``on_start(n)`` is told how many matchups are in flight (here always one) before each starts.
+    as Ray does, and so is one whose sandbox's fork server died under its attack. ``on_start(n)`` is told how many
+    matchups are in flight (here always one) before each starts.
     """
-    sandbox.start()  # the matchups' processes, forked from here, share this fork server
     for group in _by_release(todo).values():
         for m in group:
             on_start(1)
             for _ in range(retries + 1):
+                sandbox.start()  # the matchups' processes, forked from here, share this fork server (again if it died)
                 row, died = play_in_child(m, str(store.root), timeout(m))
                 if not died:
                     break
@@ -103,6 +117,8 @@ def play_in_child(matchup: Matchup, run_dir: str, limit: float) -> tuple[dict[st
     child.join(5.0)
     _kill(child)
     kind, payload = message
+    if kind == "died":  # the fork server died under the attack: no fault of the attack's, played again
+        return failed_row(matchup, f"worker died: {payload}", seconds), True
     return (payload if kind == "row" else failed_row(matchup, payload, seconds)), False
 
 
@@ -135,6 +151,8 @@ def _child(matchup: Matchup, run_dir: str, writer: Any) -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # held back by the parent while forking
     try:
         message: tuple[str, Any] = ("row", play_matchup(matchup, run_dir))
+    except sandbox.ServerDied as exc:
+        message = ("died", str(exc))
     except BaseException as exc:  # noqa: BLE001 - sys.exit or KeyboardInterrupt raised by plugin code
         message = ("error", f"plugin raised {type(exc).__name__}: {exc}")
     writer.send(message)
@@ -143,8 +161,8 @@ def _child(matchup: Matchup, run_dir: str, writer: Any) -> None:
 
 def failed_row(matchup: Matchup, error: str, seconds: float) -> dict[str, Any]:
     row = base_row(matchup)
-    row.update(status="failed", utility=None, metrics={}, notes=[], claim=None, error=error, traceback=None,
-               seconds=round(seconds, 4))
+    row.update(status="failed", utility=None, metrics={}, notes=[], claim=None, traceback=None,
+               error=sandbox.clip_text(error, sandbox.ERROR_CHARS), seconds=round(seconds, 4))  # capped, printable
     return row
 
 
@@ -189,7 +207,8 @@ def run_ray(
             )
     try:
         release_task = ray.remote(num_cpus=1, max_retries=retries)(_release_or_error)
-        matchup_task = ray.remote(num_cpus=1, max_retries=retries)(_play_after)
+        matchup_task = ray.remote(num_cpus=1, max_retries=retries,  # a fork server's death is a worker's
+                                  retry_exceptions=[sandbox.ServerDied])(_play_after)
         gpus = {m.track.device: gpu_request(m.track.device) for m in todo}
         limit = workers or int(ray.available_resources().get("CPU", 1)) or 1
         run_dir = str(store.root)
@@ -264,9 +283,17 @@ def run(
     address: str | None = None,
     progress: TextIO | None = None,
     verbose: bool = False,
+    fresh: bool = False,
 ) -> list[dict[str, Any]]:
-    """Play every pending matchup of ``plan`` into ``store``; return the rows written by this call."""
-    todo = pending(plan, store)
+    """Play every pending matchup of ``plan`` into ``store``; return the rows written by this call.
+
+    First records the plan's matchups (``RunStore.set_matchups``): the rows of any other key are history from
+    now on. ``fresh``: discard the run directory's cache of trained models and play every matchup again (the new
+    rows replace the old ones of the same keys)."""
+    store.set_matchups(matchup_records(plan))
+    if fresh:
+        shutil.rmtree(store.cache.root, ignore_errors=True)
+    todo = pending(plan, store, fresh)
     meter = Progress(len(todo), progress or sys.stderr)
     written: list[dict[str, Any]] = []
 

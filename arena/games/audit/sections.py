@@ -55,7 +55,7 @@ def tradeoff_panels(ctx: Any) -> list[Any]:
             for k in KINDS if f"{k}_scores" in saved and f"{k}_truth" in saved)
         if curves:
             panels.append(ctx.RocPanel(f"{r['defense_label']} vs {r['attack_label']}, seed {r['seed']}", claim,
-                                       "add_remove", curves))
+                                       "add_remove", curves, defense=r["defense_label"]))
     return panels
 
 

@@ -1,6 +1,7 @@
 """The membership game's figures: log-log ROC curves with bands, the most exposed records.
 
-Each function returns a matplotlib ``Figure`` drawn on the Agg canvas directly (no pyplot, no global state)."""
+Each function returns a matplotlib ``Figure`` drawn for print through ``arena.results.figures`` (TrueType fonts,
+constrained layout, at most three panels a row, one colour per defense of the track) on the Agg canvas."""
 
 from __future__ import annotations
 
@@ -9,11 +10,22 @@ from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
-from sklearn.metrics import roc_curve
+from matplotlib.lines import Line2D
 
 from arena.contracts.arrays import ArrayLoader
 from arena.contracts.metric import tpr_key
 from arena.games.figures import as_image, text
+from arena.results.figures import (
+    MAX_COLUMNS,
+    PANEL,
+    defense_styles,
+    empirical_roc,
+    figure,
+    legend_columns,
+    panels,
+    wrap,
+)
+from arena.results.figures import grid as grid_shape
 from arena.results.leaderboard import NOT_RESOLVABLE, TrackBoard
 
 
@@ -51,8 +63,10 @@ def _legend_value(board: TrackBoard, metric: str, defense: str, attack: str) -> 
 
 
 def roc_curves(board: TrackBoard, rows: list[dict[str, Any]], arrays: ArrayLoader) -> Figure | None:
-    """Log-log ROC curves of a membership track: one panel per attack, one line per defense: the mean over seeds
-    on a common log-FPR grid with its min–max band, floored at 1/n members; legends give AUC and TPR at 1 % FPR.
+    """Log-log ROC curves of a membership track: one panel per attack (at most three a row), one line per defense in
+    the defense's colour of the track: the mean over seeds on a common log-FPR grid with its min–max band, floored
+    at 1/n members. Each panel's legend (inside it, lower right, where no ROC above chance goes) gives each
+    defense's AUC and TPR at 1 % FPR; the defenses' names are in the legend below the panels.
 
     None when no ok matchup of the track saved its scores.
     """
@@ -62,51 +76,64 @@ def roc_curves(board: TrackBoard, rows: list[dict[str, Any]], arrays: ArrayLoade
         saved = arrays(r["key"]) if r.get("status") == "ok" else None
         if saved is None or "scores" not in saved:
             continue
-        is_member = np.asarray(saved["is_member"]).astype(bool)
-        fpr, tpr, _ = roc_curve(is_member, np.asarray(saved["scores"], dtype=np.float64))
-        curves.setdefault((r["defense_label"], r["attack_label"]), []).append((fpr, tpr))
+        is_member = np.asarray(saved["is_member"]).astype(bool).reshape(-1)
+        curves.setdefault((r["defense_label"], r["attack_label"]), []).append(
+            empirical_roc(is_member, saved["scores"]))
         smallest = min(smallest, 1.0 / max(1, int((~is_member).sum())))
         floor = min(floor, 1.0 / max(1, int(is_member.sum())))
     if not curves:
         return None
     attacks = [a for a in board.means.columns if any(key[1] == a for key in curves)]
+    defenses = [d for d in board.means.index if any(key[0] == d for key in curves)]
+    styles = defense_styles(board)
     grid = np.logspace(math.log10(smallest), 0, 200)
     low_fpr = tpr_key(0.01)
-    fig = Figure(figsize=(5.6 * len(attacks), 5.0))
-    axes = np.atleast_1d(fig.subplots(1, len(attacks)))
-    for ax, attack in zip(axes, attacks):
-        for k, defense in enumerate(board.means.index):
+    rows_, cols = grid_shape(len(attacks))
+    fig = figure(PANEL[0] * cols, PANEL[1] * rows_ + 0.45 + 0.2 * math.ceil(len(defenses) / 3))
+    for ax, attack in zip(panels(fig, len(attacks)), attacks):
+        for defense in defenses:
             seeds = curves.get((defense, attack))
             if not seeds:
                 continue
             mean, low, high = roc_bands(seeds, grid, floor)
-            color = f"C{k % 10}"
-            label = (f"{defense}: AUC {_legend_value(board, 'auc', defense, attack)}, "
-                     f"TPR@1% {_legend_value(board, low_fpr, defense, attack)} (n={len(seeds)} seeds)")
-            ax.plot(grid, mean, color=color, label=text(label))
+            color = styles[defense]["color"]
+            label = (f"AUC {_legend_value(board, 'auc', defense, attack)}, "
+                     f"TPR@1% {_legend_value(board, low_fpr, defense, attack)}")
+            ax.plot(grid, mean, color=color, linestyle=styles[defense]["linestyle"], linewidth=1.3,
+                    label=text(label))
             if len(seeds) > 1:
-                ax.fill_between(grid, low, high, color=color, alpha=0.15, linewidth=0)
-        ax.plot(grid, grid, color="grey", linestyle=":", label="chance")
+                ax.fill_between(grid, low, high, color=color, alpha=0.12, linewidth=0)
+        ax.plot(grid, grid, color="grey", linestyle=":", linewidth=0.8)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(smallest, 1)
         ax.set_ylim(min(floor, smallest) * 0.9, 1.05)
-        ax.set_xlabel(f"false-positive rate (resolution {smallest:.2g})")
-        ax.set_ylabel(f"true-positive rate (floor 1/n = {floor:.2g})")
-        ax.set_title(text(f"{board.track}: {attack}"))
+        ax.set_xlabel(f"FPR (resolution {smallest:.2g})")
+        ax.set_ylabel(f"TPR (floor 1/n = {floor:.2g})")
+        ax.set_title(wrap(attack, PANEL[0] - 0.7))
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(loc="lower right", fontsize=6.5, handlelength=1.5)
+    n_seeds = max(len(v) for v in curves.values())
+    handles = [Line2D([], [], color=styles[d]["color"], linestyle=styles[d]["linestyle"], label=text(d))
+               for d in defenses]
+    handles.append(Line2D([], [], color="grey", linestyle=":", label="chance"))
+    fig.legend(handles=handles, loc="outside lower center",
+               ncols=legend_columns([h.get_label() for h in handles], PANEL[0] * cols - 0.4))
+    fig.suptitle(wrap(f"{board.track}: ROC per attack (mean of up to {n_seeds} seeds, min–max band)",
+                      PANEL[0] * cols - 0.5, 10), fontsize=10)
     return fig
 
 
-def exposed_records(panels: list[tuple[str, list[tuple[np.ndarray, str]]]], shape: tuple[int, ...]) -> Figure:
-    """The most exposed records as images: one row per (defense, attack) title, each image captioned."""
-    columns = max(len(items) for _, items in panels)
-    fig = Figure(figsize=(1.5 * columns + 2.4, 1.7 * len(panels)))
-    axes = fig.subplots(len(panels), columns, squeeze=False)
-    for i, (title, items) in enumerate(panels):
-        for j in range(columns):
-            ax = axes[i, j]
+def exposed_records(panels_: list[tuple[str, list[tuple[np.ndarray, str]]]], shape: tuple[int, ...]) -> Figure:
+    """The most exposed records as images: one row per (defense, attack) title (a row of its own, titled above
+    its images), at most three images a row, each captioned below its title's row."""
+    columns = min(max(len(items) for _, items in panels_), MAX_COLUMNS)
+    fig = figure(1.45 * columns + 0.6, 1.85 * len(panels_))
+    rows = fig.subfigures(len(panels_), 1, squeeze=False)[:, 0]
+    for sub, (title, items) in zip(rows, panels_):
+        sub.suptitle(wrap(title, 1.45 * columns + 0.3, 8), fontsize=8)
+        axes = sub.subplots(1, columns, squeeze=False)[0]
+        for j, ax in enumerate(axes):
             ax.set_xticks([])
             ax.set_yticks([])
             if j >= len(items):
@@ -115,8 +142,5 @@ def exposed_records(panels: list[tuple[str, list[tuple[np.ndarray, str]]]], shap
             record, caption = items[j]
             img = as_image(record, shape)
             ax.imshow(img, cmap="gray" if img.ndim == 2 else None, vmin=0.0, vmax=1.0, interpolation="nearest")
-            ax.set_title(text(caption), fontsize=7)
-            if j == 0:
-                ax.set_ylabel(text(title), fontsize=7, rotation=0, ha="right", va="center")
-    fig.tight_layout()
+            ax.set_title(wrap(caption, 1.3, 6.5), fontsize=6.5)
     return fig

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -54,12 +56,33 @@ class MembershipView(View):
     train: Annotated[TrainingProcedure, Grant("training")]
 
 
+@dataclass(frozen=True)
+class TrainedElsewhere:
+    """A release its defense did not train: a model trained outside the arena on records of the track's dataset,
+    which a defense hands the membership game through ``trained_elsewhere(dataset, arch) -> TrainedElsewhere``
+    (the built-in ``checkpoint`` defense does).
+
+    ``members``: the dataset rows it trained on, exactly the game's ``members`` of them; ``nonmembers``: rows it
+    never saw, at least as many; ``state``: its parameters and buffers by the track model's module names (one
+    model, no leading axis); ``shadows``: the defense an attacker's shadow models train with, on the track's
+    recipe (what ``view.train`` trains: the release's own secret is never in it)."""
+
+    members: np.ndarray
+    nonmembers: np.ndarray
+    state: dict[str, torch.Tensor]
+    shadows: Any
+
+
 class MembershipGame(Game):
     """Per seed: members, as many non-members, the attacker's population and a test set, all disjoint.
 
     With ``stratify`` (the default) members and non-members have the same label counts (to within one
     per label). Otherwise, on small sets, the training set's label histogram, which a DP model may learn
     as an aggregate, tells members from non-members by itself.
+
+    A defense whose release was trained elsewhere (``TrainedElsewhere``) fixes the split instead: its members,
+    ``members`` of its non-members drawn per seed, and the test set and population from the records in neither
+    list; the attacker's shadow models then train with the defense it names for them.
     """
 
     name = "membership"
@@ -78,25 +101,63 @@ class MembershipGame(Game):
 
     def __init__(self, spec: MembershipGameSpec, dataset, seed: int) -> None:  # noqa: ANN001
         super().__init__(spec, dataset, seed)
-        order = permutation(dataset.n, "membership-split", seed)
-        m, t = spec.members, spec.test
+        self._order = order = permutation(dataset.n, "membership-split", seed)
+        m = spec.members
         pairs = order[: 2 * m]
         if spec.stratify:  # label-sorted (random within a label), then dealt alternately: equal label counts
             pairs = pairs[np.argsort(dataset.y[pairs], kind="stable")]
-        self.members, self.nonmembers = pairs[0::2], pairs[1::2]
-        self.test = order[2 * m : 2 * m + t]
-        rest = order[2 * m + t :]
-        self.population = rest[: spec.population] if spec.population else rest
-        challenge = np.concatenate([self.members, self.nonmembers])
-        shuffle = permutation(len(challenge), "membership-challenge", seed)
+        self._deal(pairs[0::2], pairs[1::2])
+        self._shadows: Any = None
+
+    def _deal(self, members: np.ndarray, nonmembers: np.ndarray) -> None:
+        """The challenge (members and non-members, shuffled) and, from the other records in the split's order,
+        the test set and the population."""
+        m, t = len(members), self.spec.test
+        self.members, self.nonmembers = members, nonmembers
+        taken = np.zeros(self.dataset.n, dtype=bool)
+        taken[members] = taken[nonmembers] = True
+        rest = self._order[~taken[self._order]]
+        self.test = rest[:t]
+        self.population = rest[t : t + self.spec.population] if self.spec.population else rest[t:]
+        challenge = np.concatenate([members, nonmembers])
+        shuffle = permutation(len(challenge), "membership-challenge", self.seed)
         self.challenge = challenge[shuffle]
         self._is_member = shuffle < m
+
+    def _trained_elsewhere(self, procedure: TrainingProcedure) -> Release | None:
+        """The release of a defense that hands over a model trained elsewhere (``TrainedElsewhere``), with the
+        split it fixes dealt; None for a defense that trains its release here."""
+        hand_over = getattr(procedure.defense, "trained_elsewhere", None)
+        if not callable(hand_over):
+            return None
+        given: TrainedElsewhere = hand_over(self.dataset, procedure.arch)
+        members, nonmembers = np.asarray(given.members, np.int64), np.asarray(given.nonmembers, np.int64)
+        m = self.spec.members
+        if len(members) != m or len(nonmembers) < m:
+            raise ValueError(f"a model trained elsewhere on {len(members)} members with {len(nonmembers)} "
+                             f"non-members cannot play a game of members: {m} (it needs exactly {m} members and "
+                             f"at least as many non-members)")
+        drawn = np.sort(nonmembers[permutation(len(nonmembers), "membership-given-nonmembers", self.seed)[:m]])
+        self._deal(np.sort(members), drawn)
+        self._shadows = dataclasses.replace(procedure, defense=given.shadows)
+        template = procedure.arch.template()
+        names = (*template.trainable, *template.buffers)
+        missing = [k for k in names if k not in given.state]
+        if missing:
+            raise ValueError(f"the model trained elsewhere lacks {', '.join(missing)} of the track's model")
+        state = {k: given.state[k].detach().to("cpu", torch.float32)[None] for k in names}
+        models = Models(procedure.arch, state)
+        Xt, yt = self.records(self.test)
+        return Release(models=models, utility=float(models.accuracy(Xt, yt)[0]), claim=None)
 
     @classmethod
     def train_size(cls, spec: MembershipGameSpec) -> int:
         return spec.members
 
     def release(self, procedure: TrainingProcedure) -> Release:
+        given = self._trained_elsewhere(procedure)
+        if given is not None:
+            return given
         X, y = self.records(self.members)
         models, claim = procedure(
             X[None], y[None], [derive_seed(self.seed, "release-init")], [derive_seed(self.seed, "release-train")]
@@ -122,7 +183,7 @@ class MembershipGame(Game):
             "parameters": release.models,
             "population_X": pX,
             "population_y": py,
-            "train": procedure,
+            "train": procedure if self._shadows is None else self._shadows,
         })
 
     def score(self, attack: Attack, guess: Any) -> Outcome:

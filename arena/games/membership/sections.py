@@ -121,6 +121,24 @@ def _dataset(ctx: Any):  # noqa: ANN202 - the track's Dataset, or None
     return None
 
 
+def strongest(board: Any, exposed: list[tuple[str, str, list[RecordRisk]]]) -> list[tuple[str, str, list[RecordRisk]]]:
+    """Per defense, the exposed records under its strongest attack by the track's ranking metric (the first attack
+    where no mean ranks them): one row of images per defense, so that the figure stays legible however many
+    attacks the track has (the table beside it lists every pair)."""
+    out = []
+    for d in dict.fromkeys(d for d, _, _ in exposed):
+        mine = [(a, risks) for dd, a, risks in exposed if dd == d]
+        means = board.means.loc[d] if d in board.means.index else None
+
+        def strength(item: tuple[str, list[RecordRisk]]) -> float:
+            value = means.get(item[0], np.nan) if means is not None else np.nan
+            return -np.inf if not np.isfinite(value) else (value if board.higher_is_better else -value)
+
+        a, risks = max(mine, key=strength)
+        out.append((d, a, risks))
+    return out
+
+
 def section(ctx: Any) -> Markup:
     """ROC curves, the most exposed records (with images for an image dataset) and per-class TPR at low FPR."""
     board = ctx.board
@@ -134,8 +152,8 @@ def section(ctx: Any) -> Markup:
     if exposed:
         dataset = _dataset(ctx)
         if dataset is not None and dataset.kind == "image":
-            panels = [(f"{d}\nvs {a}", [(dataset.X[r.record], f"#{r.record} y={r.label} rank {r.mean_rank:.3f}")
-                                        for r in risks]) for d, a, risks in exposed]
+            panels = [(f"{d} vs {a}", [(dataset.X[r.record], f"#{r.record}, y={r.label}, rank {r.mean_rank:.3f}")
+                                       for r in risks]) for d, a, risks in strongest(board, exposed)]
             records_png = ctx.figures.save(figures.exposed_records(panels, dataset.shape),
                                            f"{board.track}-exposed-records")
     classes = {(d, a): per_class_tpr(pairs[d, a]) for d, a in order}
@@ -174,7 +192,8 @@ def tradeoff_panels(ctx: Any) -> list[Any]:
             float(kv[1][0][0]["claim"]["epsilon"]), kv[0][0], kv[0][1])):
         members.sort(key=lambda rs: rs[0]["seed"])
         curves = tuple(ctx.RocCurve(f"seed {r['seed']}", saved["scores"], saved["is_member"]) for r, saved in members)
-        panels.append(ctx.RocPanel(f"{defense} vs {attack}", members[0][0]["claim"], "replace_one", curves))
+        panels.append(ctx.RocPanel(f"{defense} vs {attack}", members[0][0]["claim"], "replace_one", curves,
+                                   defense=defense))
     return panels
 
 

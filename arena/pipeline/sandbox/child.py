@@ -1,12 +1,14 @@
 """The attack's process: what runs there, from the boot message to the guess sent back.
 
-``main`` receives the boot message (the modules to import, the environment and import path a fresh interpreter
-would have, the pickled attack and view), imports the modules, keeps the import directories that ``nobody``
-could not reach open (``keep_code_reachable``), drops to the user ``nobody`` when run as root
-(``drop_privileges``), dies with its parent, and only then unpickles the attack and its view, whose interfaces
-become proxies (``QueryProxy``, ``LabelProxy``, ``TrainingProxy``) that send every call over the pipe to the
-arena. It runs the attack and sends back its guess, or its failure, as a JSON header and raw tensors
-(``arena.pipeline.sandbox.wire``), then exits.
+``main`` receives the boot message (the arena's own modules to import, the environment and import path a fresh
+interpreter would have, the limits, the attack's name, class and parameters, the track), imports those modules,
+keeps the import directories that its new user could not reach open (``keep_code_reachable``), sets its limits
+(``set_limits``: ``RLIMIT_NPROC``, ``RLIMIT_AS``, ``RLIMIT_FSIZE``, no core, ``PR_SET_NO_NEW_PRIVS``), changes
+user when run as root (``drop_privileges``: a user of its own, else ``nobody``) and dies with its parent. Only then
+does any of the attack's code run: its class is imported (``attack_class``), its parameters validated, the
+attack built and asked ``skip_reason``. The view comes next; its interfaces become proxies (``QueryProxy``,
+``LabelProxy``, ``TrainingProxy``) that send every call over the pipe to the arena. It runs the attack and sends
+back its guess, or its failure, as a JSON header and raw tensors (``arena.pipeline.sandbox.wire``), then exits.
 """
 
 from __future__ import annotations
@@ -191,30 +193,74 @@ def keep_code_reachable() -> int:
 
 # --- becoming the attack's process ---
 
+_PR_SET_PDEATHSIG = 1
+_PR_SET_NO_NEW_PRIVS = 38
 
-def drop_privileges() -> str:
-    """Become ``nobody`` (no supplementary groups) when running as root; say what isolation holds."""
+
+def _prctl(option: int, value: int) -> int:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+
+
+def _vm_size() -> int:
+    """This process's virtual memory size in bytes (0 where /proc does not say)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in open("/proc/self/status"):  # noqa: SIM115 - read once, closed with the file object
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def set_limits(limits: dict[str, int]) -> None:
+    """Before any of the attack's code: no core dumps; ``RLIMIT_FSIZE``, ``RLIMIT_AS`` (its size now plus
+    ``memory``) and ``RLIMIT_NPROC`` (counted per user: its own user's processes and threads); no gaining of
+    privileges through exec (``PR_SET_NO_NEW_PRIVS``)."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if limits.get("file_bytes"):
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_bytes"],) * 2)
+    if limits.get("memory"):
+        resource.setrlimit(resource.RLIMIT_AS, (_vm_size() + limits["memory"],) * 2)
+    if limits.get("nproc"):
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits["nproc"],) * 2)
+    with contextlib.suppress(Exception):
+        _prctl(_PR_SET_NO_NEW_PRIVS, 1)
+
+
+def drop_privileges(uid_base: int = 0) -> str:
+    """When running as root, become a user without supplementary groups: ``uid_base`` + this process's pid (a
+    user of its own, needing no /etc/passwd entry), or ``nobody`` where that cannot be taken or ``uid_base`` is 0.
+    Say what isolation holds."""
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         return "same user as the arena (not root: no user to drop to)"
+    os.setgroups([])
+    if uid_base:
+        uid = uid_base + os.getpid()
+        try:
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            return f"user {uid} (its own)"
+        except OSError:
+            pass
     import pwd
 
     try:
         user = pwd.getpwnam(SANDBOX_USER)
     except KeyError:
         return f"root (no user {SANDBOX_USER!r} on this system)"
-    os.setgroups([])
     os.setgid(user.pw_gid)
     os.setuid(user.pw_uid)
-    return f"user {SANDBOX_USER} ({user.pw_uid})"
+    return f"user {SANDBOX_USER} ({user.pw_uid}, shared)"
 
 
 def _die_with_parent(parent: int) -> None:
     """Linux: SIGKILL this process when its parent dies (set after the user change, which clears it)."""
-    with contextlib.suppress(Exception):
-        import ctypes
-        import signal
+    import signal
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    with contextlib.suppress(Exception):
+        _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
     if os.getppid() != parent:
         os._exit(1)
 
@@ -254,8 +300,43 @@ def _unwrap(conn: Connection, value: Any) -> Any:
     return value
 
 
+def attack_class(ref: dict[str, Any]) -> type:
+    """The attack's class, imported here: from its ``entry`` (``module:qualname``), else by its registered
+    ``name`` from the plugins (as the arena registered it); it must be an ``arena.Attack`` declaring that name."""
+    from arena.contracts.attack import Attack
+    from arena.pipeline.sandbox.static import static_attack
+
+    module, _, qualname = str(ref["entry"]).partition(":")
+    found: Any = None
+    with contextlib.suppress(ImportError, AttributeError):
+        found = importlib.import_module(module)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    if not (isinstance(found, type) and issubclass(found, Attack)) or static_attack(found).name != ref["name"]:
+        from arena.plugins import registries
+
+        found = registries().attacks.get(ref["name"])
+    return found
+
+
+def _view(conn: Connection, payload: dict[str, Any]) -> Any:
+    view_cls, attack_name, send, withheld = payload["view"]
+    view = object.__new__(view_cls)
+    object.__setattr__(view, "_attack", attack_name)
+    object.__setattr__(view, "_items", {name: _unwrap(conn, value) for name, value in send.items()})
+    object.__setattr__(view, "_withheld", withheld)
+    return view
+
+
 def main(fd: int, *, parent: int | None = None) -> None:
-    """Entry point of the attack's process: a fresh interpreter, or forked by the fork server (its ``parent``)."""
+    """Entry point of the attack's process: a fresh interpreter, or forked by the fork server (its ``parent``).
+
+    Boot (from the arena, trusted): the environment and import path, the arena's own modules to import, the
+    limits, the attack (``name``, ``entry``, ``params``) and the track. It imports those modules, keeps the code
+    reachable, sets its limits and changes user, dies with its parent; then, as the attack's user, imports the
+    attack's class, validates its parameters, builds it, asks ``skip_reason(track)`` (with a track) and says
+    ``ready``; then waits for the view (none: the arena gave up, e.g. the matchup is skipped), runs the attack
+    and sends back its guess or its failure."""
     global _ATTACK_PROCESS
     _ATTACK_PROCESS = True  # an attack that forks starts no fork server
     forked = parent is not None
@@ -272,31 +353,40 @@ def main(fd: int, *, parent: int | None = None) -> None:
                                     "exception": isinstance(exc, Exception), "traceback": traceback.format_exc()},
                                    {}))
 
+    message = None
     try:
-        boot = pickle.loads(conn.recv_bytes())  # from the arena: trusted; the payload stays bytes for now
+        boot = pickle.loads(conn.recv_bytes())  # from the arena: trusted
         if forked:
             _forked_as(boot["env"], boot["path"])
         for module in boot["modules"]:
             importlib.import_module(module)
         if os.geteuid() == 0:
             keep_code_reachable()
-        drop_privileges()
+        set_limits(boot["limits"])
+        drop_privileges(boot["limits"].get("uid_base", 0))
         _die_with_parent(parent)
         torch.set_num_threads(1)
-        data = pickle.loads(boot["payload"])
-        view_cls, attack_name, send, withheld = data["view"]
-        items = {name: _unwrap(conn, value) for name, value in send.items()}
-        view = object.__new__(view_cls)
-        object.__setattr__(view, "_attack", attack_name)
-        object.__setattr__(view, "_items", items)
-        object.__setattr__(view, "_withheld", withheld)
-        message = guess_message(data["attack"].run(view))
+        # from here on, the attack's code runs
+        cls = attack_class(boot["attack"])
+        attack = cls(cls.Params.model_validate(boot["attack"]["params"]))
+        skip = attack.skip_reason(boot["track"]) if boot.get("track") is not None else None
+        if skip is not None and not isinstance(skip, str):
+            raise TypeError(f"skip_reason returned {type(skip).__name__}, not a str or None")
+        conn.send_bytes(encode({"op": "ready", "skip": None if skip is None else str.__str__(skip)}, {}))
+        try:
+            data = conn.recv_bytes()
+        except EOFError:  # no view: the arena is done with this attack
+            data = None
+        if data is not None:
+            message = guess_message(attack.run(_view(conn, pickle.loads(data))))
     except BaseException as exc:  # noqa: BLE001 - sys.exit, KeyboardInterrupt: all the attack's failure
         fail(exc)
     else:
-        with contextlib.suppress(BaseException):
-            conn.send_bytes(message)
+        if message is not None:
+            with contextlib.suppress(BaseException):
+                conn.send_bytes(message)
     with contextlib.suppress(BaseException):
         conn.close()
-    sys.stdout.flush()
+    with contextlib.suppress(BaseException):
+        sys.stdout.flush()
     os._exit(0)

@@ -6,8 +6,10 @@ Each track is ranked by the metric asked for (``--metric``, the scenario's ``ran
 default ranking metric (TPR at 1 % FPR for membership, Carlini et al. 2022), else by its primary metric, which is
 shown beside it (AUC for membership); the rows record both (``primary_metric``, ``rank_metric``). Cells show the
 mean ± standard deviation over seeds. Each mean carries a 95 % interval: with fewer than ``MIN_T_SEEDS`` seeds a
-percentile bootstrap by the game over each seed's saved arrays (``RESAMPLES`` draws, seeded by the matchup key),
-otherwise the Student-t interval over seeds; the header says which. A TPR at an FPR that the non-members cannot
+percentile bootstrap by the game over each seed's challenge points (``RESAMPLES`` draws, seeded by the matchup key,
+drawn once when the matchup was scored and saved beside its row), or none where there are no draws (never a
+t-interval from two or three seeds); from ``MIN_T_SEEDS`` seeds on, the Student-t interval over seeds; the header
+says which. A TPR at an FPR that the non-members cannot
 resolve (1/n_nonmembers > FPR) is ``n/r``, never a number. Matchups the DP audit flags are marked VIOLATION.
 
 The modules, one job each: ``rows`` (what a board reads from rows), ``intervals`` (the statistics of a cell),
@@ -26,10 +28,13 @@ from arena.results.leaderboard.intervals import (
     RESAMPLES,
     Interval,
     bootstrap_interval,
+    cell_interval,
     mean_interval,
     mean_std,
+    no_interval,
 )
 from arena.results.leaderboard.rankings import rankings
+from arena.results.leaderboard.resample import DrawLoader, Resampler, saved_draws
 from arena.results.leaderboard.render import interval_table, long_rows, render_csv, render_json, render_table
 from arena.results.leaderboard.rows import (
     GameMetrics,
@@ -44,9 +49,9 @@ from arena.results.leaderboard.rows import (
 )
 
 __all__ = [
-    "CONFIDENCE", "MIN_T_SEEDS", "NOT_RESOLVABLE", "RESAMPLES", "GameMetrics", "Interval", "MetricGrid",
-    "MetricInfo", "TrackBoard", "bootstrap_interval", "build", "claimed_epsilons", "fpr_level", "game_metrics",
-    "interval_table", "known_metrics", "latest_rows", "long_rows", "mean_interval", "mean_std", "metric_infos",
-    "rank_by_of", "rank_metric", "rankings", "render_csv", "render_json", "render_table", "resolvable",
-    "track_board",
+    "CONFIDENCE", "MIN_T_SEEDS", "NOT_RESOLVABLE", "RESAMPLES", "DrawLoader", "GameMetrics", "Interval",
+    "MetricGrid", "MetricInfo", "Resampler", "TrackBoard", "bootstrap_interval", "build", "cell_interval",
+    "claimed_epsilons", "fpr_level", "game_metrics", "interval_table", "known_metrics", "latest_rows", "long_rows",
+    "mean_interval", "mean_std", "metric_infos", "no_interval", "rank_by_of", "rank_metric", "rankings",
+    "render_csv", "render_json", "render_table", "resolvable", "saved_draws", "track_board",
 ]

@@ -3,8 +3,9 @@ skips and DP-audit findings marked in the cells, utility with its interval, and 
 
 The ranking metric is the one asked for (``--metric`` or the scenario's ``rank_by``) when the track has it, else
 its game's default ranking metric, else its primary metric (both as the rows record them); the primary metric is
-shown beside it. Intervals: with fewer than ``MIN_T_SEEDS`` seeds, bootstrap draws by the game (``Resampler``)
-where it can recompute the metric, otherwise t-intervals over seeds; the header says which.
+shown beside it. Intervals: from ``MIN_T_SEEDS`` seeds on, t-intervals over seeds; below, the bootstrap draws of
+the game (``Resampler``: saved when each matchup was scored, or recomputed from its saved scores) where they hold
+the metric, and otherwise no interval, never a t-interval from two or three seeds; the header says which.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import pandas as pd
 
 from arena.contracts.arrays import ArrayLoader
 from arena.contracts.metric import UNIT
+from arena.pipeline.labels import legend_entries
 from arena.results.leaderboard.grid import Groups, MetricGrid, metric_grid, unresolvable_warnings
-from arena.results.leaderboard.intervals import MIN_T_SEEDS, RESAMPLES, Interval, mean_interval
+from arena.results.leaderboard.intervals import MIN_T_SEEDS, RESAMPLES, Interval, cell_interval
 from arena.results.leaderboard.rankings import rankings
-from arena.results.leaderboard.resample import Resampler
+from arena.results.leaderboard.resample import DrawLoader, Resampler
 from arena.results.leaderboard.rows import (
     GameMetrics,
     MetricInfo,
@@ -56,6 +58,9 @@ class TrackBoard:
     interval_method: str = ""  # the header line saying how intervals were computed
     n_seeds: int = 0  # the most ok seeds of any cell
     warnings: list[str] = field(default_factory=list)
+    legend: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    """{"defense": {label: {name, params, epsilon}}, "attack": {label: {name, params}}}: each label's plugin and
+    full parameters (``arena.pipeline.labels.legend_entries``)."""
 
     @property
     def shown(self) -> tuple[str, ...]:
@@ -111,34 +116,43 @@ def _marked(track: str, cells: pd.DataFrame, groups: Groups,
 
 
 def _utility(rows: list[dict[str, Any]], defenses: list[str]) -> tuple[pd.Series, dict[str, Interval]]:
-    """Each defense's mean utility over seeds and its t-interval."""
+    """Each defense's mean utility over its releases, with the t-interval over them from ``MIN_T_SEEDS`` on (no
+    interval below: a release's test-set draws are not saved)."""
     intervals = {}
     for d in defenses:
-        per_seed = {r["seed"]: r["utility"] for r in rows if r["defense_label"] == d and r.get("utility") is not None}
+        per_seed = {r.get("release_key", r["seed"]): r["utility"]  # one per release (merged runs: per run too)
+                    for r in rows if r["defense_label"] == d and r.get("utility") is not None}
         if per_seed:
-            intervals[d] = mean_interval(list(per_seed.values()), UNIT)
+            intervals[d] = cell_interval(list(per_seed.values()), None, UNIT)
     utility = pd.Series({d: intervals[d].mean if d in intervals else np.nan for d in defenses}, dtype=np.float64)
     return utility, intervals
 
 
-def _interval_method(main: MetricGrid, metric: str, n_seeds: int, resampler: Resampler | None) -> str:
+def _interval_method(main: MetricGrid, metric: str, n_seeds: int, resampler: Resampler) -> str:
     """The header line saying how the intervals were computed."""
-    if resampler is None:
+    methods = {iv.method for iv in main.intervals.values()}
+    if methods <= {"t"}:
         return f"95% t-intervals of the means over seeds ({n_seeds} seeds)"
-    if any(iv.method == "bootstrap" for iv in main.intervals.values()):
-        return (f"95% intervals: percentile bootstrap over challenge points ({resampler.resamples} resamples of "
-                f"each seed's saved scores by its game, seeded by the matchup; mean over seeds), since {n_seeds} "
-                f"seed(s) < {MIN_T_SEEDS}; t-intervals over seeds for metrics that saved scores do not determine")
-    return (f"95% t-intervals of the means over seeds ({n_seeds} seed(s) < {MIN_T_SEEDS}, but "
-            f"{resampler.why_not(metric)})")
+    parts = []
+    if "bootstrap" in methods:
+        parts.append(f"percentile bootstrap over challenge points ({resampler.resamples} resamples of each seed's "
+                     f"scores by its game, {resampler.source}, seeded by the matchup; mean over seeds) where a "
+                     f"cell has fewer than {MIN_T_SEEDS} seeds")
+    if "t" in methods:
+        parts.append(f"t-intervals of the means over seeds where a cell has {MIN_T_SEEDS} or more")
+    if "none" in methods:
+        parts.append(f"no interval where a cell has fewer than {MIN_T_SEEDS} seeds (too few for a t-interval) "
+                     f"and no bootstrap draws ({resampler.why_not(metric)})")
+    return "95% intervals: " + "; ".join(parts)
 
 
 def track_board(track: str, rows: list[dict[str, Any]], violations: Mapping[str, str] | None = None, *,
                 rank_by: str | None = None, arrays: ArrayLoader | None = None, resamples: int = RESAMPLES,
-                seed: int = 0, fallback: bool = True) -> TrackBoard:
+                seed: int = 0, fallback: bool = True, draws: DrawLoader | None = None) -> TrackBoard:
     """One track's board; ``violations`` maps matchup keys the DP audit flags to a one-line finding, ``rank_by``
-    names the ranking metric, ``arrays(key)`` returns a matchup's saved arrays (for bootstrap intervals); with
-    ``fallback`` a ranking metric that no cell resolves gives way (with a warning) to the game's primary one."""
+    names the ranking metric, ``draws(key)`` returns the bootstrap draws a matchup saved when it was scored and
+    ``arrays(key)`` its saved arrays (to resample where it saved no draws); with ``fallback`` a ranking metric
+    that no cell resolves gives way (with a warning) to the game's primary one."""
     game = rows[0]["game"]
     infos = metric_infos(rows)
     declared = game_metrics(rows)
@@ -148,8 +162,7 @@ def track_board(track: str, rows: list[dict[str, Any]], violations: Mapping[str,
     groups = {(d, a): [r for r in rows if r["defense_label"] == d and r["attack_label"] == a]
               for d in defenses for a in attacks}
     n_seeds = max((sum(r["status"] == "ok" for r in g) for g in groups.values()), default=0)
-    resampler = None if n_seeds >= MIN_T_SEEDS else Resampler(game, arrays, list(infos), resamples=resamples,
-                                                                 seed=seed)
+    resampler = Resampler(game, arrays, list(infos), resamples=resamples, seed=seed, saved=draws)
     grids = {n: metric_grid(info, groups, defenses, attacks, resampler) for n, info in infos.items()}
     warnings = unresolvable_warnings(track, grids, groups)
     if fallback:
@@ -163,15 +176,17 @@ def track_board(track: str, rows: list[dict[str, Any]], violations: Mapping[str,
     attack_ranking, defense_ranking = rankings(main.means, utility, metric, higher, defenses)
     return TrackBoard(track, game, metric, higher, cells, main.means, utility, attack_ranking, defense_ranking,
                       failures, main.intervals, utility_intervals, flagged, claimed_epsilons(rows), beside, grids,
-                      _interval_method(main, metric, n_seeds, resampler), n_seeds, warnings)
+                      _interval_method(main, metric, n_seeds, resampler), n_seeds, warnings,
+                      legend_entries(rows))
 
 
 def build(rows: list[dict[str, Any]], violations: Mapping[str, str] | None = None, *,
           rank_by: str | Mapping[str, str] | None = None, arrays: ArrayLoader | None = None,
-          resamples: int = RESAMPLES, seed: int = 0) -> list[TrackBoard]:
+          resamples: int = RESAMPLES, seed: int = 0, draws: DrawLoader | None = None) -> list[TrackBoard]:
     """Boards of every track; ``violations`` (matchup key -> finding) come from ``arena.results.audit``; ``rank_by``
     is one metric for every track (``--metric``) or scenario name → metric (the scenarios' ``rank_by``);
-    ``arrays`` loads a matchup's saved arrays for bootstrap intervals (without it: t-intervals over seeds). One
+    ``draws`` loads the bootstrap draws a matchup saved when it was scored (``resample.saved_draws``), ``arrays``
+    its saved arrays to resample where it saved none (without either: no interval below ``MIN_T_SEEDS`` seeds). One
     metric for every track is kept even where no cell resolves it; a scenario's ``rank_by`` or the default gives
     way to the game's primary metric there, with a warning."""
     rows = latest_rows(rows)
@@ -182,5 +197,5 @@ def build(rows: list[dict[str, Any]], violations: Mapping[str, str] | None = Non
     for name, rs in tracks.items():
         wanted = rank_by if isinstance(rank_by, str) or rank_by is None else rank_by.get(rs[0].get("scenario"))
         boards.append(track_board(name, rs, violations, rank_by=wanted, arrays=arrays, resamples=resamples,
-                                  seed=seed, fallback=not isinstance(rank_by, str)))
+                                  seed=seed, fallback=not isinstance(rank_by, str), draws=draws))
     return boards

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from arena.contracts.metric import fpr_level
-from arena.results.leaderboard.intervals import Interval, bootstrap_interval, mean_interval, mean_std
+from arena.results.leaderboard.intervals import MIN_T_SEEDS, Interval, cell_interval, mean_std
 from arena.results.leaderboard.resample import Resampler
 from arena.results.leaderboard.rows import MetricInfo, resolvable
 
@@ -40,8 +40,9 @@ class MetricGrid:
 
 def metric_grid(info: MetricInfo, groups: Groups, defenses: list[str], attacks: list[str],
                 resampler: Resampler | None) -> MetricGrid:
-    """The grid of ``info.name``; intervals bootstrapped by ``resampler`` where every seed's draws hold the metric
-    (None: t-intervals over seeds)."""
+    """The grid of ``info.name``; each cell's interval by ``intervals.cell_interval``: t over seeds from
+    ``MIN_T_SEEDS`` seeds on, else bootstrapped by ``resampler`` where every seed's draws hold the metric, else
+    none."""
     name = info.name
     grid = MetricGrid.empty(info, defenses, attacks)
     for (d, a), group in groups.items():
@@ -58,9 +59,8 @@ def metric_grid(info: MetricInfo, groups: Groups, defenses: list[str], attacks: 
         grid.means.loc[d, a] = mu
         grid.cells.loc[d, a] = f"{mu:.3f} ± {sd:.3f} (n={len(values)})"
         grid.seeds[d, a] = len(values)
-        draws = resampler.of(name, ok) if resampler is not None else None
-        grid.intervals[d, a] = mean_interval(values, info.bounds) if draws is None else \
-            bootstrap_interval(mu, draws, info.bounds)
+        draws = resampler.of(name, ok) if resampler is not None and len(values) < MIN_T_SEEDS else None
+        grid.intervals[d, a] = cell_interval(values, draws, info.bounds)
     return grid
 
 

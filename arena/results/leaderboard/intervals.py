@@ -1,5 +1,7 @@
-"""The statistics of a cell: the mean over seeds with its sample standard deviation, and its 95 % interval, the
-Student-t interval over seeds or a percentile bootstrap of the mean from each seed's resampled metric."""
+"""The statistics of a cell: the mean over seeds with its sample standard deviation, and its 95 % interval: the
+Student-t interval over seeds from ``MIN_T_SEEDS`` seeds on, below that a percentile bootstrap of the mean from
+each seed's resampled metric, and no interval at all (``no_interval``, saying why) where neither applies: a
+t-interval from two or three seeds is no measurement (one from 2 seeds multiplies the spread by 12.7)."""
 
 from __future__ import annotations
 
@@ -8,18 +10,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import t
+
+from arena.engine.seeds import RESAMPLES as RESAMPLES  # drawn once per matchup when it is scored
 
 MIN_T_SEEDS = 5
-"""From this many seeds on, intervals are t-intervals over seeds; below it, bootstrap over challenge points."""
-RESAMPLES = 1000
+"""From this many seeds on, intervals are t-intervals over seeds; below it, bootstrap over challenge points, or
+none."""
 CONFIDENCE = 0.95
 
 
 @dataclass(frozen=True)
 class Interval:
     """A mean over seeds and its two-sided 95% interval: ``method`` "t" (Student-t over seeds; NaN ends for a single
-    seed) or "bootstrap" (percentile bootstrap over challenge points)."""
+    seed), "bootstrap" (percentile bootstrap over challenge points) or "none" (NaN ends: too few seeds for a
+    t-interval and no bootstrap draws)."""
 
     mean: float
     low: float
@@ -30,7 +34,9 @@ class Interval:
     def text(self) -> str:
         """'[low, high]', or why there is none."""
         if math.isnan(self.low):
-            return "one seed: no interval" if self.n < 2 else "no interval"
+            if self.n < 2:
+                return "one seed: no interval"
+            return f"no interval ({self.n} seeds)" if self.method == "none" else "no interval"
         return f"[{self.low:.3f}, {self.high:.3f}]"
 
 
@@ -46,6 +52,8 @@ def mean_interval(
 
     Few seeds give wide intervals; the part outside the metric's range (an AUC below 0, say) is impossible.
     """
+    from scipy.stats import t  # imported here: a board of fewer seeds never needs scipy.stats
+
     arr = np.asarray(values, dtype=np.float64)
     mean = float(arr.mean())
     if len(arr) < 2:
@@ -62,3 +70,20 @@ def bootstrap_interval(mean: float, draws: Sequence[np.ndarray], bounds: tuple[f
     mean_draws = np.mean(np.asarray(draws, dtype=np.float64), axis=0)
     low, high = np.quantile(mean_draws, [(1 - confidence) / 2, (1 + confidence) / 2])
     return Interval(mean, max(float(low), bounds[0]), min(float(high), bounds[1]), len(draws), "bootstrap")
+
+
+def no_interval(values: Sequence[float]) -> Interval:
+    """The mean of ``values`` without an interval (``method`` "none"): fewer than ``MIN_T_SEEDS`` seeds and no
+    bootstrap draws."""
+    return Interval(float(np.mean(np.asarray(values, dtype=np.float64))), math.nan, math.nan, len(values), "none")
+
+
+def cell_interval(values: Sequence[float], draws: Sequence[np.ndarray] | None,
+                  bounds: tuple[float, float] = (-math.inf, math.inf)) -> Interval:
+    """A cell's interval: t over seeds from ``MIN_T_SEEDS`` seeds on, else the bootstrap of ``draws`` (each seed's
+    draws of the metric), else none."""
+    if len(values) >= MIN_T_SEEDS:
+        return mean_interval(list(values), bounds)
+    if draws is not None:
+        return bootstrap_interval(float(np.mean(values)), draws, bounds)
+    return no_interval(values)

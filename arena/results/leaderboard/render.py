@@ -70,13 +70,19 @@ def render_table(boards: list[TrackBoard]) -> str:
 
 def long_rows(boards: list[TrackBoard]) -> list[dict[str, Any]]:
     """One record per track × defense × attack with every metric's mean and interval ends (``n/r`` for a mean that
-    cannot be resolved), the ranking metric, the interval method, utility and claimed ε."""
+    cannot be resolved), the ranking metric, the interval method, utility and claimed ε; ``defense`` and
+    ``attack`` are labels, ``*_plugin`` and ``*_params`` the plugins and their full parameters."""
     out = []
     for b in boards:
+        defenses, attacks = b.legend.get("defense", {}), b.legend.get("attack", {})
         for d in b.means.index:
             for a in b.means.columns:
+                de, at = defenses.get(d, {}), attacks.get(a, {})
                 rec: dict[str, Any] = {
-                    "track": b.track, "game": b.game, "defense": d, "attack": a, "rank_by": b.metric,
+                    "track": b.track, "game": b.game, "defense": d, "attack": a,
+                    "defense_plugin": de.get("name"), "defense_params": de.get("params"),
+                    "attack_plugin": at.get("name"), "attack_params": at.get("params"),
+                    "rank_by": b.metric,
                     "seeds": max((g.seeds.get((d, a), 0) for g in b.grids.values()), default=0),
                     "interval": getattr(b.intervals.get((d, a)), "method", ""),
                     "utility": b.utility.get(d, math.nan), "claimed_epsilon": b.claimed.get(d, math.nan),
@@ -99,7 +105,8 @@ def render_csv(boards: list[TrackBoard]) -> str:
     records = long_rows(boards)
     if not records:
         return ""
-    fixed = ["track", "game", "defense", "attack", "rank_by", "seeds", "interval", "utility", "claimed_epsilon"]
+    fixed = ["track", "game", "defense", "attack", "defense_plugin", "defense_params", "attack_plugin",
+             "attack_params", "rank_by", "seeds", "interval", "utility", "claimed_epsilon"]
     metrics: list[str] = []
     for b in boards:
         for m in (*b.shown, *b.grids):
@@ -108,6 +115,9 @@ def render_csv(boards: list[TrackBoard]) -> str:
     declared = {m for b in boards for m, g in b.grids.items() if g.info.declared}
     columns = [*fixed, *(c for m in metrics for c in ((m, f"{m}_low", f"{m}_high") if m in declared else (m,))),
                "cell"]
+    for rec in records:  # parameters as JSON text in their cells
+        for name in ("defense_params", "attack_params"):
+            rec[name] = json.dumps(rec[name], sort_keys=True) if rec[name] is not None else ""
     return pd.DataFrame(records).reindex(columns=columns).to_csv(index=False)
 
 

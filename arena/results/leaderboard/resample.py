@@ -1,41 +1,79 @@
-"""Bootstrap draws of a matchup's metrics, by its game: the registered game's ``resample`` (``"module:function"``,
-``function(arrays, metrics, *, resamples, seed) -> {metric: draws} | None``) applied to the matchup's saved arrays,
-seeded by its key (``arena.engine.seeds.resample_seed``). The leaderboard knows no game's metrics: a metric is
-bootstrapped where the game's draws hold it, and gets a t-interval over seeds otherwise (a game that declares no
-``resample``, or is no longer registered, gets t-intervals throughout)."""
+"""Bootstrap draws of a matchup's metrics, by its game: drawn once, when the matchup is scored
+(``arena.pipeline.execute.bootstrap_draws``: the registered game's ``resample`` on its arrays, ``RESAMPLES`` draws
+seeded by its key, ``arena.engine.seeds.resample_seed``), saved beside its row (``RunStore.save_draws``) and read
+back here. A matchup that saved none (a run from before draws were saved, or a board asking for another number of
+resamples or another seed) is resampled here from its saved arrays, by the same function with the same seed, so
+both paths give the same draws.
+
+The leaderboard knows no game's metrics: a metric is bootstrapped where the game's draws hold it; a cell whose
+draws do not hold it gets no bootstrap interval (a game that declares no ``resample``, or is no longer registered,
+has none to give)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
 from arena.contracts.arrays import ArrayLoader
-from arena.engine.seeds import resample_seed
+from arena.engine.seeds import RESAMPLES, resample_seed
 from arena.results.leaderboard.rows import registered_game
 
 Draws = dict[str, np.ndarray]
+DrawLoader = Callable[[str], Mapping[str, np.ndarray] | None]
+"""``draws(key)``: the bootstrap draws a matchup saved when it was scored (metric → draws), None where it saved
+none."""
+
+
+def saved_draws(store: Any) -> DrawLoader:
+    """The loader of a run directory's saved bootstrap draws (``RunStore.load_draws``)."""
+    return store.load_draws
 
 
 class Resampler:
-    """The bootstrap draws of one track's matchups (each computed once): ``draws(row)`` is ``{metric: draws}``,
-    or None where the matchup saved nothing its game can resample."""
+    """The bootstrap draws of one track's matchups (each read or computed once): ``draws(row)`` is
+    ``{metric: draws}``, or None where the matchup saved nothing its game can resample. Saved draws (``saved``) are
+    read where the board asks for the draws that were saved (``RESAMPLES`` of them, board seed 0); otherwise, or
+    where a matchup saved none, the game's ``resample`` recomputes them from the matchup's arrays (``arrays``),
+    which loads the plugins only then."""
 
-    def __init__(self, game: str, arrays: ArrayLoader | None, metrics: Sequence[str], *, resamples: int,
-                 seed: int = 0) -> None:
+    def __init__(self, game: str, arrays: ArrayLoader | None, metrics: Sequence[str], *, resamples: int = RESAMPLES,
+                 seed: int = 0, saved: DrawLoader | None = None) -> None:
         self.game, self.arrays, self.metrics = game, arrays, list(metrics)
         self.resamples, self.seed = resamples, seed
-        self.registered = registered_game(game) is not None
-        self.function = _resample_function(game) if self.registered else None
+        self.saved = saved if (resamples, seed) == (RESAMPLES, 0) else None
+        self.read = 0  # matchups whose saved draws were read
+        self.recomputed = 0  # matchups resampled here from their arrays
         self._drawn: dict[str, Draws | None] = {}
+
+    @cached_property
+    def registered(self) -> bool:
+        return registered_game(self.game) is not None
+
+    @cached_property
+    def function(self) -> Callable[..., Draws | None] | None:
+        return _resample_function(self.game) if self.registered else None
+
+    def _saved(self, key: str) -> Draws | None:
+        found = self.saved(key) if self.saved is not None else None
+        if not found or any(np.shape(v) != (self.resamples,) for v in found.values()):
+            return None
+        return {k: np.asarray(v, dtype=np.float64) for k, v in found.items()}
 
     def draws(self, row: dict[str, Any]) -> Draws | None:
         key = row["key"]
         if key not in self._drawn:
-            saved = self.arrays(key) if self.arrays is not None and self.function is not None else None
-            self._drawn[key] = None if saved is None else self.function(
-                saved, self.metrics, resamples=self.resamples, seed=resample_seed(key, self.seed))
+            drawn = self._saved(key)
+            if drawn is not None:
+                self.read += 1
+            elif self.arrays is not None and self.function is not None:
+                arrays = self.arrays(key)
+                drawn = None if arrays is None else self.function(
+                    arrays, self.metrics, resamples=self.resamples, seed=resample_seed(key, self.seed))
+                self.recomputed += drawn is not None
+            self._drawn[key] = drawn
         return self._drawn[key]
 
     def of(self, metric: str, rows: Sequence[dict[str, Any]]) -> list[np.ndarray] | None:
@@ -45,15 +83,28 @@ class Resampler:
             return [d[metric] for d in draws]  # type: ignore[index]
         return None
 
+    @property
+    def source(self) -> str:
+        """Where the draws came from, for the board's header."""
+        if self.read and not self.recomputed:
+            return "drawn when each matchup was scored"
+        if self.recomputed and not self.read:
+            return "resampled from the saved scores"
+        return "drawn when scored, or resampled from the saved scores where a matchup saved no draws"
+
     def why_not(self, metric: str) -> str:
-        """Why ``metric`` got t-intervals although there are too few seeds for them."""
+        """Why ``metric`` has no bootstrap interval in some cell."""
         drawn = [d for d in self._drawn.values() if d is not None]
-        if not self.registered:
-            return f"game {self.game!r} is not registered, so nothing resamples its saved scores"
         if any(metric in d for d in drawn):
             return "some seeds saved no scores to resample"
-        if self.function is None or drawn:
+        if drawn:
             return f"{metric} cannot be recomputed from saved scores"
+        if self.arrays is None and self.saved is None:
+            return "no saved scores were given to resample"
+        if not self.registered:
+            return f"game {self.game!r} is not registered, so nothing resamples its saved scores"
+        if self.function is None:
+            return f"game {self.game!r} declares no resampling of its metrics"
         return "no saved scores to resample"
 
 

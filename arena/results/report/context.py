@@ -1,6 +1,6 @@
 """What a track's report section is given, and the Jinja2 environment every section renders with.
 
-Templates live in ``arena/report/templates/`` (package data) and in each game's ``template_dir``; autoescape is on for every template, so a string
+Templates live in ``arena/results/report/templates/`` (package data) and in each game's ``template_dir``; autoescape is on for every template, so a string
 from a plugin, a scenario or a result row is escaped where it is shown, and nothing is escaped by hand.
 """
 
@@ -106,7 +106,8 @@ class TrackContext:
         and bounding TPRs at 0.1 %, 1 % and 10 % FPR; empty markup when there are no panels."""
         if not panels:
             return Markup("")
-        pngs = [self.figures.save(plots.tradeoff_roc(panels[i : i + panels_per_figure]), stem)
+        styles = plots.defense_styles(self.board)
+        pngs = [self.figures.save(plots.tradeoff_roc(panels[i : i + panels_per_figure], styles), stem)
                 for i in range(0, len(panels), panels_per_figure)]
         return render("tradeoff.html.j2", track=self.board.track, pngs=pngs, headers=plots.tradeoff_headers(),
                       rows=plots.tradeoff_rows(panels))

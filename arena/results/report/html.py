@@ -19,12 +19,13 @@ from typing import Any
 from markupsafe import Markup
 
 from arena._version import __version__
+from arena.pipeline import labels
+from arena.pipeline.store import RunStore
 from arena.results import leaderboard
 from arena.results.audit import Audit, audit_rows, game_part, saved_arrays, violation_findings
 from arena.results.leaderboard import TrackBoard
 from arena.results.report import plots
 from arena.results.report.context import Page, TrackContext, fmt, render, template_dirs
-from arena.pipeline.store import RunStore
 
 
 def registered_games() -> Mapping[str, Any]:
@@ -74,7 +75,7 @@ def board_section(board: TrackBoard, ctx: TrackContext, flagged: set[tuple[str, 
     pu = ctx.figures.save(plots.privacy_utility(board, ctx.rows), f"{board.track}-privacy-utility")
     return render(
         "board.html.j2", board=board, main=main, beside=beside, intervals=intervals, heatmaps=heatmaps,
-        single=single, privacy_utility=pu,
+        single=single, privacy_utility=pu, legend=labels.legend(ctx.rows),
         attack_ranking=_frame_rows(board.attack_ranking, "attack"),
         defense_ranking=_frame_rows(board.defense_ranking, "defense"),
     )
@@ -90,20 +91,20 @@ def audit_section(audit: Audit, games: Mapping[str, Any]) -> Markup:
 
 def render_page(store: RunStore) -> str:
     """The whole page for the run directory of ``store`` (figures written under ``report/figures/``)."""
-    rows = leaderboard.latest_rows(store.results())
+    rows = leaderboard.latest_rows(store.current_rows())  # the scenario as run: superseded rows are history
     games = registered_games()
     arrays = saved_arrays(store)
-    audit = audit_rows(rows, arrays, games)
-    findings = violation_findings(audit)
     memo: dict[str, Any] = {}
 
-    def cached(key: str) -> Any:
+    def cached(key: str) -> Any:  # each matchup's arrays read once, for the audit and every figure
         if key not in memo:
             memo[key] = arrays(key)
         return memo[key]
 
-    boards = leaderboard.build(rows, violation_findings(audit), rank_by=leaderboard.rank_by_of(store.root),
-                               arrays=cached)
+    audit = audit_rows(rows, cached, games)
+    findings = violation_findings(audit)
+    boards = leaderboard.build(rows, findings, rank_by=leaderboard.rank_by_of(store.root), arrays=cached,
+                               draws=store.load_draws)
     figures_dir = store.root / FIGURES
     if figures_dir.exists():
         shutil.rmtree(figures_dir)  # figures of tracks no longer in the run must not linger

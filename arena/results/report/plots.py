@@ -1,10 +1,11 @@
-"""The report's figures: heatmaps, privacy-utility curves, and audited ROC curves over the claimed mechanism's
+"""The report's figures: heatmaps, privacy-utility panels, and audited ROC curves over the claimed mechanism's
 trade-off curve (drawn here for every game from the panels a game's section hands over, ``RocPanel``; each game draws
 its own other figures, e.g. ROC curves per track).
 
-Each function returns a matplotlib ``Figure`` drawn on the Agg canvas directly (no pyplot, no global state, no
-display needed); ``Figures.save`` writes it as SVG and PDF under ``report/figures/`` and returns the PNG bytes the
-page embeds.
+Every figure is drawn for print through ``arena.results.figures`` (TrueType fonts, constrained layout, at most three
+panels a row, legends inside their own axes or in space of their own, one colour per defense of a track in the
+track's defense order). Each function returns a matplotlib ``Figure`` on the Agg canvas (no pyplot, no display);
+``Figures.save`` writes it as SVG and PDF under ``report/figures/`` and returns the PNG bytes the page embeds.
 """
 
 from __future__ import annotations
@@ -19,21 +20,17 @@ from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
-from sklearn.metrics import roc_curve
 
 from arena.contracts.metric import FPR_LEVELS
+from arena.results import figures as style
+from arena.results.figures import PANEL, defense_styles, figure, panels, text, wrap
 from arena.results.leaderboard import NOT_RESOLVABLE, TrackBoard, fpr_level
 
 DPI = 110
 FORMATS = ("svg", "pdf")
-
-
-def text(s: object) -> str:
-    """A plugin-supplied string made literal for matplotlib (a '$' would otherwise start mathtext)."""
-    return str(s).replace("\\", "\\\\").replace("$", r"\$")
 
 
 def slug(s: str) -> str:
@@ -42,10 +39,10 @@ def slug(s: str) -> str:
 
 
 def png(fig: Figure) -> bytes:
-    """Render ``fig`` on an Agg canvas to PNG bytes."""
-    FigureCanvasAgg(fig)
+    """Render ``fig`` to PNG bytes (its constrained layout keeps everything inside the figure: no tight bbox, which
+    would draw it twice)."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=DPI)
     return buf.getvalue()
 
 
@@ -57,15 +54,15 @@ class Figures:
         self.written: list[Path] = []
 
     def save(self, fig: Figure, stem: str) -> bytes:
-        """Write ``fig`` as SVG and PDF (vector, for papers) and return its PNG bytes (for the page)."""
+        """Write ``fig`` as SVG and PDF (vector, TrueType fonts, for papers) and return its PNG bytes (for the
+        page)."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        FigureCanvasAgg(fig)
         base, n = slug(stem), 2
         while any(p.stem == base for p in self.written):
             base, n = f"{slug(stem)}-{n}", n + 1
         for fmt in FORMATS:
             path = self.directory / f"{base}.{fmt}"
-            fig.savefig(path, format=fmt, bbox_inches="tight", metadata={"Date": None} if fmt == "svg" else None)
+            fig.savefig(path, format=fmt, metadata={"Date": None} if fmt == "svg" else None)
             path.chmod(0o644)
             self.written.append(path)
         return png(fig)
@@ -97,13 +94,16 @@ def heatmap(board: TrackBoard, metric: str | None = None, flagged: Collection[tu
     bounds = grid.info.bounds if grid is not None else (0.0, 1.0)
     means = frame.to_numpy(dtype=np.float64)
     defenses, attacks = list(frame.index), list(frame.columns)
-    fig = Figure(figsize=(1.8 + 1.6 * len(attacks), 1.3 + 0.5 * len(defenses)))
+    width = min(2.6 + 1.05 * len(attacks), 11.0)
+    fig = figure(width, 1.6 + 0.42 * len(defenses))
     ax = fig.add_subplot()
     lo, hi = color_scale(metric, bounds, means)
     image = ax.imshow(np.ma.masked_invalid(means), cmap="Reds" if higher else "Reds_r", vmin=lo, vmax=hi,
                       aspect="auto")
-    fig.colorbar(image, ax=ax, label=text(f"{metric} (scale fixed at [{lo:g}, {hi:g}])"))
-    ax.set_xticks(range(len(attacks)), [text(a) for a in attacks], rotation=30, ha="right")
+    direction = "higher" if higher else "lower"
+    fig.colorbar(image, ax=ax, label=text(f"{metric} (fixed scale)"))
+    ax.set_xticks(range(len(attacks)), [wrap(a, 1.3, 7.5) for a in attacks], rotation=30, ha="right",
+                  rotation_mode="anchor")
     ax.set_yticks(range(len(defenses)), [text(d) for d in defenses])
     mid = (lo + hi) / 2
     for i, d in enumerate(defenses):
@@ -117,81 +117,148 @@ def heatmap(board: TrackBoard, metric: str | None = None, flagged: Collection[tu
             if (d, a) in flagged:
                 label += "\nVIOLATION"
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="#0050ff", linewidth=3))
-            ax.text(j, i, label, ha="center", va="center", fontsize=9,
+            ax.text(j, i, label, ha="center", va="center", fontsize=8,
                     color="white" if np.isfinite(value) and strong else "black")
-    direction = "higher" if higher else "lower"
-    ax.set_title(text(f"{board.track}: {metric} ({direction} = stronger attack)"))
+    ax.set_title(wrap(f"{board.track}: {metric} ({direction} = stronger attack)", width - 2.2))
     return fig
 
 
-def _defense_points(rows: list[dict[str, Any]]) -> tuple[dict[str, list[tuple[float, str]]], list[str]]:
-    """DP families (defense name → [(target ε, label)] by ε) and the labels of defenses that claim no ε."""
-    families: dict[str, dict[str, float]] = {}
+# ----------------------------------------------------------------------------------------- privacy against utility
+
+
+@dataclass(frozen=True)
+class _Positions:
+    """Where each defense sits on the x axis: DP defenses at log10 of their target ε, the defenses that claim no ε
+    each at a place of its own to the right of the ε axis, past a dashed line."""
+
+    x: dict[str, float]
+    ticks: list[float]
+    labels: list[str]
+    separator: float | None
+    families: dict[str, list[str]]  # DP defense plugin → its labels by ε (drawn joined)
+
+
+def _positions(board: TrackBoard, rows: list[dict[str, Any]]) -> _Positions:
+    eps: dict[str, float] = {}
+    family: dict[str, str] = {}
     plain: list[str] = []
     for r in rows:
+        label = r["defense_label"]
+        family.setdefault(label, r["defense"])
         if r.get("epsilon") is None:
-            if r["defense_label"] not in plain:
-                plain.append(r["defense_label"])
+            if label not in plain:
+                plain.append(label)
         else:
-            families.setdefault(r["defense"], {})[r["defense_label"]] = float(r["epsilon"])
-    return {name: sorted((eps, label) for label, eps in members.items()) for name, members in families.items()}, plain
+            eps[label] = float(r["epsilon"])
+    order = [d for d in board.means.index if d in plain] + [d for d in plain if d not in board.means.index]
+    x = {label: math.log10(e) for label, e in eps.items()}
+    distinct = sorted(set(eps.values()))
+    ticks, labels = [math.log10(e) for e in distinct], [f"{e:g}" for e in distinct]
+    span = (ticks[-1] - ticks[0]) if len(ticks) > 1 else 1.0
+    step = max(span / 3, 0.5)
+    start = (ticks[-1] if ticks else 0.0) + step
+    names = [family[label] for label in order]
+    for k, label in enumerate(order):
+        x[label] = start + k * step
+        ticks.append(x[label])
+        short = names[k] if names.count(names[k]) == 1 else f"{names[k]} #{names[:k + 1].count(names[k])}"
+        labels.append(wrap(short, 0.9, 7.0))  # the plugin's name: the legend below gives the full label
+    separator = start - step / 2 if distinct and order else None
+    families: dict[str, list[str]] = {}
+    for label in sorted(eps, key=lambda lab: eps[lab]):
+        families.setdefault(family[label], []).append(label)
+    return _Positions(x, ticks, labels, separator, families)
+
+
+def _point(ax: Axes, x: float, iv: Any, style_: Mapping[str, Any], size: float = 6.0) -> None:
+    """The mean at ``x`` with its interval as an error bar (none where there is no interval)."""
+    if iv is None or not np.isfinite(iv.mean):
+        return
+    if math.isnan(iv.low):
+        ax.plot([x], [iv.mean], linestyle="none", marker=style_["marker"], color=style_["color"], markersize=size)
+        return
+    err = [[max(iv.mean - iv.low, 0.0)], [max(iv.high - iv.mean, 0.0)]]
+    ax.errorbar([x], [iv.mean], yerr=err, linestyle="none", marker=style_["marker"], color=style_["color"],
+                markersize=size, capsize=3, linewidth=1.2)
 
 
 def privacy_utility(board: TrackBoard, rows: list[dict[str, Any]]) -> Figure:
-    """Utility and each attack's ranking score against ε (log scale); non-private defenses as points of their own.
+    """Utility, then each attack's ranking metric, against the defense's target ε (log scale): one panel each, at
+    most three a row. The defenses that claim no ε (non-private training, heuristics) stand each at a position of
+    its own beside the ε axis, never at a shared 'non-private' place. One colour per defense, as in every figure of
+    the track; a DP family's configurations are joined by a thin line. Utility shows each seed (small dots) and the
+    mean; the attack panels show the mean with the leaderboard's 95 % interval (bootstrap over challenge points,
+    or t over ≥ 5 seeds) where it has one, and the mean alone where it has none."""
+    pos = _positions(board, rows)
+    styles = defense_styles(board)
+    defenses = [d for d in board.means.index if d in pos.x]
+    attacks = list(board.means.columns)
+    n = 1 + len(attacks)
+    rows_, cols = style.grid(n)
+    fig = figure(PANEL[0] * cols, PANEL[1] * rows_ + 0.4 + 0.22 * math.ceil(len(defenses) / 3))
+    axes = panels(fig, n)
+    per_seed: dict[str, dict[int, float]] = {}  # defense → seed → utility (one release per seed)
+    for r in rows:
+        if r.get("utility") is not None and r["defense_label"] in pos.x:
+            per_seed.setdefault(r["defense_label"], {})[r["seed"]] = float(r["utility"])
 
-    The picture of the tutorial's Example 4 table: as ε grows, utility rises and so does the attacks' success.
-    Error bars are the leaderboard's 95% intervals (bootstrap or t, as its header says), cut to [0, 1].
-    """
-    families, plain = _defense_points(rows)
-    epsilons = sorted({eps for members in families.values() for eps, _ in members})
-    x_plain = epsilons[-1] * 4 if epsilons else 1.0
-    fig = Figure(figsize=(12, 4.4))
-    ax_u, ax_a = fig.subplots(1, 2)
-    markers = "osD^vP*X"
-    colors = [f"C{i}" for i in range(10)]
+    def joined(ax: Axes, ys: Mapping[str, float]) -> None:
+        for members in pos.families.values():
+            pts = [(pos.x[m], ys[m]) for m in members if m in ys and np.isfinite(ys[m])]
+            if len(pts) > 1:
+                ax.plot(*zip(*pts), color="#999999", linewidth=0.8, zorder=1)
 
-    def draw(ax: Axes, label_values: list[tuple[float, Any]], **style: Any) -> None:
-        xs, ys, err = [], [], []
-        for x, iv in label_values:
-            if iv is None:
-                continue
-            xs.append(x)
-            ys.append(iv.mean)
-            low, high = (max(iv.low, 0.0), min(iv.high, 1.0)) if not math.isnan(iv.low) else (iv.mean, iv.mean)
-            err.append((max(iv.mean - low, 0.0), max(high - iv.mean, 0.0)))
-        if xs:
-            ax.errorbar(xs, ys, yerr=np.array(err).T, capsize=3, **style)
-
-    for k, (name, members) in enumerate(families.items()):
-        draw(ax_u, [(eps, board.utility_intervals.get(label)) for eps, label in members],
-             marker=markers[k % len(markers)], color="black", label=text(name))
-    for k, label in enumerate(plain):
-        draw(ax_u, [(x_plain, board.utility_intervals.get(label))], marker=markers[(len(families) + k) % len(markers)],
-             color="black", linestyle="none", label=text(label))
-    for j, attack in enumerate(board.means.columns):
-        color = colors[j % len(colors)]
-        for k, (name, members) in enumerate(families.items()):
-            draw(ax_a, [(eps, board.intervals.get((label, attack))) for eps, label in members],
-                 marker=markers[k % len(markers)], color=color, label=text(f"{attack} vs {name}"))
-        for k, label in enumerate(plain):
-            draw(ax_a, [(x_plain, board.intervals.get((label, attack)))], color=color, linestyle="none",
-                 marker=markers[(len(families) + k) % len(markers)], label=text(f"{attack} vs {label}"))
-    if board.metric == "auc":
-        ax_a.axhline(0.5, color="grey", linestyle=":", label="chance")
-    for ax, ylabel in ((ax_u, "utility (test accuracy)"), (ax_a, text(board.metric))):
-        ax.set_xscale("log")
-        ticks = [*epsilons, x_plain]
-        ax.set_xticks(ticks, [f"{e:g}" for e in epsilons] + ["non-private"])
-        ax.minorticks_off()
-        if epsilons:
-            ax.axvline(math.sqrt(epsilons[-1] * x_plain), color="grey", linewidth=0.8, linestyle="--")
-        ax.set_xlabel("ε (target)")
-        ax.set_ylabel(ylabel)
+    ax_u = axes[0]
+    means = {}
+    for d in defenses:
+        seeds = list(per_seed.get(d, {}).values())
+        if seeds:
+            ax_u.plot([pos.x[d]] * len(seeds), seeds, linestyle="none", marker=".", color=styles[d]["color"],
+                      alpha=0.45, markersize=4)
+        iv = board.utility_intervals.get(d)
+        if iv is not None:
+            means[d] = iv.mean
+            _point(ax_u, pos.x[d], iv, styles[d])
+    joined(ax_u, means)
+    ax_u.set_ylabel("utility (test accuracy)")
+    ax_u.set_title("utility")
+    grid = board.grids.get(board.metric)
+    bounds = grid.info.bounds if grid is not None else (-math.inf, math.inf)
+    for ax, attack in zip(axes[1:], attacks):
+        values = {}
+        for d in defenses:
+            iv = board.intervals.get((d, attack))
+            if iv is not None and np.isfinite(iv.mean):
+                values[d] = iv.mean
+                _point(ax, pos.x[d], iv, styles[d])
+        joined(ax, values)
+        if board.metric == "auc":
+            ax.axhline(0.5, color="grey", linestyle=":", linewidth=0.8)
+        ax.set_ylabel(text(board.metric))
+        ax.set_title(wrap(attack, PANEL[0] - 0.8))
+        if math.isfinite(bounds[0]) and math.isfinite(bounds[1]):
+            ax.set_ylim(bounds[0] - 0.03 * (bounds[1] - bounds[0]), bounds[1] + 0.03 * (bounds[1] - bounds[0]))
+    for ax in axes:
+        ax.set_xticks(pos.ticks, pos.labels, fontsize=7)
+        for tick, label in zip(ax.get_xticklabels(), pos.labels):
+            if not re.fullmatch(r"[0-9.e+-]+", label):  # a defense's name: slanted, so that names never collide
+                tick.set_rotation(30)
+                tick.set_ha("right")
+                tick.set_rotation_mode("anchor")
+        if pos.ticks:
+            ax.set_xlim(min(pos.ticks) - 0.35, max(pos.ticks) + 0.35)
+        if pos.separator is not None:
+            ax.axvline(pos.separator, color="grey", linewidth=0.8, linestyle="--")
+        ax.set_xlabel("target ε (log scale) │ no ε claimed" if pos.separator is not None else
+                      ("target ε (log scale)" if pos.families else "defenses (no ε claimed)"))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    ax_u.set_title(text(f"{board.track}: utility"))
-    ax_a.set_title(text(f"{board.track}: attack success ({board.metric})"))
+    handles = [Line2D([], [], linestyle="none", marker=styles[d]["marker"], color=styles[d]["color"],
+                      label=text(d)) for d in defenses]
+    if handles:
+        fig.legend(handles=handles, loc="outside lower center",
+                   ncols=style.legend_columns([h.get_label() for h in handles], PANEL[0] * cols - 0.4))
+    fig.suptitle(wrap(f"{board.track}: privacy against utility (attack panels: {board.metric})",
+                      PANEL[0] * cols - 0.5, 10), fontsize=10)
     return fig
 
 
@@ -210,26 +277,27 @@ class RocCurve:
 @dataclass(frozen=True)
 class RocPanel:
     """One audited matchup (or the seeds of one defense × attack sharing a claim): its ROC curves drawn over the
-    trade-off region of ``claim`` (a recorded claim dict) under ``relation`` ("add_remove" or "replace_one")."""
+    trade-off region of ``claim`` (a recorded claim dict) under ``relation`` ("add_remove" or "replace_one");
+    ``defense`` (its label) gives the curves the defense's colour of the track."""
 
     title: str
     claim: Mapping[str, Any]
     relation: str
     curves: tuple[RocCurve, ...]
+    defense: str | None = None
 
 
 TRADEOFF_LEVELS = tuple(sorted(FPR_LEVELS))  # 0.1 %, 1 %, 10 %
-ROC_POINTS = 400  # log-spaced FPRs at which an empirical ROC is drawn (a step function read at each)
+ROC_POINTS = 200  # log-spaced FPRs at which an empirical ROC is drawn (a step function read at each)
 
 
 def empirical_roc(curve: RocCurve) -> tuple[np.ndarray, np.ndarray, int, int]:
     """(FPR, TPR) of the curve's scores (every threshold), and its numbers of positives and negatives."""
     truth = np.asarray(curve.truth).astype(bool).reshape(-1)
-    scores = np.asarray(curve.scores, dtype=np.float64).reshape(-1)
     n_pos, n_neg = int(truth.sum()), int((~truth).sum())
     if n_pos == 0 or n_neg == 0:
         return np.array([0.0, 1.0]), np.array([0.0, 1.0]), n_pos, n_neg
-    fpr, tpr, _ = roc_curve(truth, scores)
+    fpr, tpr = style.empirical_roc(truth, curve.scores)
     return fpr, tpr, n_pos, n_neg
 
 
@@ -240,67 +308,71 @@ def roc_at(fpr: np.ndarray, tpr: np.ndarray, levels: np.ndarray) -> np.ndarray:
     return np.where(idx >= 0, best[np.clip(idx, 0, None)], 0.0)
 
 
-def _claim_label(panel: RocPanel, bound: Any) -> tuple[str, str]:
-    words = "replace-one" if panel.relation == "replace_one" else "add/remove"
-    return (f"claimed mechanism: {bound.how}",
-            f"({words}) (ε = {bound.epsilon:.3g}, δ = {bound.delta:.2g}) region")
+def _region_label(panel: RocPanel, bound: Any) -> str:
+    return f"(ε, δ) = ({bound.epsilon:.3g}, {bound.delta:.2g}) region"
 
 
-def tradeoff_roc(panels: list[RocPanel], columns: int = 3) -> Figure:
+CURVE_STYLES = ("-", "--", "-.", ":")
+
+
+def tradeoff_roc(panels_: list[RocPanel], styles: Mapping[str, Mapping[str, Any]] | None = None,
+                 columns: int = 3) -> Figure:
     """Each panel's empirical ROC curves (log-log: the low-FPR regime is where audits speak) over the claimed
-    mechanism's trade-off region TPR ≤ 1 − f(FPR) (shaded, solid edge; ``arena.privacy.tradeoff``) and the looser (ε, δ)
-    region of the claim's ε for the relation played (dashed). A measured TPR is floored at 1/n positives so that a
-    curve that flags none at low FPR stays on the axes (the bounds are drawn as computed); the FPR axis starts at the
-    smallest resolvable 1/n negatives. Each bound line carries a gid (``mechanism-tradeoff-<i>``,
-    ``eps-delta-region-<i>``, i the panel) that also names it in the SVG."""
+    mechanism's trade-off region TPR ≤ 1 − f(FPR) (shaded, solid black edge; ``arena.privacy.tradeoff``) and the
+    looser (ε, δ) region of the claim's ε for the relation played (dashed black), at most three panels a row. The
+    measured curves are in the panel's defense colour (``styles``, the track's), thin, one line style per curve.
+    A measured TPR is floored at 1/n positives so that a curve that flags none at low FPR stays on the axes (the
+    bounds are drawn as computed); the FPR axis starts at the smallest resolvable 1/n negatives. The legend is in
+    the panel's lower right, where no ROC above chance goes. Each bound line carries a gid
+    (``mechanism-tradeoff-<i>``, ``eps-delta-region-<i>``, i the panel) that also names it in the SVG; how each
+    bound was computed is in the table beside the figure."""
     from arena.privacy.tradeoff import claim_tradeoff
 
-    columns = max(1, min(columns, len(panels)))
-    rows = math.ceil(len(panels) / columns)
-    fig = Figure(figsize=(5.4 * columns, 6.0 * rows))
-    axes = np.atleast_1d(fig.subplots(rows, columns, squeeze=False)).reshape(-1)
-    for i, (ax, panel) in enumerate(zip(axes, panels)):
+    rows, cols = style.grid(len(panels_), columns)
+    fig = figure(PANEL[0] * cols, (PANEL[1] + 0.3) * rows)
+    axes = panels(fig, len(panels_), columns)
+    for i, (ax, panel) in enumerate(zip(axes, panels_)):
         rocs = [(c, *empirical_roc(c)) for c in panel.curves]
         smallest = min((1.0 / n_neg for *_, n_neg in rocs if n_neg), default=1e-3)
         floor = min((1.0 / n_pos for *_, n_pos, _ in rocs if n_pos), default=1e-3)
         grid = np.logspace(math.log10(smallest), 0.0, ROC_POINTS)
         bound = claim_tradeoff(panel.claim, panel.relation)  # type: ignore[arg-type]
-        mech_label, region_label = _claim_label(panel, bound)
         mech = bound.tpr_bound(grid)
         region = bound.eps_delta_tpr_bound(grid)
         bottom = max(min(floor, float(region[0]), float(mech[0]) if mech is not None else 1.0) * 0.8, 1e-8)
         if mech is not None:
-            ax.fill_between(grid, bottom, mech, color="#9ecae1", alpha=0.35, linewidth=0)
-            (line,) = ax.plot(grid, mech, color="#08519c", linewidth=2.0, label=text(mech_label))
+            ax.fill_between(grid, bottom, mech, color="#bbbbbb", alpha=0.35, linewidth=0)
+            (line,) = ax.plot(grid, mech, color="black", linewidth=1.6, label="claimed mechanism's bound")
             line.set_gid(f"mechanism-tradeoff-{i}")
-        (edge,) = ax.plot(grid, region, color="#08519c", linestyle="--", linewidth=1.2, label=text(region_label))
+        (edge,) = ax.plot(grid, region, color="black", linestyle="--", linewidth=1.0,
+                          label=text(_region_label(panel, bound)))
         edge.set_gid(f"eps-delta-region-{i}")
+        color = (styles or {}).get(panel.defense or "", {}).get("color", style.OKABE_ITO[0])
         for k, (curve, fpr, tpr, n_pos, n_neg) in enumerate(rocs):
-            ax.plot(grid, np.maximum(roc_at(fpr, tpr, grid), floor), color=f"C{(k + 1) % 10}", linewidth=1.4,
+            ax.plot(grid, np.maximum(roc_at(fpr, tpr, grid), floor), color=color, linewidth=1.2,
+                    linestyle=CURVE_STYLES[k % len(CURVE_STYLES)], alpha=0.9,
                     label=text(f"{curve.label} ({n_pos} in + {n_neg} out)"))
         ax.plot(grid, grid, color="grey", linestyle=":", linewidth=0.8, label="chance")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(smallest, 1.0)
         ax.set_ylim(bottom, 1.05)
-        ax.set_xlabel(f"false-positive rate (resolution {smallest:.2g})")
-        ax.set_ylabel(f"true-positive rate (measured: floor 1/n in = {floor:.2g})")
-        ax.set_title(text(panel.title), fontsize=9)
+        ax.set_xlabel(f"FPR (resolution {smallest:.2g})")
+        ax.set_ylabel(f"TPR (floor 1/n in = {floor:.2g})")
+        ax.set_title(wrap(panel.title, PANEL[0] - 0.7, 8.5), fontsize=8.5)
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.14))  # below: the curves stay clear
-    for ax in axes[len(panels):]:
-        ax.axis("off")
-    fig.tight_layout()
+        ax.legend(loc="lower right", fontsize=6.5)
     return fig
 
 
-def tradeoff_rows(panels: list[RocPanel], levels: tuple[float, ...] = TRADEOFF_LEVELS) -> list[list[str]]:
+def tradeoff_rows(panels_: list[RocPanel], levels: tuple[float, ...] = TRADEOFF_LEVELS) -> list[list[str]]:
     """Per panel and curve, at each FPR level: the measured TPR (n/r where the negatives cannot resolve the level),
-    the claimed mechanism's TPR bound 1 − f(level) and the (ε, δ) region's."""
+    the claimed mechanism's TPR bound 1 − f(level) and the (ε, δ) region's; last, how the mechanism's bound was
+    computed."""
     from arena.privacy.tradeoff import claim_tradeoff
 
     out = []
-    for panel in panels:
+    for panel in panels_:
         bound = claim_tradeoff(panel.claim, panel.relation)  # type: ignore[arg-type]
         at = np.asarray(levels, dtype=np.float64)
         mech = bound.tpr_bound(at)
@@ -313,6 +385,7 @@ def tradeoff_rows(panels: list[RocPanel], levels: tuple[float, ...] = TRADEOFF_L
                 resolves = n_neg > 0 and 1.0 / n_neg <= level * (1 + 1e-9)
                 cells += [f"{measured[j]:.4f}" if resolves else NOT_RESOLVABLE,
                           "—" if mech is None else f"{mech[j]:.4f}", f"{region[j]:.4f}"]
+            cells.append(bound.how)
             out.append(cells)
     return out
 
@@ -323,4 +396,4 @@ def tradeoff_headers(levels: tuple[float, ...] = TRADEOFF_LEVELS) -> list[str]:
     for level in levels:
         heads += [f"TPR @{level:.1%} FPR: measured", f"@{level:.1%}: mechanism's bound",
                   f"@{level:.1%}: (ε, δ) bound"]
-    return heads
+    return [*heads, "claimed mechanism (how its bound is computed)"]

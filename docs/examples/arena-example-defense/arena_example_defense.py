@@ -4,7 +4,7 @@
 Scenario files name it ``defenses: [{name: example-label-smoothing, smoothing: 0.2}]``. ``fit`` receives a
 ``FitTask`` holding K training sets at once and trains K models on it with ordinary autograd and ``torch.optim``:
 ``task.ensemble()`` is one ``nn.Module`` holding the K seeded models (logits [K, B, C] for inputs [K, B, ...]),
-``task.minibatches()`` the recipe's batches, ``Fit.of(ensemble)`` the result.
+``task.optimizer(ensemble)`` the recipe's SGD, ``task.minibatches()`` its batches, ``task.finish`` the result.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from arena import Defense, Fit, FitTask, PluginParams, hookimpl
+from arena import RECIPE_FIELDS, Defense, Fit, FitTask, PluginParams, hookimpl
 
 
 class LabelSmoothingParams(PluginParams):
@@ -34,31 +34,27 @@ def smoothed_loss(logits: torch.Tensor, y: torch.Tensor, valid: torch.Tensor | N
 
 
 class LabelSmoothing(Defense):
-    """Non-private training on label-smoothed targets, with the track's recipe (epochs, lr, momentum, batches)."""
+    """Non-private training on label-smoothed targets, with the track's recipe (epochs, lr, momentum, batches,
+    augmentation, the moving average of the iterates) and the model's l2 penalty."""
 
     name = "example-label-smoothing"
     version = "1"
     Params = LabelSmoothingParams
     params: LabelSmoothingParams
+    # The recipe fields this training follows: all but the exact solver (a scenario asking for solver 'newton'
+    # is refused before any work, at the field that asks).
+    honours = RECIPE_FIELDS - {"solver"}
 
     def fit(self, task: FitTask) -> Fit:
-        recipe = task.recipe
-        if task.solver == "newton":
-            raise ValueError(f"{self.name} trains by gradient steps; solver 'newton' does not apply")
-        if recipe.ema:
-            raise ValueError(f"{self.name} releases the last iterate; training.ema must be 0")
         ensemble = task.ensemble()
-        # The model's l2 penalty covers its weight tensors, not its biases or norm scales: two parameter groups.
-        penalised = {id(p) for p in ensemble.penalised()}
-        trainable = [p for p in ensemble.parameters() if p.requires_grad]
-        groups = [{"params": [p for p in trainable if id(p) in penalised], "weight_decay": task.arch.l2},
-                  {"params": [p for p in trainable if id(p) not in penalised], "weight_decay": 0.0}]
-        opt = torch.optim.SGD([g for g in groups if g["params"]], lr=recipe.lr, momentum=recipe.momentum)
+        # SGD as the engine steps: the recipe's lr and momentum, model.l2 as weight decay on the weight tensors
+        # only, and the recipe's moving average of the iterates (training.ema), which task.finish releases.
+        opt = task.optimizer(ensemble)
         for X, y, valid in task.minibatches():
             opt.zero_grad(set_to_none=True)
             smoothed_loss(ensemble(X), y, valid, self.params.smoothing).backward()
             opt.step()
-        return Fit.of(ensemble)  # no claim: this defense promises no (ε, δ)
+        return task.finish(ensemble, opt)  # no claim: this defense promises no (ε, δ)
 
 
 @hookimpl

@@ -61,13 +61,18 @@ class Setting:
 
     def membership(self, game: MembershipGame, attack, *, sandbox: bool) -> dict:  # noqa: ANN001
         view = game.view(attack, self.release, self.procedure)
-        guess = run_attack(attack, view, guesses=guess_types(game)) if sandbox else attack.run(view)
+        guess = sandboxed(attack, view, game) if sandbox else attack.run(view)
         return game.score(attack, guess).metrics
 
     def reconstruction(self, game: ReconstructionGame, attack, *, sandbox: bool) -> dict:  # noqa: ANN001
         view = game.view(attack, self.recon_release, self.recon_procedure)
-        guess = run_attack(attack, view, guesses=guess_types(game)) if sandbox else attack.run(view)
+        guess = sandboxed(attack, view, game) if sandbox else attack.run(view)
         return game.score(attack, guess).metrics
+
+
+def sandboxed(attack, view, game):  # noqa: ANN001, ANN201
+    """``attack``'s guess from the sandbox, which gets its class and parameters only (and builds it itself)."""
+    return run_attack(type(attack), view, params=attack.params.model_dump(mode="json"), guesses=guess_types(game))
 
 
 @pytest.fixture(scope="module")

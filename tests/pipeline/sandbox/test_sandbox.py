@@ -1,4 +1,4 @@
-"""arena.pipeline.sandbox: the attack's process holds its view alone, answers come back as data, failures are the attack's."""
+"""arena.pipeline.sandbox: the attack's process holds its view alone, answers come back as data, failures are its own.
 
 from __future__ import annotations
 
@@ -211,7 +211,7 @@ def test_the_attacks_process_is_nobody_without_the_secret_the_run_directory_or_t
     monkeypatch.chdir(run)
     monkeypatch.setenv("PROBE_DIR", str(run))
     monkeypatch.setenv(SECRET_ENV, "ab" * 32)
-    facts = run_attack(Probe(Probe.Params()), view_of(Probe(Probe.Params()))).scores
+    facts = run_attack(Probe, view_of(Probe)).scores
     not_root, lists_run, has_secret, reads_parent_env, at_root_dir, fds, signals_parent = facts
     assert not_root == 1.0, "the attack runs as nobody"
     assert lists_run == 0.0, "the run directory is not readable"
@@ -224,15 +224,16 @@ def test_the_attacks_process_is_nobody_without_the_secret_the_run_directory_or_t
 
 def test_queries_labels_and_training_are_answered_by_the_arena(released) -> None:
     proc, box, labels, X, y = released
-    attack = Queries(Queries.Params())
+    attack = Queries
     view = QueriesView(attack.name, attack.threat_model,
                        {"X": X, "y": y, "model": box, "labels_model": labels, "train": proc})
-    assert np.array_equal(run_attack(attack, view).scores, attack.run(view).scores), "the same answers as in-process"
+    in_process = Queries(Queries.Params()).run(view).scores
+    assert np.array_equal(run_attack(attack, view).scores, in_process), "the same answers as in-process"
 
 
 def test_interfaces_inside_lists_and_guesses_with_dicts_of_arrays(released) -> None:
     _, box, _, X, _ = released
-    attack = Several(Several.Params())
+    attack = Several
     view = SeveralView(attack.name, attack.threat_model, {"X": X, "models": [box, box]})
     guess = run_attack(attack, view, guesses=(PerModel,))
     assert guess.note == "two" and sorted(guess.scores) == ["m0", "m1"]
@@ -244,7 +245,7 @@ def test_the_query_interface_has_no_parameters_behind_it(released) -> None:
     view = PeekView("peek", frozenset({"query"}), {"model": box})
     with pytest.raises(AttackFailed, match=r"^ThreatModelError: QueryProxy answers predict_proba, log_proba, "
                                            r"loss only, not '_models'"):
-        run_attack(Peek(Peek.Params()), view)
+        run_attack(Peek, view)
 
 
 @pytest.mark.parametrize(("attack", "how", "message"), [
@@ -255,7 +256,7 @@ def test_the_query_interface_has_no_parameters_behind_it(released) -> None:
     (NotAGuess, None, r"returned dict, not one of CanaryGuess, MembershipGuess, ReconstructionGuess$"),
 ])
 def test_exits_and_exceptions_in_the_attack_are_its_failure(attack, how, message) -> None:  # noqa: ANN001
-    a = attack(attack.Params())
+    a = attack
     with pytest.raises(AttackFailed, match=message) as info:
         run_attack(a, view_of(a, how=how))
     if attack is Raises:
@@ -263,7 +264,7 @@ def test_exits_and_exceptions_in_the_attack_are_its_failure(attack, how, message
 
 
 def test_a_timeout_kills_an_attack_that_catches_everything(shared: Path) -> None:
-    a = Sleeps(Sleeps.Params())
+    a = Sleeps
     pidfile = shared / "pid"
     t0 = time.monotonic()
     with pytest.raises(AttackFailed, match="timeout"):
@@ -275,7 +276,7 @@ def test_a_timeout_kills_an_attack_that_catches_everything(shared: Path) -> None
 
 
 def test_what_the_attack_sends_is_never_unpickled(shared: Path) -> None:
-    a = Forger(Forger.Params())
+    a = Forger
     marker = shared / "pwned"
     with pytest.raises(AttackFailed, match="malformed message"):
         run_attack(a, view_of(a, marker=str(marker)))
@@ -283,7 +284,7 @@ def test_what_the_attack_sends_is_never_unpickled(shared: Path) -> None:
 
 
 def test_a_view_item_the_sandbox_does_not_know_is_refused_before_anything_starts() -> None:
-    a = Raises(Raises.Params())
+    a = Raises
     with pytest.raises(TypeError, match="view item 'store' \\(object\\) cannot be handed"):
         run_attack(a, view_of(a, store=object()))
 
@@ -293,7 +294,7 @@ def test_the_attacks_process_dies_with_the_arena(shared: Path) -> None:
     script = textwrap.dedent(f"""
         from arena.pipeline.sandbox import run_attack
         from tests.pipeline.sandbox.test_sandbox import Sleeps, view_of
-        a = Sleeps(Sleeps.Params())
+        a = Sleeps
         run_attack(a, view_of(a, pidfile={str(pidfile)!r}))
     """)
     arena = subprocess.Popen([sys.executable, "-c", script], cwd=Path(__file__).parents[3])
@@ -311,3 +312,72 @@ def test_the_attacks_process_dies_with_the_arena(shared: Path) -> None:
             return
         time.sleep(0.1)
     pytest.fail("the attack's process outlived the arena")
+
+
+# --- the attack built in its own process; its limits, its user, its quotas, its output ---
+
+
+class Built(Attack):
+    """Says where it was built and what its process is: pid, user, group, session, limits."""
+
+    name = "built"
+
+    def __init__(self, params) -> None:  # noqa: ANN001
+        super().__init__(params)
+        self.built_in = os.getpid()
+
+    def skip_reason(self, track):  # noqa: ANN001, ANN201
+        return None if track == "fits" else f"not for {track} \x1b[2J"
+
+    def run(self, view):  # noqa: ANN001, ANN201
+        import resource
+
+        status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+        facts = [self.built_in, os.getpid(), os.getuid(), os.getpgid(0), os.getsid(0),
+                 resource.getrlimit(resource.RLIMIT_NPROC)[0], resource.getrlimit(resource.RLIMIT_FSIZE)[0],
+                 int(status["NoNewPrivs"])]
+        print("built \x1b]0;title\x07 here")
+        return MembershipGuess(scores=np.array(facts, dtype=np.float64), decisions=np.zeros(len(facts), dtype=bool))
+
+
+class Chatty(Attack):
+    """Returns a guess of a million scores, or queries many rows."""
+
+    name = "chatty"
+    threat_model = frozenset({"query"})
+
+    def run(self, view):  # noqa: ANN001, ANN201
+        if "model" in dir(view):
+            view.model.predict_proba(torch.zeros(10, 4))
+        return MembershipGuess(scores=np.zeros(1_000_000), decisions=np.zeros(1, dtype=bool))
+
+
+class ChattyView(View):
+    model: Annotated[BlackBox, Grant("query")]
+
+
+def test_the_attack_is_built_asked_and_run_in_its_own_process_group_and_user(capfd) -> None:  # noqa: ANN001
+    from arena.pipeline.sandbox import AttackProcess, Limits
+
+    with AttackProcess(Built, track="does not fit") as process:
+        assert process.skip_reason() == "not for does not fit \\x1b[2J", "asked there, its text escaped"
+    with AttackProcess(Built, track="fits") as process:
+        assert process.skip_reason() is None
+        facts = process.run(view_of(Built)).scores
+    built_in, pid, uid, pgid, sid, nproc, fsize, no_new_privs = facts.astype(int)
+    assert built_in == pid != os.getpid(), "built in the attack's process, not here"
+    assert pgid == sid == pid, "a session and process group of its own"
+    assert (nproc, fsize, no_new_privs) == (Limits().nproc, Limits().file_bytes, 1)
+    if os.geteuid() == 0:
+        assert uid == Limits().uid_base + pid, "a user of its own"
+    assert "[built] built \\x1b]0;title\\x07 here" in capfd.readouterr().err, "its output relayed, escaped"
+
+
+def test_messages_and_queries_over_their_quota_fail_the_attack(released) -> None:  # noqa: ANN001
+    from arena.pipeline.sandbox import Limits
+
+    _, box, *_ = released
+    with pytest.raises(AttackFailed, match=r"^quota: attack 'chatty' sent a message over 100000 bytes"):
+        run_attack(Chatty, ChattyView("chatty", frozenset(), {"model": box}), limits=Limits(message_bytes=100_000))
+    with pytest.raises(AttackFailed, match=r"^quota: attack 'chatty' queried 10 rows at once, over the 5 one query"):
+        run_attack(Chatty, ChattyView("chatty", frozenset({"query"}), {"model": box}), limits=Limits(query_rows=5))

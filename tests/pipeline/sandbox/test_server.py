@@ -30,7 +30,7 @@ class Parent(Attack):
 
 
 def _parent_of_an_attack(queue) -> None:  # noqa: ANN001
-    a = Parent(Parent.Params())
+    a = Parent
     queue.put(int(run_attack(a, view_of(a)).scores[0]))
 
 
@@ -40,7 +40,7 @@ def test_the_fork_server_is_exec_d_without_the_secret_and_holds_none(monkeypatch
 
     secret = "cd" * 32
     monkeypatch.setenv(SECRET_ENV, secret)
-    a = Parent(Parent.Params())
+    a = Parent
     parent = int(run_attack(a, view_of(a)).scores[0])
     server = fork_server._server.process.pid
     assert parent == server, "the attack's process is the fork server's child, not the arena's"
@@ -83,8 +83,8 @@ def test_without_the_fork_server_each_attack_gets_a_fresh_interpreter_as_isolate
     monkeypatch.setenv("PROBE_DIR", str(run))
     monkeypatch.setenv(SECRET_ENV, "ab" * 32)
     monkeypatch.setenv("ARENA_SANDBOX_EXEC", "1")
-    a = Parent(Parent.Params())
+    a = Parent
     assert int(run_attack(a, view_of(a)).scores[0]) == os.getpid(), "exec'd by the arena itself"
-    facts = run_attack(Probe(Probe.Params()), view_of(Probe(Probe.Params()))).scores
+    facts = run_attack(Probe, view_of(Probe)).scores
     assert list(facts[[0, 1, 2, 3, 4, 6]]) == [1.0, 0.0, 0.0, 0.0, 1.0, 0.0] and facts[5] <= 16
     shutil.rmtree(run, ignore_errors=True)

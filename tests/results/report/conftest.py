@@ -98,3 +98,49 @@ def report_text(fake_run: FakeRun) -> str:
     from arena.results.report.html import write_report
 
     return write_report(fake_run.store.root).read_text(encoding="utf-8")
+
+
+# A track as a researcher's benchmark has it: 5 defenses with recipe overrides (long labels), one of them a heuristic
+# that claims no ε, 6 attacks, 2 seeds, scores saved with their bootstrap draws as a run saves them.
+WIDE_TRACK = "digits-wide"
+WIDE_DEFENSES = (  # (plugin, label, target ε, claim)
+    ("nonprivate", "nonprivate(training.lr=2.0, training.ema=0.9)", None, None),
+    ("mixup", "mixup(alpha=0.4, training.epochs=40)", None, None),
+    ("dpsgd", "dpsgd(eps=8, training.batch_size=128, training.lr=2.0)", 8.0,
+     {"epsilon": 7.9, "delta": DELTA, "noise_multiplier": 2.1, "sample_rate": 1.0, "steps": 40,
+      "mechanism": "DP-SGD", "accountant": "rdp"}),
+    ("dpsgd", "dpsgd(eps=1, training.batch_size=128, training.lr=2.0)", 1.0, {"epsilon": 0.99, "delta": DELTA}),
+    ("output-perturbation", "output-perturbation(eps=2)", 2.0, {"epsilon": 2.0, "delta": DELTA}),
+)
+WIDE_ATTACKS = ("threshold-mia", "threshold-mia(signal=confidence)", "shadow-mia(classifier=logistic, shadows=16)",
+                "lira(fixed_variance=True, shadows=16)", "rmia(shadows=4, gamma=2.0)", "calibrated-loss(temperature=2)")
+
+
+@pytest.fixture(scope="module")
+def wide_run(tmp_path_factory: pytest.TempPathFactory) -> RunStore:
+    from arena.engine.seeds import RESAMPLES, resample_seed
+    from arena.games.membership.metrics import resample
+    from arena.pipeline.execute import game_columns
+
+    store = RunStore(tmp_path_factory.mktemp("wide") / "run")
+    columns = game_columns("membership")
+    for i, (plugin, label, eps, claim) in enumerate(WIDE_DEFENSES):
+        for j, attack in enumerate(WIDE_ATTACKS):
+            for seed in (0, 1):
+                key = f"w{i}-{j}-{seed}"
+                rng = np.random.default_rng(1000 * i + 10 * j + seed)
+                is_member = np.r_[np.ones(200, np.int8), np.zeros(200, np.int8)]
+                shift = (1.5 - 0.25 * i) * (0.5 + 0.15 * j)
+                scores = rng.normal(size=400) + shift * is_member
+                metrics, notes = membership_metrics(scores, is_member, scores > 0.5)
+                arrays = {"scores": scores, "is_member": is_member}
+                store.save_arrays(key, {k: torch.from_numpy(v) for k, v in arrays.items()})
+                store.save_draws(key, resample(arrays, list(metrics), resamples=RESAMPLES, seed=resample_seed(key)))
+                store.append_result({
+                    "key": key, "scenario": "wide", "track": WIDE_TRACK, "game": "membership", "defense": plugin,
+                    "defense_label": label, "epsilon": eps, "delta": None if eps is None else DELTA,
+                    "attack": attack.split("(")[0], "attack_label": attack, "seed": seed, "status": "ok",
+                    "utility": 0.95 - 0.08 * i + 0.01 * seed, "metrics": metrics, "notes": notes, "claim": claim,
+                    "error": None, "seconds": 1.0, "trained_models": 1, **columns,
+                })
+    return store

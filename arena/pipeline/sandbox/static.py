@@ -6,7 +6,7 @@ dictionaries of the class and its bases (``static_attack``), never through ``get
 metaclass property or ``__getattr__`` of the plugin runs; each must be a plain value: ``name`` and ``game`` an
 exact ``str``, ``threat_model`` an exact ``frozenset`` of exact ``str`` among the known capabilities, ``version``
 an exact ``str`` (or ``int``). Anything else is refused with ``TypeError`` naming the attribute, which the plan
-reports as a problem of the scenario. The attack's process (``arena.run.sandbox.child``) imports the class from
+reports as a problem of the scenario. The attack's process (``arena.pipeline.sandbox.child``) imports the class from
 ``AttackRef.entry``, validates ``params`` and builds it there.
 """
 
@@ -32,7 +32,7 @@ def class_value(cls: type, name: str) -> Any:
     if not isinstance(cls, type):
         raise TypeError(f"{cls!r} is not a class")
     for meta in _MRO.__get__(type(cls)):
-        if meta not in (type, object) and _own(meta, name) is not _ABSENT:
+        if meta is not type and meta is not object and _own(meta, name) is not _ABSENT:
             raise TypeError(f"its metaclass {_QUALNAME.__get__(meta)} declares {name!r}")
     for klass in _MRO.__get__(cls):
         value = _own(klass, name)
@@ -91,11 +91,14 @@ class AttackRef:
 
 def static_attack(cls: type) -> AttackRef:
     """``cls``'s declarations (no parameters): ``TypeError`` naming the first that is not a plain value."""
-    module = class_value(cls, "__module__")
+    if not isinstance(cls, type):
+        raise TypeError(f"{cls!r} is not a class")
+    module = _own(cls, "__module__")  # every class's own dictionary holds it
     qualname = _QUALNAME.__get__(cls)
     if type(module) is not str or type(qualname) is not str:
         raise TypeError("its class has no plain __module__ and __qualname__")
-    return AttackRef(name=_plain_str(cls, "name"), game=_plain_str(cls, "game"), threat_model=_threat_model(cls),
+    game = "" if class_value(cls, "game") is _ABSENT else _plain_str(cls, "game")  # registration requires one
+    return AttackRef(name=_plain_str(cls, "name"), game=game, threat_model=_threat_model(cls),
                      version=_plain_str(cls, "version", allow_int=True),
                      entry=f"{str.__str__(module)}:{str.__str__(qualname)}")
 
