@@ -15,12 +15,15 @@ import sys
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import pandas as pd
 
 from arena.pipeline.row import FRAME_COLUMNS, STATUSES
 from arena.pipeline.scenario import ScenarioError
+
+if TYPE_CHECKING:  # a type only: the membership game's module loads when ``evaluate`` is called
+    from arena.games.membership.evaluate import Evaluation
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_VIOLATION = 0, 1, 2, 3
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
@@ -252,7 +255,7 @@ def load(run_dir: Path | str | Sequence[Path | str]) -> Results:
 
 
 def evaluate(scores: Any, is_member: Any, *, decisions: Any = None, resamples: int = 1000, seed: int = 0,
-             confidence: float = 0.95):  # noqa: ANN201 - arena.games.membership.evaluate.Evaluation
+             confidence: float = 0.95) -> Evaluation:
     """Bring your own scores: every membership metric of ``scores`` (higher means member; pass ``-loss`` for
     losses) against ``is_member`` (0/1), as a membership matchup computes them: AUC, advantage, TPR at 10/1/0.1 %
     FPR (None, shown ``n/r``, where the non-members cannot resolve it) and, given ``decisions``, the balanced

@@ -62,7 +62,11 @@ def load_weights(path: Path) -> dict[str, torch.Tensor]:
             state: Any = load_file(str(path), device="cpu")
         else:
             state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:  # weights_only refuses every object but tensors and plain containers
+    except pickle.UnpicklingError as exc:
+        if "weights only" not in str(exc).lower():  # not a pickle at all
+            raise ValueError(f"{path}: not a readable state_dict ({str(exc).splitlines()[0][:200]}); save "
+                             "model.state_dict() with torch.save or safetensors") from None
+        # weights_only refuses every object but tensors and plain containers
         raise ValueError(f"{path}: holds pickled objects other than tensors (a whole model or an optimiser?), "
                          "which torch.load(weights_only=True) refuses to run; save model.state_dict()") from None
     except Exception as exc:  # noqa: BLE001 - any failure to read means: not a checkpoint the arena can load
@@ -189,12 +193,12 @@ class Checkpoint(Defense):
         return []
 
     def trained_elsewhere(self, dataset: Any, arch: Any) -> TrainedElsewhere:
-        """The weights and records, checked against the track's dataset and model (``ValueError`` naming the file
-        and the field)."""
+        """The weights and records, checked against the track's dataset and model (``ValueError('field: file:
+        ...')``, the game's convention, naming the parameter, the file and what in it is wrong)."""
         members, nonmembers = load_records(self.params.records)
         for field, idx in (("members", members), ("nonmembers", nonmembers)):
             if idx.max() >= dataset.n:
-                raise ValueError(f"{self.params.records}: {field}: index {int(idx.max())} is out of range for "
+                raise ValueError(f"records: {self.params.records}: {field}: index {int(idx.max())} is out of range for "
                                  f"dataset {dataset.name!r} ({dataset.n} records)")
         state = load_weights(self.params.weights)
         template = arch.template()
@@ -209,7 +213,7 @@ class Checkpoint(Defense):
                 ([f"unexpected {', '.join(extra)}"] if extra else []) + \
                 [f"{n}: shape {list(got[n])}, the model's is {list(expected[n])}" for n in shapes]
             want = ", ".join(f"{n} {list(s)}" for n, s in expected.items())
-            raise ValueError(f"{self.params.weights}: does not fit the track's model {arch.model.name!r} "
+            raise ValueError(f"weights: {self.params.weights}: does not fit the track's model {arch.model.name!r} "
                              f"({'; '.join(parts)}); its state_dict is: {want}")
         return TrainedElsewhere(members, nonmembers, state, NonPrivate(NonPrivate.Params()))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -19,12 +19,10 @@ import torch
 from arena.contracts.attack import Attack, Capability
 from arena.contracts.dataset import Dataset
 from arena.contracts.metric import Metric
+from arena.contracts.procedure import Procedure
 from arena.contracts.release import Release
 from arena.contracts.spec import GameSpec
 from arena.contracts.view import View, view_capabilities
-
-if TYPE_CHECKING:  # a type only: the procedure is the pipeline's, handed to a game at play time
-    from arena.pipeline.procedure import TrainingProcedure
 
 
 @dataclass
@@ -105,15 +103,25 @@ class Game:
         return []
 
     @classmethod
+    def defense_problems(cls, spec: GameSpec, dataset: Dataset, arch: Any, defense: Any) -> list[tuple[str, str]]:
+        """(field of the defense's entry, message) for every way the configuration ``defense`` cannot play ``spec``
+        on ``dataset`` with the track's model ``arch``, checked when the scenario is validated. Default: a defense
+        that hands over a model trained elsewhere (``trained_elsewhere``, which the membership game plays) cannot."""
+        if callable(getattr(defense, "trained_elsewhere", None)):
+            return [("name", f"defense {getattr(defense, 'name', '?')!r} releases a model trained elsewhere, which "
+                             f"the {cls.name!r} game does not play")]
+        return []
+
+    @classmethod
     def train_size(cls, spec: GameSpec) -> int:
         """Size of each released model's training set (DP defenses check δ < 1/n against it)."""
         raise NotImplementedError
 
-    def release(self, procedure: TrainingProcedure) -> Release:
+    def release(self, procedure: Procedure) -> Release:
         """Train the released model(s) through ``procedure`` and measure their utility."""
         raise NotImplementedError
 
-    def view(self, attack: Attack, release: Release, procedure: TrainingProcedure) -> View:
+    def view(self, attack: Attack, release: Release, procedure: Procedure) -> View:
         """Exactly what ``attack`` may see of ``release`` (never the secret)."""
         raise NotImplementedError
 
@@ -121,7 +129,7 @@ class Game:
         """Check ``attack``'s guess and score it against the secret."""
         raise NotImplementedError
 
-    def play(self, attack: Attack, release: Release, procedure: TrainingProcedure) -> Outcome:
+    def play(self, attack: Attack, release: Release, procedure: Procedure) -> Outcome:
         """Build the attack's view, run it, score its guess against the secret."""
         return self.score(attack, attack.run(self.view(attack, release, procedure)))
 

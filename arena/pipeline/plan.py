@@ -360,6 +360,9 @@ def _check_track(
             if game is not None:
                 for field_name, msg in defense.validate_for(game.train_size(track.game)):
                     problems.append(f"{source}: {prefix}.{field_name}: {msg}")
+                if dataset is not None and arch is not None:  # e.g. a model trained elsewhere, for this track?
+                    for field_name, msg in game.defense_problems(track.game, dataset, arch, defense):
+                        problems.append(f"{source}: {prefix}{('.' + field_name) if field_name else ''}: {msg}")
             eps, dumped = defense.target_epsilon(), config.model_dump(mode="json")
             defenses.append(DefenseConfig(cls.name, dumped, cls.version, eps, defense.target_delta(), "", recipe,
                                           code))

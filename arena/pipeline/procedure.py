@@ -15,6 +15,7 @@ from typing import Literal
 import torch
 
 from arena.contracts.defense import Claim, Defense, FitTask
+from arena.contracts.procedure import Chunk
 from arena.contracts.release import Models
 from arena.engine.architecture import Architecture
 from arena.engine.recipe import Recipe
@@ -26,8 +27,6 @@ _STATE = "state."
 GPU_SHARE = 0.25
 """Fraction of a GPU each task of a ``cuda`` track requests: four matchups or pool chunks share one GPU."""
 
-Chunk = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
-"""One independently trained part of a pool: X [k, n, d], y [k, n], init seeds [k], train seeds [k]."""
 
 
 def resolve_device(device: Device) -> str:

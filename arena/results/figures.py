@@ -124,3 +124,18 @@ def empirical_roc(truth: Any, scores: Any) -> tuple[Any, Any]:
     tp, fp = np.cumsum(t)[last], np.cumsum(~t)[last]
     n_pos, n_neg = max(int(t.sum()), 1), max(int((~t).sum()), 1)
     return np.r_[0.0, fp / n_neg], np.r_[0.0, tp / n_pos]
+
+
+def log_log(ax: Any) -> None:
+    """Both axes on log scales with plain tick labels ('0.01', not mathtext's 10⁻², which is slow to lay out and
+    to embed) at the decades, unlabelled minor ticks between them, and a light grid at the decades."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(LogLocator(base=10.0))
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_locator(LogLocator(base=10.0, subs=(2.0, 5.0)))
+        axis.set_minor_formatter(NullFormatter())
+    ax.grid(alpha=0.3)

@@ -24,14 +24,21 @@ key), gathered.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from arena.contracts.arrays import ArrayLoader
-from arena.pipeline.store import SECRET, RunDirError, RunStore, content_key, parse_secret
+from arena.pipeline.store import (
+    RESULTS,
+    SECRET,
+    RunDirError,
+    RunStore,
+    content_key,
+    parse_secret,
+    read_results,
+)
 from arena.results.audit import Audit, GameAudit
 from arena.results.leaderboard import DrawLoader, rank_by_of
 
@@ -90,6 +97,19 @@ class Merged:
 
         return load
 
+    def draws(self) -> DrawLoader:
+        """The loader of merged rows' bootstrap draws, saved in their own run directories when they were scored
+        (seeded by their own keys: a cell's draws are those of its runs' boards)."""
+        stores = [RunStore(r.root) for r in self.runs]
+
+        def load(key: str) -> Mapping[str, Any] | None:
+            if key not in self.sources:
+                return None
+            i, source = self.sources[key]
+            return stores[i].load_draws(source)
+
+        return load
+
     def rank_by(self) -> dict[str, str]:
         """Scenario name → its ``rank_by``, from every run's scenario files (the first run naming it wins)."""
         out: dict[str, str] = {}
@@ -128,20 +148,16 @@ def run_identity(root: Path) -> str:
     return hashlib.sha256(f"privacy-arena run path\0{Path(root).resolve()}".encode()).hexdigest()[:16]
 
 
-def row_hash(row: Mapping[str, Any]) -> str:
-    """The SHA-256 of a row's line in its run's ``results.jsonl`` (without the newline): the row as its run wrote
-    it (keys sorted, as ``RunStore.append_result`` writes), the fields a merge renamed restored and those it added
-    left out. What a published row is checked against."""
-    own = {k: v for k, v in row.items() if k not in MERGE_FIELDS}
-    for field_name in ("key", "release_key", "track", "defense_label", "attack_label"):
-        if f"source_{field_name}" in row:
-            own[field_name] = row[f"source_{field_name}"]
-    return hashlib.sha256(json.dumps(own, sort_keys=True, default=str).encode()).hexdigest()
+def line_hashes(root: Path | str) -> dict[str, str]:
+    """Matchup key → the SHA-256 of its latest line in the run directory's ``results.jsonl`` (without the newline):
+    what a published row is checked against (``sed -n Np results.jsonl | tr -d '\\n' | sha256sum``)."""
+    read = read_results(Path(root) / RESULTS)
+    return {row["key"]: hashlib.sha256(raw).hexdigest() for row, raw in zip(read.rows, read.kept)}
 
 
-MERGE_FIELDS = ("run", "source_key", "source_release_key", "source_track", "source_defense_label",
-                "source_attack_label")
-"""What a merge adds to a row (the original key, track and labels it renames, and its run's name)."""
+MERGE_FIELDS = ("run", "content_hash", "source_key", "source_release_key", "source_track",
+                "source_defense_label", "source_attack_label")
+"""What a merge adds to a row: its run's name, the hash of its line, the key, track and labels it renamed."""
 
 
 def _names(roots: Sequence[Path]) -> list[str]:
@@ -220,6 +236,7 @@ def merge(runs: Sequence[tuple[Path | str, Sequence[Mapping[str, Any]], Audit | 
     counts, duplicates = [0] * len(runs), [0] * len(runs)
     warnings: list[str] = []
     for i, (_, given, _) in enumerate(runs):
+        hashes = line_hashes(roots[i])
         for row in given:
             ident = (identities[i], row["key"])
             if ident in seen:
@@ -227,7 +244,8 @@ def merge(runs: Sequence[tuple[Path | str, Sequence[Mapping[str, Any]], Audit | 
                 continue
             seen[ident] = i
             key = f"{row['key']}@{identities[i][:SHORT]}"
-            new = {**row, "key": key, "source_key": row["key"], "run": names[i]}
+            new = {**row, "key": key, "source_key": row["key"], "run": names[i],
+                   "content_hash": hashes.get(row["key"])}
             if isinstance(row.get("release_key"), str):
                 new["release_key"] = f"{row['release_key']}@{identities[i][:SHORT]}"
                 new["source_release_key"] = row["release_key"]

@@ -41,7 +41,7 @@ from arena.pipeline.store import _atomic_write
 from arena.results import leaderboard
 from arena.results.audit import Audit, audit_lines, violation_findings
 from arena.results.leaderboard import NOT_RESOLVABLE, TrackBoard
-from arena.results.merge import MERGE_FIELDS, row_hash
+from arena.results.merge import line_hashes
 
 TEMPLATES = Path(__file__).parent / "publish_templates"
 KINDS = ("defense", "attack")
@@ -186,15 +186,9 @@ def _method_cells(page: Mapping[str, Any], boards: list[TrackBoard]) -> list[dic
 
 
 def _rows_jsonl(rows: Iterable[Mapping[str, Any]]) -> str:
-    """Every row as its run wrote it, plus ``content_hash`` and what a merge adds (run, the merged key, track and
-    labels), one JSON object a line."""
-    lines = []
-    for r in rows:
-        own = dict(r)
-        extra = {k: own.pop(k) for k in MERGE_FIELDS if k in own}
-        record = {**own, **extra, "content_hash": row_hash(r)}
-        lines.append(json.dumps(record, sort_keys=True, default=str))
-    return "".join(line + "\n" for line in lines)
+    """Every row (labelled as its scenario labels it now), with ``run``, ``content_hash`` (of its line in its
+    run's results.jsonl) and what a merge renamed, one JSON object a line."""
+    return "".join(json.dumps(dict(r), sort_keys=True, default=str) + "\n" for r in rows)
 
 
 def _audit_json(audit: Audit, findings: Mapping[str, str]) -> str:
@@ -213,7 +207,8 @@ def publish(results: Any, out: Path | str) -> Path:
     runs = getattr(getattr(results, "merged", None), "runs", None)
     if runs is None:  # one run directory: its rows named by it, its keys its own
         name = Path(results.run_dir).resolve().name
-        rows = [{**r, "run": name} for r in rows]
+        hashes = line_hashes(results.run_dir)
+        rows = [{**r, "run": name, "content_hash": hashes.get(r["key"])} for r in rows]
         run_info = [{"name": name, "rows": len(rows), "duplicates": 0, "root": Path(results.run_dir)}]
     else:
         run_info = [{"name": r.name, "rows": r.rows, "duplicates": r.duplicates, "root": r.root} for r in runs]
@@ -248,7 +243,8 @@ def publish(results: Any, out: Path | str) -> Path:
             "defense_link": label_links["defense", b.track, r["defense_label"]],
             "attack_link": label_links["attack", b.track, r["attack_label"]],
             "status": r["status"], "value": _value(r, b.metric), "utility": fmt(r.get("utility")),
-            "audit": findings.get(r["key"], ""), "hash": row_hash(r), "key": r.get("source_key", r["key"]),
+            "audit": findings.get(r["key"], ""), "hash": r.get("content_hash") or "—",
+            "key": r.get("source_key", r["key"]),
         } for r in sorted(mine, key=lambda r: (r["defense_label"], r["attack_label"], str(r.get("run")),
                                                r.get("seed", 0)))]
         files[f"tracks/{track_slug}.html"] = env.get_template("track.html.j2").render(
@@ -261,7 +257,7 @@ def publish(results: Any, out: Path | str) -> Path:
             track_links={t["name"]: f"../tracks/{t['slug']}.html" for t in tracks})
     downloads = [("leaderboard.csv", "one line per track × defense × attack: every metric's mean and interval"),
                  ("leaderboard.json", "the boards: cells, intervals, rankings, failures, violations"),
-                 ("rows.jsonl", "every result row as its run wrote it, with its run and content hash"),
+                 ("rows.jsonl", "every result row, with its run and content hash"),
                  ("audit.json", "the DP audit: each game's verdicts and the violating matchups"),
                  ("manifest.json", "the SHA-256 of every file of this site")]
     files["leaderboard.csv"] = leaderboard.render_csv(boards)

@@ -22,6 +22,7 @@ from arena.results.figures import (
     empirical_roc,
     figure,
     legend_columns,
+    log_log,
     panels,
     wrap,
 )
@@ -104,14 +105,12 @@ def roc_curves(board: TrackBoard, rows: list[dict[str, Any]], arrays: ArrayLoade
             if len(seeds) > 1:
                 ax.fill_between(grid, low, high, color=color, alpha=0.12, linewidth=0)
         ax.plot(grid, grid, color="grey", linestyle=":", linewidth=0.8)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+        log_log(ax)
         ax.set_xlim(smallest, 1)
         ax.set_ylim(min(floor, smallest) * 0.9, 1.05)
         ax.set_xlabel(f"FPR (resolution {smallest:.2g})")
         ax.set_ylabel(f"TPR (floor 1/n = {floor:.2g})")
         ax.set_title(wrap(attack, PANEL[0] - 0.7))
-        ax.grid(alpha=0.3, which="both")
         ax.legend(loc="lower right", fontsize=6.5, handlelength=1.5)
     n_seeds = max(len(v) for v in curves.values())
     handles = [Line2D([], [], color=styles[d]["color"], linestyle=styles[d]["linestyle"], label=text(d))

@@ -154,6 +154,21 @@ class MembershipGame(Game):
     def train_size(cls, spec: MembershipGameSpec) -> int:
         return spec.members
 
+    @classmethod
+    def defense_problems(cls, spec: MembershipGameSpec, dataset: Any, arch: Any,
+                         defense: Any) -> list[tuple[str, str]]:
+        """A model trained elsewhere must fit the track's dataset and model: its ``trained_elsewhere`` raises
+        ``ValueError('field: message')`` otherwise."""
+        hand_over = getattr(defense, "trained_elsewhere", None)
+        if not callable(hand_over):
+            return []
+        try:
+            hand_over(dataset, arch)
+        except ValueError as exc:
+            field, _, message = str(exc).partition(": ")
+            return [(field, message) if message and field.isidentifier() else ("", str(exc))]
+        return []
+
     def release(self, procedure: TrainingProcedure) -> Release:
         given = self._trained_elsewhere(procedure)
         if given is not None:

@@ -171,7 +171,27 @@ def section(ctx: Any) -> Markup:
     return ctx.render("membership.html.j2", track=board.track, roc_png=roc_png, exposed=bool(exposed),
                   exposed_rows=exposed_rows, records_png=records_png, class_labels=[f"class {c}" for c in labels],
                   class_rows=class_rows, top=TOP_RECORDS,
-                  tradeoff=ctx.tradeoff(tradeoff_panels(ctx), f"{board.track}-tradeoff-roc"))
+                  tradeoff=audited_rocs(ctx))
+
+
+def audited_rocs(ctx: Any) -> Markup:
+    """The audited ROC figure: per defense configuration and claim, the panel of its strongest attack (by the
+    track's ranking metric), so that the figure stays legible however many attacks the track has; the table
+    beside it reads every audited pair."""
+    panels = tradeoff_panels(ctx)
+    board = ctx.board
+    best: dict[tuple[str | None, str], Any] = {}
+    for p in panels:
+        value = board.means.loc[p.defense, p.attack] if (p.defense in board.means.index and
+                                                          p.attack in board.means.columns) else np.nan
+        score = -np.inf if not np.isfinite(value) else (value if board.higher_is_better else -value)
+        group = (p.defense, json.dumps(p.claim, sort_keys=True, default=str))
+        if group not in best or score > best[group][0]:
+            best[group] = (score, p)
+    drawn = [p for p in panels if any(p is q for _, q in best.values())]
+    why = (f"Drawn: each defense's strongest attack by {board.metric} ({len(drawn)} of {len(panels)} audited pairs; "
+           "the table reads them all).") if len(drawn) < len(panels) else ""
+    return ctx.tradeoff(panels, f"{board.track}-tradeoff-roc", drawn=drawn, why=why)
 
 
 def tradeoff_panels(ctx: Any) -> list[Any]:
@@ -193,7 +213,7 @@ def tradeoff_panels(ctx: Any) -> list[Any]:
         members.sort(key=lambda rs: rs[0]["seed"])
         curves = tuple(ctx.RocCurve(f"seed {r['seed']}", saved["scores"], saved["is_member"]) for r, saved in members)
         panels.append(ctx.RocPanel(f"{defense} vs {attack}", members[0][0]["claim"], "replace_one", curves,
-                                   defense=defense))
+                                   defense=defense, attack=attack))
     return panels
 
 

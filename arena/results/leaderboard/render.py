@@ -105,8 +105,8 @@ def render_csv(boards: list[TrackBoard]) -> str:
     records = long_rows(boards)
     if not records:
         return ""
-    fixed = ["track", "game", "defense", "attack", "defense_plugin", "defense_params", "attack_plugin",
-             "attack_params", "rank_by", "seeds", "interval", "utility", "claimed_epsilon"]
+    fixed = ["track", "game", "defense", "attack", "rank_by", "seeds", "interval", "utility", "claimed_epsilon",
+             "defense_plugin", "defense_params", "attack_plugin", "attack_params"]
     metrics: list[str] = []
     for b in boards:
         for m in (*b.shown, *b.grids):

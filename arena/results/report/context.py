@@ -92,7 +92,13 @@ class TrackContext:
     templates: tuple[str, ...] = ()
 
     def render(self, template: str, **context: Any) -> Markup:
-        return render(template, self.templates, **context)
+        """One of the game's templates, given ``context`` and ``anchor`` (the track's id on the page)."""
+        return render(template, self.templates, **{"anchor": self.anchor, **context})
+
+    @property
+    def anchor(self) -> str:
+        """The id of the track's part of the page (its parts' ids start with it)."""
+        return "track-" + slug(self.board.track)
 
     fmt = staticmethod(fmt)
     slug = staticmethod(slug)
@@ -100,14 +106,17 @@ class TrackContext:
     RocPanel = RocPanel
     RocCurve = RocCurve
 
-    def tradeoff(self, panels: list[RocPanel], stem: str, panels_per_figure: int = 12) -> Markup:
+    def tradeoff(self, panels: list[RocPanel], stem: str, panels_per_figure: int = 12,
+                 drawn: list[RocPanel] | None = None, why: str = "") -> Markup:
         """Audited matchups' ROC curves over their claimed mechanism's trade-off curve (``plots.tradeoff_roc``,
         written as ``<stem>[-<n>]``, at most ``panels_per_figure`` panels a figure) with the table of measured
-        and bounding TPRs at 0.1 %, 1 % and 10 % FPR; empty markup when there are no panels."""
+        and bounding TPRs at 0.1 %, 1 % and 10 % FPR of every panel; ``drawn``: the panels the figure shows (all
+        by default), ``why`` one sentence for the page on how they were chosen; empty markup without panels."""
         if not panels:
             return Markup("")
+        shown = panels if drawn is None else drawn
         styles = plots.defense_styles(self.board)
-        pngs = [self.figures.save(plots.tradeoff_roc(panels[i : i + panels_per_figure], styles), stem)
-                for i in range(0, len(panels), panels_per_figure)]
-        return render("tradeoff.html.j2", track=self.board.track, pngs=pngs, headers=plots.tradeoff_headers(),
-                      rows=plots.tradeoff_rows(panels))
+        pngs = [self.figures.save(plots.tradeoff_roc(shown[i : i + panels_per_figure], styles), stem)
+                for i in range(0, len(shown), panels_per_figure)]
+        return render("tradeoff.html.j2", track=self.board.track, anchor=self.anchor, pngs=pngs,
+                      headers=plots.tradeoff_headers(), rows=plots.tradeoff_rows(panels), why=why)

@@ -74,7 +74,8 @@ def board_section(board: TrackBoard, ctx: TrackContext, flagged: set[tuple[str, 
         heatmaps.append((m, png))
     pu = ctx.figures.save(plots.privacy_utility(board, ctx.rows), f"{board.track}-privacy-utility")
     return render(
-        "board.html.j2", board=board, main=main, beside=beside, intervals=intervals, heatmaps=heatmaps,
+        "board.html.j2", board=board, anchor=ctx.anchor, main=main, beside=beside, intervals=intervals,
+        heatmaps=heatmaps,
         single=single, privacy_utility=pu, legend=labels.legend(ctx.rows),
         attack_ranking=_frame_rows(board.attack_ranking, "attack"),
         defense_ranking=_frame_rows(board.defense_ranking, "defense"),
@@ -116,8 +117,13 @@ def render_page(store: RunStore) -> str:
         view = None if game is None else game_part(game, "report_view")
         ctx = TrackContext(board, track_rows, store, cached, figures, audit, templates=template_dirs(game))
         flagged = {(a.defense_label, a.attack) for a in audit.violations if a.track == board.track}
-        tracks.append({"board": board_section(board, ctx, flagged),
-                       "section": Markup(view(ctx)) if view is not None else Markup("")})
+        section = Markup(view(ctx)) if view is not None else Markup("")
+        parts = [*((f"heatmap-{i}", f"heatmap {m}") for i, m in enumerate(
+                    (m for m in board.shown if m in board.grids and board.grids[m].means.size > 1), start=1)),
+                 ("privacy-utility", "privacy-utility"), ("intervals", "intervals"), ("rankings", "rankings"),
+                 *((("game", f"{board.game} figures"),) if section else ())]
+        tracks.append({"board": board_section(board, ctx, flagged), "section": section, "name": board.track,
+                       "game": board.game, "anchor": ctx.anchor, "parts": parts})
     notes: dict[tuple[str, str], int] = {}
     for r in rows:
         for note in r.get("notes") or []:

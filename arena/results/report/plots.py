@@ -26,7 +26,7 @@ from matplotlib.patches import Rectangle
 
 from arena.contracts.metric import FPR_LEVELS
 from arena.results import figures as style
-from arena.results.figures import PANEL, defense_styles, figure, panels, text, wrap
+from arena.results.figures import PANEL, defense_styles, figure, log_log, panels, text, wrap
 from arena.results.leaderboard import NOT_RESOLVABLE, TrackBoard, fpr_level
 
 DPI = 110
@@ -60,12 +60,14 @@ class Figures:
         base, n = slug(stem), 2
         while any(p.stem == base for p in self.written):
             base, n = f"{slug(stem)}-{n}", n + 1
+        data = png(fig)  # lays the figure out (constrained layout) ...
+        fig.set_layout_engine("none")  # ... once: the vector formats reuse that layout instead of redoing it
         for fmt in FORMATS:
             path = self.directory / f"{base}.{fmt}"
             fig.savefig(path, format=fmt, metadata={"Date": None} if fmt == "svg" else None)
             path.chmod(0o644)
             self.written.append(path)
-        return png(fig)
+        return data
 
 
 def color_scale(metric: str, bounds: tuple[float, float], values: np.ndarray) -> tuple[float, float]:
@@ -278,13 +280,14 @@ class RocCurve:
 class RocPanel:
     """One audited matchup (or the seeds of one defense × attack sharing a claim): its ROC curves drawn over the
     trade-off region of ``claim`` (a recorded claim dict) under ``relation`` ("add_remove" or "replace_one");
-    ``defense`` (its label) gives the curves the defense's colour of the track."""
+    ``defense`` and ``attack`` (labels) name its matchup; the curves get the defense's colour of the track."""
 
     title: str
     claim: Mapping[str, Any]
     relation: str
     curves: tuple[RocCurve, ...]
     defense: str | None = None
+    attack: str | None = None
 
 
 TRADEOFF_LEVELS = tuple(sorted(FPR_LEVELS))  # 0.1 %, 1 %, 10 %
@@ -353,14 +356,12 @@ def tradeoff_roc(panels_: list[RocPanel], styles: Mapping[str, Mapping[str, Any]
                     linestyle=CURVE_STYLES[k % len(CURVE_STYLES)], alpha=0.9,
                     label=text(f"{curve.label} ({n_pos} in + {n_neg} out)"))
         ax.plot(grid, grid, color="grey", linestyle=":", linewidth=0.8, label="chance")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+        log_log(ax)
         ax.set_xlim(smallest, 1.0)
         ax.set_ylim(bottom, 1.05)
         ax.set_xlabel(f"FPR (resolution {smallest:.2g})")
         ax.set_ylabel(f"TPR (floor 1/n in = {floor:.2g})")
         ax.set_title(wrap(panel.title, PANEL[0] - 0.7, 8.5), fontsize=8.5)
-        ax.grid(alpha=0.3, which="both")
         ax.legend(loc="lower right", fontsize=6.5)
     return fig
 

@@ -318,6 +318,8 @@ def test_the_suite_stays_modest(runs: Runs) -> None:
             print(f"{name:6} {key:24} {row['status']:7} {'' if auc is None else f'AUC {auc:.3f}':10} "
                   f"{(row['error'] or '')[:90]}")
     print(f"seconds: {runs.seconds}; cache growth {runs.cache_growth} bytes; results.jsonl {runs.results_bytes} bytes")
+    for name in ("fork-bomb", "stop", "daemon", "init-patch", "cache-flood"):
+        print(name, runs.observed(name))
     assert sum(runs.seconds.values()) < 240, runs.seconds
 
 

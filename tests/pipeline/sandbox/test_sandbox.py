@@ -1,4 +1,4 @@
-"""arena.pipeline.sandbox: the attack's process holds its view alone, answers come back as data, failures are its own.
+"""arena.pipeline.sandbox: the attack's process holds its view alone; answers are data; its failures are its own."""
 
 from __future__ import annotations
 
