@@ -197,11 +197,12 @@ def _history(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from arena.pipeline.store import RunDirError
     from arena.results.report.html import write_report
 
     try:
         path = write_report(args.run_dir)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, RunDirError) as exc:  # no results, or a damaged matchups.json
         return _problems([str(exc)])
     except OSError as exc:  # a read-only or full run directory
         return _problems([f"{exc.filename or args.run_dir}: cannot write the report: {exc.strerror or exc}"])

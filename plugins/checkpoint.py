@@ -63,8 +63,8 @@ def load_weights(path: Path) -> dict[str, torch.Tensor]:
         else:
             state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        if "weights only" not in str(exc).lower():  # not a pickle at all
-            raise ValueError(f"{path}: not a readable state_dict ({str(exc).splitlines()[0][:200]}); save "
+        if "unsupported global" not in str(exc).lower():  # not a pickle of tensors at all
+            raise ValueError(f"{path}: not a readable state_dict (UnpicklingError: not a torch.save file?); save "
                              "model.state_dict() with torch.save or safetensors") from None
         # weights_only refuses every object but tensors and plain containers
         raise ValueError(f"{path}: holds pickled objects other than tensors (a whole model or an optimiser?), "
@@ -136,7 +136,7 @@ def files_sha256(*paths: Path) -> str:
     h = hashlib.sha256()
     for p in paths:
         with open(p, "rb") as f:
-            for block in iter(lambda f=f: f.read(1 << 20), b""):
+            while block := f.read(1 << 20):
                 h.update(block)
         h.update(b"\0")
     return h.hexdigest()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import re
@@ -88,20 +89,30 @@ processes import it), a Ray instance."""
 _IMPORTS_RAY = re.compile(r"^\s*(import ray\b|from ray[. ])", re.MULTILINE)
 
 
+@functools.cache
+def _starts_ray(function: Callable[..., object]) -> bool:
+    """Whether a test or fixture imports Ray in its own body (a local ``ray``, imported there)."""
+    if "ray" not in getattr(getattr(function, "__code__", None), "co_varnames", ()):
+        return False
+    try:
+        return _IMPORTS_RAY.search(inspect.getsource(function)) is not None
+    except (OSError, TypeError):
+        return False
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tier tests by what they use, so that a new one is tiered without thought: its fixtures (``plugin_dist``,
-    ``ray_session``), or ``import ray`` in its own body."""
+    """Tier tests by what they use, so that a new one is tiered without thought: the fixtures it needs, at any
+    depth (``plugin_dist``, ``ray_session``, or one that imports Ray), or ``import ray`` in its own body."""
     for item in items:
+        names = getattr(item, "fixturenames", ())
         for fixture, tier in _FIXTURE_TIERS.items():
-            if fixture in getattr(item, "fixturenames", ()):
+            if fixture in names:
                 item.add_marker(tier)
-        function = getattr(item, "function", None)
-        if "ray" in getattr(getattr(function, "__code__", None), "co_varnames", ()):  # a local `ray`: look closer
-            try:
-                if _IMPORTS_RAY.search(inspect.getsource(function)):
-                    item.add_marker("ray")
-            except (OSError, TypeError):
-                pass
+        info = getattr(item, "_fixtureinfo", None)
+        definitions = info.name2fixturedefs if info is not None else {}
+        fixtures = [defs[-1].func for name in names for defs in [definitions.get(name)] if defs]
+        if any(_starts_ray(f) for f in [getattr(item, "function", None), *fixtures]):
+            item.add_marker("ray")
 
 
 _setup_seconds: dict[str, float] = {}

@@ -23,6 +23,7 @@ from safetensors.torch import save_file
 from arena._version import __version__
 from arena.engine.seeds import challenger_seed as challenger_seed  # re-exported: the secret's seed, beside it
 from arena.pipeline.row import row_problem
+from arena.pipeline.rowvalues import value_problem
 
 RESULTS = "results.jsonl"
 REJECTED = "results.rejected.jsonl"
@@ -161,7 +162,7 @@ def read_results(path: Path) -> ResultsFile:
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             out.rejected.append((number, f"not JSON ({type(exc).__name__})", raw))
             continue
-        problem = row_problem(obj)
+        problem = row_problem(obj) or value_problem(obj)
         if problem is None:
             out.rows.append(obj)
             out.kept.append(raw)

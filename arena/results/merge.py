@@ -97,19 +97,6 @@ class Merged:
 
         return load
 
-    def draws(self) -> DrawLoader:
-        """The loader of merged rows' bootstrap draws, saved in their own run directories when they were scored
-        (seeded by their own keys: a cell's draws are those of its runs' boards)."""
-        stores = [RunStore(r.root) for r in self.runs]
-
-        def load(key: str) -> Mapping[str, Any] | None:
-            if key not in self.sources:
-                return None
-            i, source = self.sources[key]
-            return stores[i].load_draws(source)
-
-        return load
-
     def rank_by(self) -> dict[str, str]:
         """Scenario name → its ``rank_by``, from every run's scenario files (the first run naming it wins)."""
         out: dict[str, str] = {}

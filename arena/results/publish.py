@@ -143,7 +143,7 @@ def _methods(rows: list[dict[str, Any]], slugs: Slugs) -> dict[tuple[str, str], 
     methods: dict[tuple[str, str], dict[str, Any]] = {}
     for r in rows:
         for kind in KINDS:
-            name = r.get(kind) or r.get(f"{kind}_label")
+            name = str(r.get(kind) or r.get(f"{kind}_label"))
             page = methods.setdefault((kind, name), {"kind": kind, "name": name, "slug": slugs(f"{kind}-{name}"),
                                                      "configs": {}, "runs": [], "tracks": [], "versions": {}})
             label = r[f"{kind}_label"]
@@ -205,6 +205,7 @@ def publish(results: Any, out: Path | str) -> Path:
     out = Path(out)
     rows = [dict(r) for r in results.rows]
     runs = getattr(getattr(results, "merged", None), "runs", None)
+    run_info: list[dict[str, Any]]
     if runs is None:  # one run directory: its rows named by it, its keys its own
         name = Path(results.run_dir).resolve().name
         hashes = line_hashes(results.run_dir)
@@ -223,7 +224,7 @@ def publish(results: Any, out: Path | str) -> Path:
     slugs = Slugs()
     methods = _methods(rows, slugs)
     method_link = {(k, n): f"../methods/{p['slug']}.html" for (k, n), p in methods.items()}
-    label_links = {(kind, r["track"], r[f"{kind}_label"]): method_link[kind, r.get(kind) or r[f"{kind}_label"]]
+    label_links = {(kind, r["track"], r[f"{kind}_label"]): method_link[kind, str(r.get(kind) or r[f"{kind}_label"])]
                    for r in rows for kind in KINDS}
     env = _environment()
     common = {"version": __version__, "css": "../style.css"}
@@ -278,6 +279,11 @@ def publish(results: Any, out: Path | str) -> Path:
         if (out / folder).is_dir():
             shutil.rmtree(out / folder)
     for name, text in files.items():
-        _atomic_write(out / name, lambda tmp, text=text: Path(tmp).write_text(text, encoding="utf-8"))
+        _write(out / name, text)
     return out / "index.html"
+
+
+def _write(path: Path, text: str) -> None:
+    """``text`` into ``path``, atomically (a reader never sees half a page)."""
+    _atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 

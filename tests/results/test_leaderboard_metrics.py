@@ -55,8 +55,10 @@ def test_membership_is_ranked_by_tpr_at_1pct_with_auc_beside_and_bootstrap_below
     assert board.interval_method.startswith("95% intervals: percentile bootstrap over challenge points")
     iv = board.intervals["nonprivate", "lira"]
     assert iv.method == "bootstrap" and iv.low <= iv.mean <= iv.high
-    (t_board,) = leaderboard.build(rows)  # no scores to resample: t over seeds, and the header says so
-    assert t_board.interval_method.startswith("95% t-intervals") and "no saved scores" in t_board.interval_method
+    (t_board,) = leaderboard.build(rows)  # nothing to resample: no interval (never a 2-seed t), and it says why
+    assert {iv.method for iv in t_board.intervals.values()} == {"none"}
+    assert "no interval where a cell has fewer than 5 seeds" in t_board.interval_method
+    assert "no saved scores were given to resample" in t_board.interval_method
     # The bootstrap interval reflects the 100 + 100 points behind each AUC, whatever two seeds happen to agree on.
     boot = board.grids["auc"].intervals["nonprivate", "lira"]
     assert boot.high - boot.low > 0.02
@@ -162,12 +164,13 @@ def test_bootstrap_draws_are_the_games_resample_seeded_by_the_matchup_key(tmp_pa
     assert other.grids["auc"].intervals["nonprivate", "lira"] != iv
 
 
-def test_rows_of_a_game_no_longer_registered_are_read_from_their_own_columns_with_t_intervals(tmp_path) -> None:
-    """A game whose plugin is gone: its rows still say how to rank and read them; nothing resamples its scores."""
+def test_rows_of_a_game_no_longer_registered_are_read_from_their_own_columns_without_intervals(tmp_path) -> None:
+    """A game whose plugin is gone: its rows still say how to rank and read them; nothing resamples its scores, so
+    its 2-seed cells get no interval, and the header says why."""
     store = make_run(tmp_path / "run", game="uninstalled-game")
     (board,) = leaderboard.build(store.results(), arrays=saved_arrays(store))
     assert board.game == "uninstalled-game" and board.metric == "tpr@1%fpr" and board.beside == ("auc",)
-    assert all(iv.method == "t" for g in board.grids.values() for iv in g.intervals.values())
+    assert all(iv.method == "none" for g in board.grids.values() for iv in g.intervals.values())
     assert "game 'uninstalled-game' is not registered" in board.interval_method
 
 
@@ -185,6 +188,8 @@ def test_a_metric_the_game_cannot_resample_says_so() -> None:
     from tests.results.test_leaderboard import ROWS
 
     (board,) = leaderboard.build(ROWS, rank_by="auc")
+    assert "no saved scores were given to resample" in board.interval_method
+    (board,) = leaderboard.build(ROWS, rank_by="auc", arrays=lambda key: None)
     assert "no saved scores to resample" in board.interval_method
     rows = [{**r, "metrics": {"balanced_accuracy": r["metrics"].get("auc")} if r["metrics"] else {}} for r in ROWS]
     (board,) = leaderboard.build(rows, arrays=lambda key: {"scores": np.arange(4.0), "is_member": np.r_[1, 1, 0, 0]})

@@ -155,8 +155,7 @@ class MembershipGame(Game):
         return spec.members
 
     @classmethod
-    def defense_problems(cls, spec: MembershipGameSpec, dataset: Any, arch: Any,
-                         defense: Any) -> list[tuple[str, str]]:
+    def defense_problems(cls, spec: GameSpec, dataset: Any, arch: Any, defense: Any) -> list[tuple[str, str]]:
         """A model trained elsewhere must fit the track's dataset and model: its ``trained_elsewhere`` raises
         ``ValueError('field: message')`` otherwise."""
         hand_over = getattr(defense, "trained_elsewhere", None)

@@ -96,17 +96,19 @@ def heatmap(board: TrackBoard, metric: str | None = None, flagged: Collection[tu
     bounds = grid.info.bounds if grid is not None else (0.0, 1.0)
     means = frame.to_numpy(dtype=np.float64)
     defenses, attacks = list(frame.index), list(frame.columns)
-    width = min(2.6 + 1.05 * len(attacks), 11.0)
-    fig = figure(width, 1.6 + 0.42 * len(defenses))
+    cell, label_width = 1.0, 2.8  # inches: a column, and the most the defenses' names may take
+    names = [wrap(d, label_width, 7.5) for d in defenses]
+    longest = max((len(line) for n in names for line in n.splitlines()), default=1) * 0.58 * 7.5 / 72
+    width = longest + 0.4 + cell * len(attacks) + 1.3  # names, cells, colour bar with its label
+    fig = figure(width, 1.8 + 0.42 * len(defenses))
     ax = fig.add_subplot()
     lo, hi = color_scale(metric, bounds, means)
     image = ax.imshow(np.ma.masked_invalid(means), cmap="Reds" if higher else "Reds_r", vmin=lo, vmax=hi,
                       aspect="auto")
     direction = "higher" if higher else "lower"
     fig.colorbar(image, ax=ax, label=text(f"{metric} (fixed scale)"))
-    ax.set_xticks(range(len(attacks)), [wrap(a, 1.3, 7.5) for a in attacks], rotation=30, ha="right",
-                  rotation_mode="anchor")
-    ax.set_yticks(range(len(defenses)), [text(d) for d in defenses])
+    ax.set_xticks(range(len(attacks)), [wrap(a, 0.9 * cell, 7.0) for a in attacks], fontsize=7.0)
+    ax.set_yticks(range(len(defenses)), names, fontsize=7.5)
     mid = (lo + hi) / 2
     for i, d in enumerate(defenses):
         for j, a in enumerate(attacks):
@@ -121,7 +123,7 @@ def heatmap(board: TrackBoard, metric: str | None = None, flagged: Collection[tu
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="#0050ff", linewidth=3))
             ax.text(j, i, label, ha="center", va="center", fontsize=8,
                     color="white" if np.isfinite(value) and strong else "black")
-    ax.set_title(wrap(f"{board.track}: {metric} ({direction} = stronger attack)", width - 2.2))
+    ax.set_title(wrap(f"{board.track}: {metric} ({direction} = stronger attack)", cell * len(attacks)))
     return fig
 
 
@@ -242,11 +244,6 @@ def privacy_utility(board: TrackBoard, rows: list[dict[str, Any]]) -> Figure:
             ax.set_ylim(bounds[0] - 0.03 * (bounds[1] - bounds[0]), bounds[1] + 0.03 * (bounds[1] - bounds[0]))
     for ax in axes:
         ax.set_xticks(pos.ticks, pos.labels, fontsize=7)
-        for tick, label in zip(ax.get_xticklabels(), pos.labels):
-            if not re.fullmatch(r"[0-9.e+-]+", label):  # a defense's name: slanted, so that names never collide
-                tick.set_rotation(30)
-                tick.set_ha("right")
-                tick.set_rotation_mode("anchor")
         if pos.ticks:
             ax.set_xlim(min(pos.ticks) - 0.35, max(pos.ticks) + 0.35)
         if pos.separator is not None:

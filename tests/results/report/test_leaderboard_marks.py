@@ -1,4 +1,5 @@
-"""Leaderboard additions the report relies on: t-intervals over seeds, ties as ties, DP violations marked."""
+"""Leaderboard additions the report relies on: t-intervals over seeds (from 5 seeds on, none from fewer without
+bootstrap draws), ties as ties, DP violations marked."""
 
 from __future__ import annotations
 
@@ -50,9 +51,15 @@ def test_equal_means_share_a_place_and_cells_carry_intervals() -> None:
     assert places == {"attack-a": 1, "attack-b": 1, "attack-c": 3}
     assert board.intervals["nonprivate", "attack-c"].mean == pytest.approx(0.61)
     assert board.utility_intervals["nonprivate"].mean == pytest.approx(0.85)  # one utility per seed, not per row
-    # Utility 0.8 and 0.9: s = 0.0707, t(0.975, 1) = 12.706 → 0.85 ± 0.635, cut at accuracy 1.
+    # Utility 0.8 and 0.9: a t-interval from 2 seeds would be 0.85 ± 0.635 ([0.215, 1.000]): no measurement, so
+    # none is given (below 5 seeds, no bootstrap draws) and the table says why.
     table = leaderboard.render_table([board])
-    assert "95% t-intervals of the means over seeds" in table and "[0.215, 1.000]" in table
+    assert "[0.215, 1.000]" not in table and "no interval (2 seeds)" in table
+    assert "no interval where a cell has fewer than 5 seeds (too few for a t-interval)" in table
+    five = [row(f"c-x-{s}", "nonprivate", "attack-c", s, 0.6 + 0.02 * s) for s in range(5)]
+    (board5,) = leaderboard.build(five)  # from 5 seeds on: the t-interval over seeds
+    assert board5.intervals["nonprivate", "attack-c"].method == "t"
+    assert "95% t-intervals of the means over seeds (5 seeds)" in leaderboard.render_table([board5])
 
 
 def test_violations_are_marked_in_the_cell_listed_and_exported() -> None:
@@ -64,5 +71,4 @@ def test_violations_are_marked_in_the_cell_listed_and_exported() -> None:
     assert "VIOLATION×1" in leaderboard.render_csv([board])
     exported = json.loads(leaderboard.render_json([board]))[0]
     assert exported["violations"] == board.violations
-    low, high = exported["intervals"]["nonprivate"]["attack-c"]
-    assert low < 0.61 < high
+    assert exported["intervals"]["nonprivate"]["attack-c"] == [None, None]  # 2 seeds, no draws: no interval

@@ -199,7 +199,7 @@ def test_the_table_beside_the_figure_reads_the_same_bounds(tradeoff_run) -> None
 
 def test_the_table_says_n_r_where_the_non_members_cannot_resolve_the_level(tradeoff_run) -> None:
     page = tradeoff_run["page"]
-    part = page[page.index(f"track {MIA_TRACK}\"") :]
+    part = page[page.index(f"claimed trade-off curve for track {MIA_TRACK}\"") :]
     table = part[part.index("<table>") : part.index("</table>")]
     rows = [r for r in (re.findall(r"<td>(.*?)</td>", r) for r in re.findall(r"<tr>(.*?)</tr>", table, re.S)) if r]
     assert [r[1] for r in rows] == ["seed 0", "seed 1"]
