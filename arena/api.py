@@ -148,7 +148,6 @@ class Results:
         """The leaderboard's boards: every track (or ``track``), ranked by ``metric`` or the scenarios' ``rank_by``
         (tracks without ``metric`` are left out). Unknown names raise ``UnknownNameError`` listing the known."""
         from arena.results import leaderboard
-        from arena.results.audit import violation_findings
 
         tracks = list(dict.fromkeys(r["track"] for r in self.rows))
         if track is not None and track not in tracks:
@@ -161,8 +160,21 @@ class Results:
             with_metric = {r["track"] for r in rows if metric in (r.get("metrics") or {})}
             rows = [r for r in rows if r["track"] in with_metric]
         rank_by = metric if metric is not None else self.rank_by()
-        return leaderboard.build(rows, violation_findings(self.audit), rank_by=rank_by, arrays=self.arrays(),
+        return leaderboard.build(rows, self.findings(), rank_by=rank_by, arrays=self.arrays(),
                                  draws=self.draws())
+
+    def findings(self) -> dict[str, str]:
+        """The DP audit's finding per violating matchup key, as the boards mark them: kept in the run directory
+        with the digest of the rows and code they came from (``leaderboard.findings``), audited again when it
+        differs."""
+        from arena.results.leaderboard.findings import cached_findings
+
+        def audit() -> dict[str, str]:
+            from arena.results.audit import violation_findings
+
+            return dict(violation_findings(self.audit))
+
+        return cached_findings(self.run_dir, self.rows, audit)
 
     def leaderboard(self, metric: str | None = None, track: str | None = None) -> pd.DataFrame:
         """One row per track × defense × attack: the ranking metric, then every metric's mean with its 95% interval
@@ -222,6 +234,11 @@ class MergedResults(Results):
 
     def draws(self):  # noqa: ANN201 - arena.results.leaderboard.DrawLoader
         return self.merged.draws()
+
+    def findings(self) -> dict[str, str]:
+        from arena.results.audit import violation_findings
+
+        return dict(violation_findings(self.audit))  # each run's own audit, gathered (nothing kept)
 
     def rank_by(self) -> dict[str, str]:
         return self.merged.rank_by()

@@ -25,6 +25,7 @@ PAIRS = {
     "f": "benchmarks.bench_memory",
     "g": "benchmarks.bench_engines",
     "h": "benchmarks.bench_pool",
+    "i": "benchmarks.bench_postprocess",
 }
 PACKAGES = ("torch", "numpy", "scipy", "scikit-learn", "opacus", "adversarial-robustness-toolbox", "ray")
 PROTOCOL = (

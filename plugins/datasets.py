@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import io
 import math
 import pickle
 import stat
@@ -23,7 +24,7 @@ SYNTHETIC_BYTES_PER_VALUE = 3 * 8
 
 # What a corrupt or truncated data file raises while being read (a hostile pickle raises UnpicklingError).
 _CORRUPT = (OSError, EOFError, zlib.error, struct.error, pickle.UnpicklingError, ValueError, TypeError,
-            IndexError, KeyError, AttributeError)
+            IndexError, KeyError, AttributeError, MemoryError, OverflowError)
 
 
 class _Params(PluginParams):
@@ -141,6 +142,8 @@ def read_idx(path: Path) -> np.ndarray:
     ndim = raw[3]
     dims = struct.unpack(f">{ndim}I", raw[4 : 4 + 4 * ndim])
     data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
+    if 0 in dims[1:]:
+        raise ValueError(f"path: {path}: header gives a zero dimension {dims}: no image has zero width or height")
     if data.size != math.prod(dims):
         raise ValueError(f"path: {path}: header promises {dims} but holds {data.size} bytes (truncated?)")
     return data.reshape(dims)
@@ -211,7 +214,8 @@ def read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     a ValueError naming it."""
     try:
         with open(regular_file(path), "rb") as f:
-            batch = _ArrayUnpickler(f, encoding="bytes").load()
+            raw = f.read()
+        batch = _ArrayUnpickler(io.BytesIO(raw), encoding="bytes").load()  # lengths past the end: truncated
         if not isinstance(batch, dict):
             raise ValueError(f"path: {path}: not a CIFAR-10 batch (a {type(batch).__name__}, not a dict)")
         data = batch.get(b"data", batch.get("data"))

@@ -85,6 +85,7 @@ def test_bad_input_raises_before_any_work(tmp_path: Path) -> None:
         arena.load(tmp_path / "nowhere")
 
 
+@pytest.mark.slow
 def test_cli_run_is_the_api_with_its_exit_statuses(tmp_path: Path, capsys) -> None:
     from arena.cli import EXIT_INPUT, EXIT_OK, main
 

@@ -43,6 +43,7 @@ def _floats(cells: str) -> list[float]:
     return [float(x) for x in re.findall(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?", cells)]
 
 
+@pytest.mark.slow
 def test_quick_run_of_the_pure_python_pairs_writes_a_well_formed_results_file(tmp_path):
     out = tmp_path / "results.md"
     assert main(["--quick", "--only", "a,b", "--repeats", "2", "--out", str(out)]) == 0

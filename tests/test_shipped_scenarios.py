@@ -45,6 +45,7 @@ def _fake_cifar(folder: Path, n_train: int, n_test: int) -> None:
             pickle.dump({b"data": data, b"labels": labels}, f)
 
 
+@pytest.mark.subprocess
 def test_cifar10_scenario_runs_on_a_tiny_synthetic_stand_in(tmp_path: Path) -> None:
     spec = yaml.safe_load(CIFAR.read_text())
     assert [t["dataset"]["name"] for t in spec["tracks"]] == ["cifar10"]

@@ -23,6 +23,7 @@ from arena.contracts.spec import GameSpec, PluginRef, Scenario, Track, TrainingO
 from arena.engine.architecture import Architecture, has_batch_norm
 from arena.pipeline.honours import unhonoured
 from arena.pipeline.labels import Labelled, assign, flatten
+from arena.pipeline.limits import too_many
 from arena.pipeline.provenance import Provenance, provenance, track_provenance
 from arena.pipeline.sandbox.static import static_attack
 from arena.pipeline.scenario import ScenarioError, parse_scenario, pydantic_problems
@@ -434,6 +435,9 @@ def plan(paths: list[Path], local: bool = True) -> Plan:
             fingerprint = dataset.fingerprint()
             game_version = str(regs.games.get(track.game.name).version) if track.game.name in regs.games else ""
             code = track_provenance(track, regs)
+            if cap := too_many(str(path), i, len(matchups), defenses, attacks, scenario.seeds):
+                problems.append(cap)
+                continue
             for defense in defenses:
                 for attack in attacks:
                     for seed in scenario.seeds:

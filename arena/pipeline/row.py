@@ -57,7 +57,8 @@ class ResultRow(TypedDict):
     attack_label: Annotated[str, Col("the attack configuration's label", frame=True, board=True, legacy=True)]
     attack_params: Annotated[dict[str, Any], Col("the attack's parameters (JSON form)")]
     threat_model: Annotated[list[str], Col("the capabilities the attack was played with (its class's "
-                                           "threat_model, read statically when planned): what its view granted")]
+                                           "threat_model, read statically when planned): what its view granted",
+                                           since=2)]
     seed: Annotated[int, Col("the scenario seed", frame=True, board=True, legacy=True)]
     definition: Annotated[dict[str, str], Col("hashes of the matchup's definition apart from its seed: 'track' (the "
                                               "track as run: dataset, model, recipe, game spec and versions, data "

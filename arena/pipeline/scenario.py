@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import os
 import re
 import stat
 from pathlib import Path
@@ -47,8 +48,15 @@ MAX_DEPTH = 64
 """Deepest nesting of lists and mappings a scenario file may have (real scenarios stay under 10)."""
 MAX_NODES = 5_000_000
 """Most YAML nodes a file may expand to, counting every use of an alias (refuses 'billion laughs' files)."""
-MAX_BYTES = 64 * 1024 * 1024
-"""Largest scenario file read at all."""
+MAX_BYTES = 8 * 1024 * 1024
+"""Largest scenario file read at all, unless ``ARENA_MAX_SCENARIO_BYTES`` allows more (checked before parsing)."""
+BYTES_ENV = "ARENA_MAX_SCENARIO_BYTES"
+MAX_NAME = 64
+"""Longest scenario or track name (labels have their own bound, ``arena.contracts.spec.MAX_LABEL``)."""
+MAX_INT_DIGITS = 64
+"""Most digits an integer in a scenario file may have: no field takes a larger one (Python refuses > 4,300)."""
+_SEXAGESIMAL = re.compile(r"^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$")
+"""YAML 1.1 base-60 numbers (``1:30`` = 90); YAML 1.2 reads them as strings, and so do we."""
 
 _DECIMAL = re.compile(r"^(?:0|[1-9][0-9]*)$")
 _FLOAT_WITH_EXPONENT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
@@ -72,12 +80,20 @@ class _ScenarioLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: i
         """Plain decimal integers (most of a large file) skip the resolver's list of patterns; same tags."""
         if kind is yaml.ScalarNode and implicit[0] and _DECIMAL.match(value):
             return "tag:yaml.org,2002:int"
+        if kind is yaml.ScalarNode and implicit[0] and _SEXAGESIMAL.match(value):
+            return "tag:yaml.org,2002:str"
         return super().resolve(kind, value, implicit)
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
-        """Plain decimal integers are built directly, without the constructor's bookkeeping."""
-        if type(node) is yaml.ScalarNode and node.tag == "tag:yaml.org,2002:int" and _DECIMAL.match(node.value):
-            return int(node.value)
+        """Plain decimal integers are built directly, without the constructor's bookkeeping; an integer of more
+        than ``MAX_INT_DIGITS`` digits is refused before Python is asked to build it."""
+        if type(node) is yaml.ScalarNode and node.tag == "tag:yaml.org,2002:int":
+            if sum(c.isalnum() for c in node.value) > MAX_INT_DIGITS:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"an integer of {len(node.value)} characters: no field takes one so large",
+                    node.start_mark)
+            if _DECIMAL.match(node.value):
+                return int(node.value)
         return super().construct_object(node, deep)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
@@ -124,14 +140,29 @@ def _decode(path: Path, raw: bytes) -> str:
             from None
 
 
+def max_bytes() -> int:
+    """The size cap: ``ARENA_MAX_SCENARIO_BYTES`` where it is a positive integer, ``MAX_BYTES`` otherwise."""
+    text = os.environ.get(BYTES_ENV, "")
+    return int(text) if text.isdigit() and len(text) <= 15 and int(text) > 0 else MAX_BYTES
+
+
+def _names_problems(path: Path, scenario: Scenario) -> list[str]:
+    """Names longer than ``MAX_NAME``: they would pass into every row, key, table and file name."""
+    named = [("name", scenario.name)] + [(f"tracks[{i}].name", t.name) for i, t in enumerate(scenario.tracks)]
+    return [f"{path}: {where}: {len(name)} characters, more than the {MAX_NAME} a name may have"
+            for where, name in named if len(name) > MAX_NAME]
+
+
 def _read_bytes(path: Path) -> bytes:
     """The file's bytes; a FIFO, device or directory is refused before reading (it could block or never end)."""
     try:
         info = path.stat()
         if not stat.S_ISREG(info.st_mode):
             raise ScenarioError([f"{path}: (file): not a regular file"])
-        if info.st_size > MAX_BYTES:
-            raise ScenarioError([f"{path}: (file): {info.st_size} bytes, more than the {MAX_BYTES} a scenario may have"])
+        limit = max_bytes()
+        if info.st_size > limit:
+            raise ScenarioError([f"{path}: (file): {info.st_size} bytes, more than the {limit} a scenario may have "
+                                 f"(set {BYTES_ENV} to allow more)"])
         return path.read_bytes()
     except OSError as exc:
         raise ScenarioError([f"{path}: cannot read file: {exc.strerror or exc}"]) from None
@@ -199,6 +230,8 @@ def read_yaml(path: Path) -> Any:
         raise ScenarioError([f"{path}: invalid YAML: {where}{what}"]) from None
     except RecursionError:
         raise ScenarioError([f"{path}: (file): nested more than {MAX_DEPTH} levels deep"]) from None
+    except ValueError as exc:  # a number the constructor cannot build (int() past its digit limit, say)
+        raise ScenarioError([f"{path}: invalid YAML: {str(exc)[:200]}"]) from None
     finally:
         loader.dispose()
 
@@ -209,6 +242,9 @@ def parse_scenario(path: Path) -> Scenario:
     if not isinstance(data, dict):
         raise ScenarioError([f"{path}: (top level): expected a mapping with name, seeds and tracks"])
     try:
-        return Scenario.model_validate(data)
+        scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         raise ScenarioError(pydantic_problems(str(path), "", exc)) from None
+    if problems := _names_problems(path, scenario):
+        raise ScenarioError(problems)
+    return scenario

@@ -7,8 +7,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import hmac
 import json
 import os
+import stat
+import struct
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -17,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors import safe_open
+from safetensors.torch import load as safetensors_load
 from safetensors.torch import save_file
 
 from arena._version import __version__
@@ -93,12 +96,42 @@ def parse_secret(text: str, source: str) -> bytes:
     return bytes.fromhex(text)
 
 
+def open_regular(path: Path, flags: int, mode: int = 0o600) -> int:
+    """A file descriptor on ``path`` opened with ``O_NOFOLLOW`` and (for the open itself) ``O_NONBLOCK``, so a
+    symbolic link is refused and a FIFO cannot hang us; anything but a regular file is refused (``RunDirError``)."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise RunDirError(f"{path}: not a regular file; refusing to use it")
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _safetensors_metadata(data: bytes) -> dict[str, str]:
+    """The ``__metadata__`` of a safetensors file's header (8-byte little-endian length, then JSON)."""
+    (length,) = struct.unpack("<Q", data[:8])
+    if length > len(data) - 8:
+        raise ValueError("header longer than the file")
+    meta = json.loads(data[8 : 8 + length]).get("__metadata__") or {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def entry_mac(secret: bytes, kind: str, key: str, digest: str) -> str:
+    """HMAC-SHA256 with the run secret over (kind, key, tensors' digest): what binds an entry to its place."""
+    return hmac.new(secret, json.dumps([kind, key, digest]).encode(), hashlib.sha256).hexdigest()
+
+
 class TensorCache:
     """Tensors stored by content key as safetensors files (never pickles) with their SHA-256 in the file's
     metadata; writes are atomic, reads verified (a damaged entry is a miss, so it is computed again)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, secret: Callable[[], bytes | None] | None = None) -> None:
         self.root = Path(root)
+        self.secret = secret or (lambda: None)
+        """The run secret authenticating entries (HMAC over kind, key and digest); None: entries unauthenticated."""
 
     def path(self, kind: str, key: str) -> Path:
         return self.root / kind / f"{key}.safetensors"
@@ -106,17 +139,25 @@ class TensorCache:
     def get(self, kind: str, key: str) -> dict[str, torch.Tensor] | None:
         """The entry's tensors, or None when it is absent, unreadable, truncated or fails its digest (warned)."""
         path = self.path(kind, key)
-        if not path.exists():
+        if not path.exists() and not path.is_symlink():
             return None
         try:
-            with safe_open(str(path), framework="pt") as f:
-                expected = (f.metadata() or {}).get(DIGEST)
-                tensors = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 - safe_open has no iter
+            fd = open_regular(path, os.O_RDONLY)
+            with os.fdopen(fd, "rb") as f:
+                data = f.read()
+            meta = _safetensors_metadata(data)
+            expected = meta.get(DIGEST)
+            tensors = safetensors_load(data)
         except Exception as exc:  # noqa: BLE001 - any failure to read a cache file means: compute it again
             warn(f"{path}: unreadable cache entry ({type(exc).__name__}: {exc}); computing it again")
             return None
         if expected is None or tensors_sha256(tensors) != expected:
             warn(f"{path}: cache entry fails its {DIGEST} check (corrupted or altered); computing it again")
+            return None
+        secret = self.secret()
+        if secret is not None and not hmac.compare_digest(str(meta.get("mac", "")),
+                                                          entry_mac(secret, kind, key, expected)):
+            warn(f"{path}: cache entry not authenticated by this run's secret (moved or forged); computing it again")
             return None
         return tensors
 
@@ -136,6 +177,9 @@ class TensorCache:
     def put(self, kind: str, key: str, tensors: dict[str, torch.Tensor]) -> None:
         flat = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
         digest = {DIGEST: tensors_sha256(flat)}
+        secret = self.secret()
+        if secret is not None:
+            digest["mac"] = entry_mac(secret, kind, key, digest[DIGEST])
         _atomic_write(self.path(kind, key), lambda tmp: save_file(flat, tmp, metadata=digest))
 
 
@@ -153,7 +197,8 @@ def read_results(path: Path) -> ResultsFile:
     out = ResultsFile()
     if not path.exists():
         return out
-    lines = path.read_bytes().split(b"\n")[:-1]  # the part after the last newline is a torn tail, or empty
+    with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as f:
+        lines = f.read().split(b"\n")[:-1]  # the part after the last newline is a torn tail, or empty
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
@@ -176,8 +221,8 @@ class RunStore:
 
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root)
-        self.cache = TensorCache(self.root / "cache")
-        self.artifacts = TensorCache(self.root / "artifacts")
+        self.cache = TensorCache(self.root / "cache", self._entry_secret)
+        self.artifacts = TensorCache(self.root / "artifacts", self._entry_secret)
         self._reported: set[int] = set()
         self._secret: bytes | None = None
 
@@ -216,12 +261,19 @@ class RunStore:
         self._secret = secret
         return secret
 
+    def _entry_secret(self) -> bytes | None:
+        """The secret authenticating cache and artifact entries; None for a directory that has none yet and no
+        ``ARENA_RUN_SECRET`` (read-only commands never create one)."""
+        if self._secret is None and not (self.root / SECRET).exists() and SECRET_ENV not in os.environ:
+            return None
+        return self.secret()
+
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
         """Hold the run directory for this process: a second run into it raises ``RunDirError`` naming the holder.
         The operating system releases the lock when the holder exits, however it exits."""
         path = self.root / LOCK
-        handle = open(path, "a+")  # noqa: SIM115 - held for the whole run
+        handle = os.fdopen(open_regular(path, os.O_RDWR | os.O_CREAT), "r+")  # held for the whole run
         try:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -263,7 +315,8 @@ class RunStore:
         read = read_results(self.results_path)
         if not read.rejected:
             return []
-        with open(self.root / REJECTED, "a", encoding="utf-8") as f:
+        fd = open_regular(self.root / REJECTED, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
             for line, why, raw in read.rejected:
                 f.write(json.dumps({"line": line, "reason": why, "text": raw.decode("utf-8", "replace")}) + "\n")
             f.flush()
@@ -311,7 +364,8 @@ class RunStore:
         self.root.mkdir(parents=True, exist_ok=True)
         line = json.dumps(row, sort_keys=True, default=str) + "\n"
         self._repair_tail()
-        with open(self.results_path, "a", encoding="utf-8") as f:
+        with os.fdopen(open_regular(self.results_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a",
+                       encoding="utf-8") as f:
             f.write(line)
             f.flush()
             os.fsync(f.fileno())

@@ -3,6 +3,7 @@ engine's own models and batches, so K models trained with ``torch.optim`` equal 
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from arena.contracts.defense import Fit, FitTask
@@ -45,6 +46,7 @@ def test_minibatches_are_images_with_the_recipes_schedule():
     assert all(valid is not None and valid.shape == Xb.shape[:2] for Xb, _, valid in poisson)
 
 
+@pytest.mark.slow
 def test_plain_torch_training_of_the_ensemble_equals_the_engine():
     """Sum of the K mean losses, (l2/2)||w||² on the penalised tensors, torch.optim.SGD with momentum, the
     task's (augmented) minibatches: exactly what ``train`` does, model by model."""

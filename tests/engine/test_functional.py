@@ -49,6 +49,7 @@ def _assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: f
         torch.testing.assert_close(a[name], b[name], rtol=atol, atol=atol, msg=name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("model", list(MODELS))
 def test_a_model_trains_the_same_alone_or_inside_a_batch(model, mode):
@@ -90,6 +91,7 @@ def test_the_hand_path_and_torch_func_train_the_same_mlp(mode):
     assert not torch.allclose(hand["layers.0.weight"], init_state(arch, init, X.dtype)["layers.0.weight"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dp", [None, DP], ids=["sgd", "dpsgd"])
 @pytest.mark.parametrize("model", ["cnn", "mlp"])
 def test_chunking_to_a_tiny_memory_budget_changes_nothing(model, dp):
@@ -127,6 +129,7 @@ def test_the_functional_cnn_step_is_plain_torch_sgd_with_momentum_and_weight_dec
     _assert_same(ours, {n: p.detach()[None] for n, p in net.state_dict().items()})
 
 
+@pytest.mark.slow
 def test_a_batch_norm_cnn_trains_non_privately():
     arch = architecture("cnn", SHAPE, CLASSES, channels=[4, 8], hidden=16, norm="batch")
     assert any(isinstance(m, torch.nn.BatchNorm2d) for m in arch.build().modules())

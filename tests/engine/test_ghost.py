@@ -101,6 +101,7 @@ def test_the_plan_is_chosen_for_plain_stacks_only():
                     None, 1.0, B, method="ghost")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("masked", [False, True], ids=["all-valid", "padded"])
 @pytest.mark.parametrize("name", list(CNNS))
 def test_ghost_clipped_sums_equal_per_example_gradients(name, masked):
@@ -182,6 +183,7 @@ def test_both_norm_strategies_on_odd_layers_equal_per_example_gradients(name, fl
                 torch.testing.assert_close(ours[n][k], torch.einsum("b,b...->...", factor[k], g), **TOL, msg=n)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["cnn", "cnn-group"])
 def test_dp_sgd_with_ghost_clipping_trains_as_with_vmap_grad_alone_or_batched(name, monkeypatch):
     """Through ``train``: ghost clipping (the default for the CNN) gives the models ``vmap(grad)`` gives, and each

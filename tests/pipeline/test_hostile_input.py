@@ -146,6 +146,7 @@ def test_scenario_paths_that_are_not_regular_files_are_refused_without_hanging(t
         _run_refused(path, tmp_path / "run", capsys, "not a regular file")
 
 
+@pytest.mark.slow
 def test_a_five_megabyte_yaml_validates_in_under_five_seconds(tmp_path, capsys) -> None:
     """700,000 seeds (5.5 MB): parsed with the C loader and refused for its length; the time is CPU time, so that
     other processes on the machine do not decide the test, and excludes the one-off imports and plugin loading

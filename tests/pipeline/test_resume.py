@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from arena.pipeline.store import SECRET_ENV, RunStore
 from tests.conftest import TINY, write_scenario
 
@@ -45,6 +47,7 @@ def snapshot(cache: Path) -> dict[str, int]:
     return {str(p): p.stat().st_mtime_ns for p in cache.rglob("*.safetensors")}
 
 
+@pytest.mark.subprocess
 def test_kill_9_then_resume_gives_uninterrupted_results_without_retraining(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv(SECRET_ENV, "5e" * 32)  # two run directories compared: one secret
     scenario = write_scenario(tmp_path / "slow.yaml", SLOW)
@@ -68,6 +71,7 @@ def test_kill_9_then_resume_gives_uninterrupted_results_without_retraining(tmp_p
     assert all(unchanged[p] == t for p, t in cached.items()), "a finished model was trained again"
 
 
+@pytest.mark.subprocess
 def test_ctrl_c_stops_cleanly_with_status_130(tmp_path: Path) -> None:
     scenario = write_scenario(tmp_path / "slow.yaml", SLOW)
     store = RunStore(tmp_path / "run")
@@ -91,6 +95,7 @@ def test_torn_last_line_is_ignored_and_repaired(tmp_path: Path) -> None:
     assert store.results_path.read_text().count("\n") == 2
 
 
+@pytest.mark.slow
 def test_rerun_of_a_finished_run_plays_nothing(tmp_path: Path, tiny_scenario: Path) -> None:
     from arena.pipeline.plan import plan
     from arena.pipeline.tournament import pending, run
@@ -103,6 +108,7 @@ def test_rerun_of_a_finished_run_plays_nothing(tmp_path: Path, tiny_scenario: Pa
     assert os.path.getsize(store.results_path) > 0
 
 
+@pytest.mark.slow
 def test_cli_rerun_keeps_the_report_it_already_wrote(tmp_path: Path, tiny_scenario: Path, capsys) -> None:
     from arena.cli import main
 

@@ -114,6 +114,7 @@ def test_a_damaged_cached_model_is_retrained(finished, capfd, damage: str) -> No
     assert all(RunStore(out).cache.get("models", m.stem) is not None for m in models), "the entries were repaired"
 
 
+@pytest.mark.slow
 def test_bad_lines_anywhere_are_reported_and_set_aside(finished, capsys) -> None:
     path, out = finished
     store = RunStore(out)
@@ -184,6 +185,7 @@ with RunStore(sys.argv[1]).lock():
 """
 
 
+@pytest.mark.subprocess
 def test_a_run_directory_held_by_another_process_is_refused_naming_it(tmp_path: Path, capsys) -> None:
     """Another process's ``arena run`` holds the directory: a second run is exit 2 naming that process's pid and
     writes nothing; once the holder is killed the operating system has released the lock (none is left stale)."""

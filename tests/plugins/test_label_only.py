@@ -34,6 +34,7 @@ def overfit(tmp_path: Path) -> TrainingProcedure:
                              Recipe(epochs=60, lr=0.1, momentum=0.9, batch_size=25), cache=TensorCache(tmp_path))
 
 
+@pytest.mark.slow
 def test_the_view_answers_labels_and_refuses_every_probability(game, overfit) -> None:
     release = game.release(overfit)
     view = game.view(LabelOnlyMIA(LabelOnlyMIA.Params()), release, overfit)
@@ -53,6 +54,7 @@ def test_the_view_answers_labels_and_refuses_every_probability(game, overfit) ->
                               "pool_seed", "population_X", "population_y", "seed", "train_size"}
 
 
+@pytest.mark.slow
 def test_a_label_only_interface_wraps_exactly_one_model(game, overfit) -> None:
     release = game.release(overfit)
     LabelOnly(release.models)
@@ -83,6 +85,7 @@ def test_queries_are_the_record_its_translations_flips_and_noisy_copies() -> Non
     assert tabular.shape == (1 + 3, 4, 18) and torch.equal(tabular[0], X), "no translation of a table row"
 
 
+@pytest.mark.slow
 def test_label_only_attack_finds_members_of_an_overfit_model(game, overfit) -> None:
     outcome = game.play(LabelOnlyMIA(LabelOnlyMIA.Params(sigma=0.3, draws=16)), game.release(overfit), overfit)
     assert outcome.metrics["auc"] > 0.6

@@ -168,6 +168,7 @@ tracks:
 """
 
 
+@pytest.mark.slow
 def test_tiny_tournament_shares_one_pool_per_release_and_reruns_from_the_cache(tmp_path: Path) -> None:
     path = tmp_path / "mia.yaml"
     path.write_text(SCENARIO)

@@ -41,6 +41,7 @@ def _scores(view: SimpleNamespace, chunk_root: Path | None = None) -> tuple[np.n
         "trained": stats.trained, "tasks": stats.tasks, "nodes": len(stats.nodes), "calls": stats.calls}
 
 
+@pytest.mark.slow
 def test_chunks_are_cached_apart_and_give_the_models_of_one_chunk(tmp_path: Path) -> None:
     whole, whole_in, _ = _scores(_view(None, SHADOWS))
     view = _view(tmp_path, 16)

@@ -167,6 +167,7 @@ def test_glm_names_the_exact_candidate_under_a_discrete_prior(toy: Dataset) -> N
     assert outcome.metrics["kappa"] == pytest.approx(1 / 6) and outcome.metrics["kappa_exact"] is True
 
 
+@pytest.mark.slow
 def test_reconn_answers_with_a_candidate_under_a_discrete_prior(toy: Dataset) -> None:
     game = ReconstructionGame(_discrete(4), toy, seed=5)
     procedure = TrainingProcedure(NonPrivate(NonPrivate.Params()),
@@ -227,6 +228,7 @@ tracks:
 """
 
 
+@pytest.mark.slow
 def test_tiny_reconstruction_tournament(tmp_path: Path, monkeypatch) -> None:
     p = plan([write_scenario(tmp_path / "tiny.yaml", TINY)])
     store = RunStore(tmp_path / "run")

@@ -35,6 +35,7 @@ def test_l2_belongs_to_the_model_not_the_defense() -> None:
         RelaxLossParams(alpha=0.5, l2=0.1)
 
 
+@pytest.mark.subprocess
 def test_arena_validate_names_the_field_of_a_bad_alpha(tmp_path: Path) -> None:
     scenario = write_scenario(tmp_path / "bad.yaml", """\
         name: bad
@@ -118,6 +119,7 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
+@pytest.mark.slow
 def test_relaxloss_lowers_the_threshold_attack_at_little_utility_cost(one_thread: None) -> None:
     """Digits CNN on 150 members, 80 epochs (train loss ~0, test loss ~0.5: it overfits), four models per
     defense, one thread. Measured (6 models): non-private accuracy 0.904, loss-threshold AUC 0.636, members' mean

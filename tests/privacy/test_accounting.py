@@ -17,6 +17,7 @@ def test_reference_epsilon(accountant, expected):
     assert epsilon(1.5, 0.04, 2250, DELTA, accountant) == pytest.approx(expected, rel=0.01)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("accountant", ["rdp", "pld"])
 def test_calibration_is_conservative_and_tight(accountant):
     sigma, achieved = calibrate_noise(2.0, 0.04, 2250, DELTA, accountant)
@@ -54,6 +55,7 @@ def _direct(sigma: float, q: float, steps: int, delta: float, relation, accounta
     return acc.get_epsilon(delta)
 
 
+@pytest.mark.slow
 def test_epsilon_under_both_relations_is_dp_accountings_and_replace_one_is_larger() -> None:
     rel = dp_accounting.NeighboringRelation
     args = (1.5, 0.2, 10, DELTA)

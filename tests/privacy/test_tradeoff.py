@@ -59,6 +59,7 @@ def test_eps_delta_tradeoff_hand_values() -> None:
     np.testing.assert_allclose(1 - eps_delta_tradeoff(fpr, eps, delta), np.minimum(expected, 1.0))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("relation", "mu"), [("add_remove", 1.0), ("replace_one", 2.0)])
 def test_full_batch_pld_dual_matches_gaussian_dp(relation: str, mu: float) -> None:
     """q = 1: the dual of dp_accounting's PLD profile is the closed-form Gaussian curve to 1e-3 (σ = 2, 4 steps:
@@ -71,6 +72,7 @@ def test_full_batch_pld_dual_matches_gaussian_dp(relation: str, mu: float) -> No
     np.testing.assert_allclose(dpsgd_tradeoff(ALPHA, 2.0, 1.0, 4, relation), gaussian_tradeoff(ALPHA, mu))
 
 
+@pytest.mark.slow
 def test_subsampled_curve_lies_between_full_batch_and_identity() -> None:
     """Subsampling (q = 0.1) only helps: the curve lies between the full-batch Gaussian curve of the same σ and
     steps and the identity, strictly inside somewhere; it is non-increasing, like every trade-off function."""
@@ -84,6 +86,7 @@ def test_subsampled_curve_lies_between_full_batch_and_identity() -> None:
     assert np.all(np.diff(f) <= 1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sigma", "q", "steps", "relation"), [
     (1.0, 0.1, 100, "add_remove"),
     (4.22, 0.32, 400, "replace_one"),  # the issue's example: replace-one ε ≈ 16.8 at δ = 1e-5
@@ -121,6 +124,7 @@ def test_claim_tradeoff_add_remove_full_batch() -> None:
     assert "μ = 1" in t.how
 
 
+@pytest.mark.slow
 def test_claim_tradeoff_replace_one_subsampled() -> None:
     claim = {"epsilon": 7.34, "delta": 1e-5, "noise_multiplier": 4.22, "sample_rate": 0.32, "steps": 400}
     t = claim_tradeoff(claim, "replace_one")

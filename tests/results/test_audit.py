@@ -13,13 +13,13 @@ from scipy.stats import binomtest
 from arena.cli import EXIT_VIOLATION, main
 from arena.games.membership.rule import advantage_bound, empirical_epsilon, tpr_bound
 from arena.games.reconstruction.rule import reconstruction_bound
+from arena.pipeline import tournament
+from arena.pipeline.plan import plan
+from arena.pipeline.store import RunStore
 from arena.privacy.binomial import epsilon_from_counts, max_certifiable
 from arena.privacy.heldout import split_halves
 from arena.results import leaderboard
 from arena.results.audit import audit_lines, audit_rows, audit_store, clopper_pearson, violation_findings
-from arena.pipeline import tournament
-from arena.pipeline.plan import plan
-from arena.pipeline.store import RunStore
 from tests.conftest import write_scenario
 
 DELTA = 1e-5

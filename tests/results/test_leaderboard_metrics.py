@@ -17,10 +17,10 @@ import torch
 from arena.cli import EXIT_INPUT, EXIT_OK, main
 from arena.engine.seeds import resample_seed
 from arena.games.membership.metrics import membership_metrics, resample
-from arena.results import leaderboard
-from arena.results.audit import saved_arrays
 from arena.pipeline.execute import game_columns, metric_info
 from arena.pipeline.store import RunStore
+from arena.results import leaderboard
+from arena.results.audit import saved_arrays
 
 
 def make_run(root, seeds=(0, 1), n_out=100, shift=1.0, metric_info_rows=True, game="membership") -> RunStore:

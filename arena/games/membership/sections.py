@@ -128,13 +128,10 @@ def strongest(board: Any, exposed: list[tuple[str, str, list[RecordRisk]]]) -> l
     out = []
     for d in dict.fromkeys(d for d, _, _ in exposed):
         mine = [(a, risks) for dd, a, risks in exposed if dd == d]
-        means = board.means.loc[d] if d in board.means.index else None
-
-        def strength(item: tuple[str, list[RecordRisk]]) -> float:
-            value = means.get(item[0], np.nan) if means is not None else np.nan
-            return -np.inf if not np.isfinite(value) else (value if board.higher_is_better else -value)
-
-        a, risks = max(mine, key=strength)
+        means = board.means.loc[d] if d in board.means.index else {}
+        values = [float(means.get(a, np.nan)) for a, _ in mine]
+        strength = [-np.inf if not np.isfinite(v) else (v if board.higher_is_better else -v) for v in values]
+        a, risks = mine[int(np.argmax(strength))]  # the first of equals
         out.append((d, a, risks))
     return out
 

@@ -34,8 +34,8 @@ from arena.results.leaderboard.intervals import (
     no_interval,
 )
 from arena.results.leaderboard.rankings import rankings
-from arena.results.leaderboard.resample import DrawLoader, Resampler, saved_draws
 from arena.results.leaderboard.render import interval_table, long_rows, render_csv, render_json, render_table
+from arena.results.leaderboard.resample import DrawLoader, Resampler, saved_draws
 from arena.results.leaderboard.rows import (
     GameMetrics,
     MetricInfo,

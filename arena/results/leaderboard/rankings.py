@@ -5,25 +5,19 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy.stats import rankdata
 
 
 def rankings(means: pd.DataFrame, utility: pd.Series, metric: str, higher: bool,
              defenses: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(attack ranking, defense ranking) from the cell means of the ranking ``metric``."""
     # Attacks: rank within each defense (1 = strongest), ties share the average rank.
-    ranks = {}
-    for d in defenses:
-        row = means.loc[d].dropna()
-        if len(row):
-            scores = -row.values if higher else row.values
-            ranks[d] = pd.Series(rankdata(scores, method="average"), index=row.index)
-    rank_frame = pd.DataFrame(ranks).T
+    rank_frame = (means.reindex(defenses) * (-1 if higher else 1)).rank(axis=1, method="average")
+    rank_frame = rank_frame.dropna(how="all").dropna(axis=1, how="all")  # defenses and attacks with a mean
     attack_ranking = pd.DataFrame(
         {"mean_rank": rank_frame.mean(), "defenses": rank_frame.count()}
     ).sort_values("mean_rank") if len(rank_frame) else pd.DataFrame(columns=["mean_rank", "defenses"])
     # Equal mean ranks are a tie and share the better place.
-    attack_ranking.insert(0, "place", rankdata(attack_ranking["mean_rank"], method="min").astype(int))
+    attack_ranking.insert(0, "place", attack_ranking["mean_rank"].rank(method="min").astype(int))
     # Defenses: utility against the worst case over attacks (for the defender).
     worst = means.max(axis=1) if higher else means.min(axis=1)
     defense_ranking = pd.DataFrame({"utility": utility, f"worst_{metric}": worst})

@@ -1,7 +1,8 @@
 """What a track's report section is given, and the Jinja2 environment every section renders with.
 
-Templates live in ``arena/results/report/templates/`` (package data) and in each game's ``template_dir``; autoescape is on for every template, so a string
-from a plugin, a scenario or a result row is escaped where it is shown, and nothing is escaped by hand.
+Templates live in ``arena/results/report/templates/`` (package data) and in each game's ``template_dir``;
+autoescape is on for every template, so a string from a plugin, a scenario or a result row is escaped where it is
+shown, and nothing is escaped by hand.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from jinja2 import ChoiceLoader, Environment, FileSystemLoader, PackageLoader, S
 from markupsafe import Markup
 
 from arena.contracts.arrays import ArrayLoader
+from arena.pipeline.store import RunStore
 from arena.results.audit import Audit
 from arena.results.leaderboard import TrackBoard
 from arena.results.report import plots
 from arena.results.report.plots import Figures, RocCurve, RocPanel, slug
-from arena.pipeline.store import RunStore
 
 
 def fmt(value: object, digits: int = 3) -> str:
@@ -44,7 +45,8 @@ def png_src(data: bytes) -> str:
 def environment(game_templates: tuple[str, ...] = ()) -> Environment:
     """The report's templates, then those of the folders ``game_templates`` (a game's own section templates, which
     may import the core's ``macros.html.j2``)."""
-    loader = ChoiceLoader([PackageLoader("arena.results.report", "templates"), *(FileSystemLoader(d) for d in game_templates)])
+    loader = ChoiceLoader([PackageLoader("arena.results.report", "templates"),
+                           *(FileSystemLoader(d) for d in game_templates)])
     env = Environment(loader=loader, autoescape=True, undefined=StrictUndefined,
                       trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters["fmt"] = fmt

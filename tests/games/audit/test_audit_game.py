@@ -49,6 +49,7 @@ tracks:
 """
 
 
+@pytest.mark.slow
 def test_arena_run_flags_every_broken_dpsgd_with_exit_status_3_and_never_the_correct_one(plugin_dist, tmp_path,
                                                                                           capsys):
     plugin_dist("arena-broken-dpsgd", "arena_broken_dpsgd", BROKEN_SOURCE)

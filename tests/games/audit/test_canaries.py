@@ -16,6 +16,8 @@ from arena_plugins.defenses import DPSGD
 from arena_plugins.models import MLP
 from tests.broken_defenses import BROKEN, HalfSteps
 
+pytestmark = pytest.mark.slow  # the module's audits (one per defense) train for seconds, before any test
+
 EPS, DELTA = 1.0, 1e-5
 ARCH = Architecture(MLP(MLP.Params(hidden=[16])), (20,), 3)
 RECIPE = Recipe(epochs=10, lr=0.5)  # full batch: the white-box canary's score is exactly Gaussian

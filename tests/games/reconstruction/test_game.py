@@ -141,6 +141,7 @@ def test_known_init_is_shared_and_disclosed_hidden_init_is_secret(dataset, proce
     assert Spy.seen["init_seed"] is None
 
 
+@pytest.mark.slow
 def test_outcome_arrays_and_grid(dataset, procedure, tmp_path) -> None:
     game = ReconstructionGame(spec(), dataset, seed=1)
     outcome = game.play(Spy(Spy.Params()), game.release(procedure), procedure)

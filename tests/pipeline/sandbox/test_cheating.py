@@ -30,6 +30,8 @@ from arena_plugins.membership import LiRA
 from tests import cheaters
 from tests.conftest import TEST_SECRET, architecture
 
+pytestmark = pytest.mark.slow  # the module's setting trains its releases for seconds, before any test
+
 SCENARIO_SEED = 3
 CHANCE = 0.1
 BLOCKED = ("ThreatModelError", "PermissionError")

@@ -289,6 +289,7 @@ def test_a_view_item_the_sandbox_does_not_know_is_refused_before_anything_starts
         run_attack(a, view_of(a, store=object()))
 
 
+@pytest.mark.subprocess
 def test_the_attacks_process_dies_with_the_arena(shared: Path) -> None:
     pidfile = shared / "pid"
     script = textwrap.dedent(f"""

@@ -76,6 +76,7 @@ def test_processes_forked_from_the_arena_share_its_fork_server() -> None:
     assert parent == fork_server._server.process.pid, "a serial matchup's attack comes from its parent's fork server"
 
 
+@pytest.mark.slow
 @ROOT_ONLY
 def test_without_the_fork_server_each_attack_gets_a_fresh_interpreter_as_isolated(monkeypatch) -> None:
     run = Path(tempfile.mkdtemp())

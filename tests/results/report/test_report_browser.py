@@ -30,6 +30,7 @@ def chromium(profile: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
 
 
+@pytest.mark.subprocess
 def test_report_renders_in_headless_chromium(fake_run, tmp_path: Path) -> None:
     run_dir = Path(os.environ.get("ARENA_REPORT_RUN_DIR") or fake_run.store.root)
     page = write_report(run_dir).resolve()  # Makefile passes a relative RUN_DIR; a file URI needs an absolute path

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 import tomllib
 
 from arena.games.membership import figures
@@ -17,6 +18,7 @@ from arena.results.report.context import environment
 REPORT = Path(__file__).resolve().parents[3] / "arena" / "results" / "report"
 
 
+@pytest.mark.slow
 def test_every_figure_is_written_as_svg_and_pdf(fake_run, report_text) -> None:
     figures = fake_run.store.root / "report" / "figures"
     names = {p.name for p in figures.iterdir()}

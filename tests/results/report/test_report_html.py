@@ -7,6 +7,7 @@ import io
 from html.parser import HTMLParser
 
 import numpy as np
+import pytest
 from matplotlib.image import imread
 
 from arena.cli import EXIT_INPUT, EXIT_OK, main
@@ -40,6 +41,7 @@ class Page(HTMLParser):
         return base64.b64decode(src.removeprefix("data:image/png;base64,"))
 
 
+@pytest.mark.slow
 def test_report_is_one_self_contained_page_without_scripts(report_text) -> None:
     page = Page(report_text)
     assert "script" not in page.tags and "link" not in page.tags and "iframe" not in page.tags
@@ -87,6 +89,7 @@ def test_violations_are_highlighted_in_the_tables(report_text) -> None:
     assert '<tr class="violation">' in report_text
 
 
+@pytest.mark.slow
 def test_report_command(fake_run, tmp_path, capsys) -> None:
     target = fake_run.store.root / "report" / "index.html"
     assert main(["report", str(fake_run.store.root)]) == EXIT_OK

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 
 from arena.results import leaderboard
@@ -25,6 +26,7 @@ from arena.results.figures import MAX_COLUMNS, OKABE_ITO, palette
 from arena.results.report import plots
 from tests.results.report.conftest import WIDE_ATTACKS, WIDE_DEFENSES, WIDE_TRACK
 
+pytestmark = pytest.mark.slow  # a wide report drawn and written: ~10 s on a quiet 2-core machine
 TOLERANCE = 1.5  # pixels: anti-aliasing and rounding of the layout
 
 
@@ -52,6 +54,7 @@ def pdf_fonts(data: bytes) -> list[str]:
         re.findall(rb"/Subtype\s*/(\w+)[^>]*?/Type\s*/Font\b", data)
 
 
+@pytest.mark.slow
 def test_every_pdf_the_report_writes_embeds_truetype_fonts_and_no_type3(fake_run, report_text, wide_report) -> None:
     pdfs = [*(fake_run.store.root / "report" / "figures").glob("*.pdf"), *wide_report["dir"].glob("*.pdf")]
     assert len(pdfs) >= 8
@@ -95,6 +98,7 @@ def _titles(fig: Figure) -> list[Any]:
     return [t for f in subfigures for t in (getattr(f, "_suptitle", None),) if t is not None and t.get_text()]
 
 
+@pytest.mark.slow
 def test_no_legend_or_title_is_outside_its_axes_or_over_another(wide_report, fake_run, report_text) -> None:
     figures = wide_report["figures"]
     assert {f"{WIDE_TRACK}-{s}" for s in ("roc", "privacy-utility", "heatmap-auc", "tradeoff-roc")} <= set(figures)
@@ -140,8 +144,8 @@ def test_at_most_three_panels_a_row(wide_report) -> None:
 
 def test_text_is_legible(wide_report) -> None:
     for stem, fig in wide_report["figures"].items():
-        sizes = [t.get_fontsize() for t in fig.findobj(lambda a: hasattr(a, "get_fontsize")) if
-                 getattr(a := t, "get_text", lambda: "")()]
+        texts = fig.findobj(lambda artist: isinstance(artist, Text) and bool(artist.get_text()))
+        sizes = [t.get_fontsize() for t in texts if t.get_visible()]
         assert min(sizes) >= 6.0, stem  # points: a figure printed at its width stays readable
 
 
@@ -193,8 +197,8 @@ def test_defenses_without_eps_stand_beside_the_eps_axis_each_at_its_own_place(wi
     # each non-DP defense's points sit at its own place in every panel
     colours = _colors(fig.legends[0].legend_handles)
     for panel in _visible_axes(fig):
-        xs = {to_hex(line.get_color()): set(np.round(np.asarray(line.get_xdata(), dtype=float), 6)) for line in panel.get_lines()
-              if line.get_marker() not in (None, "None", "", ".")}
+        xs = {to_hex(line.get_color()): set(np.round(np.asarray(line.get_xdata(), dtype=float), 6))
+              for line in panel.get_lines() if line.get_marker() not in (None, "None", "", ".")}
         assert xs[colours[WIDE_DEFENSES[1][1]]] == {round(ticks["mixup"], 6)}
 
 
@@ -227,6 +231,7 @@ def test_the_page_has_a_table_of_contents_and_collapsible_sections(wide_report, 
     assert f'id="track-{WIDE_TRACK}"' in page and f'href="#track-{WIDE_TRACK}-privacy-utility"' in page
 
 
+@pytest.mark.slow
 def test_wide_track_figures_are_written_for_a_reader_to_look_at(wide_report, tmp_path: Path) -> None:
     """The wide track's figures as PNG (what the page embeds), kept under the test's folder for a person."""
     for stem, fig in wide_report["figures"].items():

@@ -16,9 +16,9 @@ from scipy.stats import norm
 from sklearn.metrics import roc_curve
 
 from arena.games.membership.metrics import membership_metrics
+from arena.pipeline.store import RunStore
 from arena.privacy.tradeoff import claim_tradeoff, pld_profile, tradeoff_from_profile
 from arena.results.report import plots
-from arena.pipeline.store import RunStore
 
 DELTA = 1e-5
 AUDIT_TRACK, MIA_TRACK = "tiny-audit", "tiny-mia"
@@ -112,6 +112,7 @@ def _bound_lines(fig: Any, kind: str) -> list[tuple[Any, np.ndarray, np.ndarray]
     return out
 
 
+@pytest.mark.slow
 def test_the_tradeoff_figure_is_in_the_page_and_beside_it(tradeoff_run) -> None:
     page, root = tradeoff_run["page"], tradeoff_run["store"].root
     assert page.count("Audited ROC curves over the claimed mechanism") == 2  # the audit track and the membership one
@@ -159,6 +160,7 @@ def test_audit_rocs_are_drawn_from_the_saved_canary_arrays(tradeoff_run) -> None
     assert abs(at10 - bound10) < 0.05
 
 
+@pytest.mark.slow
 def test_membership_panels_draw_the_replace_one_pld_curve_and_skip_non_private(tradeoff_run) -> None:
     fig = tradeoff_run["figures"][f"{MIA_TRACK}-tradeoff-roc"]
     lines = _bound_lines(fig, "mechanism-tradeoff")
