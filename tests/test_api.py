@@ -31,6 +31,7 @@ TINY = {
 }
 
 
+@pytest.mark.slow
 def test_readme_python_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     (block,) = [b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "arena.run(" in b]
     assert len([line for line in block.splitlines() if line.strip()]) <= 5
@@ -48,6 +49,7 @@ def test_readme_python_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert "report" in out and (tmp_path / "run" / "report" / "index.html").is_file()
 
 
+@pytest.mark.slow
 def test_run_a_dict_frame_leaderboard_report_and_load(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     results = arena.run(TINY, out=run_dir, serial=True, report=False)

@@ -150,10 +150,15 @@ class _Scanner(ast.NodeVisitor):
             self._add(text.partition(":")[0], node, "string reference")
 
 
-def scan(source: str, text: str, file: str, is_package: bool, modules: set[str]) -> list[Edge]:
+def scan(source: str, tree: ast.AST, file: str, is_package: bool, modules: set[str]) -> list[Edge]:
     scanner = _Scanner(source, file, is_package, modules)
-    scanner.visit(ast.parse(text, filename=file))
+    scanner.visit(tree)
     return scanner.edges
+
+
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
 
 
 @functools.cache
@@ -163,7 +168,7 @@ def package_edges() -> tuple[Edge, ...]:
     edges: set[Edge] = set()
     for name, path in found.items():
         rel = str(path.relative_to(ROOT))
-        edges.update(scan(name, path.read_text(), rel, path.name == "__init__.py", set(found)))
+        edges.update(scan(name, parsed(path), rel, path.name == "__init__.py", set(found)))
     return tuple(sorted(edges, key=str))
 
 
@@ -266,7 +271,7 @@ def test_no_plugin_imports_from_the_package() -> None:
     """The built-in plugins load through entry points like third-party ones: the package never names them."""
     offending = []
     for name, path in discover(PACKAGE).items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
             if any(n == "arena_plugins" or n.startswith("arena_plugins.") for n in names):
@@ -300,7 +305,8 @@ MODULES = {"arena", "arena.a", "arena.a.one", "arena.a.two", "arena.b", "arena.b
 
 
 def _edges(source: str, text: str, is_package: bool = False) -> set[tuple[str, bool, str]]:
-    return {(e.target, e.type_only, e.how) for e in scan(source, textwrap.dedent(text), "x.py", is_package, MODULES)}
+    tree = ast.parse(textwrap.dedent(text))
+    return {(e.target, e.type_only, e.how) for e in scan(source, tree, "x.py", is_package, MODULES)}
 
 
 def test_scanner_finds_every_kind_of_edge() -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.stats import beta
 
 ALPHA = 0.05  # default level of every bound and verdict: 95% confidence
 CONFIDENCE = 1 - ALPHA  # the two-sided intervals' default: 95%
@@ -24,6 +23,8 @@ CONFIDENCE = 1 - ALPHA  # the two-sided intervals' default: 95%
 def cp_lower(k: ArrayLike, n: int | np.ndarray, alpha: float) -> np.ndarray:
     """One-sided (1 − α) Clopper–Pearson lower bound on a binomial proportion from k successes of n:
     Beta⁻¹(α; k, n − k + 1), and 0 at k = 0. Vectorised over k (and n)."""
+    from scipy.stats import beta  # here: importing scipy.stats costs ~1 s, and reading a board needs none
+
     k = np.asarray(k, dtype=np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(k > 0, beta.ppf(alpha, np.maximum(k, 1), n - k + 1), 0.0)
@@ -31,6 +32,8 @@ def cp_lower(k: ArrayLike, n: int | np.ndarray, alpha: float) -> np.ndarray:
 
 def cp_upper(k: ArrayLike, n: int | np.ndarray, alpha: float) -> np.ndarray:
     """One-sided (1 − α) Clopper–Pearson upper bound: Beta⁻¹(1 − α; k + 1, n − k), and 1 at k = n."""
+    from scipy.stats import beta
+
     k = np.asarray(k, dtype=np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(k < n, beta.ppf(1 - alpha, k + 1, np.maximum(n - k, 1)), 1.0)

@@ -46,6 +46,7 @@ def _first_weight(state: dict[str, torch.Tensor]) -> torch.Tensor:
     return next(v for k, v in state.items() if k.endswith("weight"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", [
     Recipe(epochs=3, lr=0.2, momentum=0.9, batch_size=8),
     Recipe(epochs=3, lr=0.2, momentum=0.0, batch_size=None),
@@ -61,6 +62,7 @@ def test_the_helpers_train_exactly_as_the_engine(recipe: Recipe, l2: float) -> N
         torch.testing.assert_close(plain[name], engine[name], rtol=1e-9, atol=1e-11)
 
 
+@pytest.mark.slow
 def test_each_recipe_field_changes_what_the_helpers_release() -> None:
     base = Recipe(epochs=3, lr=0.2, momentum=0.0, batch_size=8)
     reference = _plain(_task(base, hidden=[5]))

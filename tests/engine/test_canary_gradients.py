@@ -85,6 +85,7 @@ def test_canaries_land_on_the_same_coordinate_in_both_paths(arch):
     assert any((dense[k] - plain[k]).abs().max() > 1e-3 for k in dense)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["dense", "functional"])
 def test_alone_or_batched_with_canaries_and_absent_rows(engine):
     K, n = 4, 30

@@ -67,6 +67,7 @@ def test_a_model_trains_the_same_alone_or_inside_a_batch(model, mode):
     assert not torch.allclose(batched[first], start[first])  # and training moved them
 
 
+@pytest.mark.slow
 def test_augmentation_and_noise_change_the_models():
     """The equivalences above would hold vacuously if augmentation or the DP step were no-ops."""
     arch = _arch("cnn")
@@ -78,6 +79,7 @@ def test_augmentation_and_noise_change_the_models():
         assert not torch.allclose(plain["0.weight"], other["0.weight"], atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["sgd", "dpsgd", "dpsgd-augment", "full-batch-dpsgd"])
 def test_the_hand_path_and_torch_func_train_the_same_mlp(mode):
     """Same seeds, same init, same batches, same noise draw (the hand path reads it in module order)."""
@@ -108,6 +110,7 @@ def test_chunking_to_a_tiny_memory_budget_changes_nothing(model, dp):
     _assert_same(whole, tiny)
 
 
+@pytest.mark.slow
 def test_the_functional_cnn_step_is_plain_torch_sgd_with_momentum_and_weight_decay():
     """One CNN, full batch: the engine's update equals torch.optim.SGD on the same module with the penalty
     (l2/2)·||w||² on weight tensors only (conv and linear weights, not biases)."""

@@ -151,6 +151,7 @@ ODD_STACKS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flip", [False, True], ids=["mixed-rule", "other-choice"])
 @pytest.mark.parametrize("name", list(ODD_STACKS))
 def test_both_norm_strategies_on_odd_layers_equal_per_example_gradients(name, flip):

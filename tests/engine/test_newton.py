@@ -24,6 +24,7 @@ def _sklearn_probs(X, y, l2):
     return torch.from_numpy(clf.fit(X.numpy(), y.numpy()).predict_proba(X.numpy()))
 
 
+@pytest.mark.slow
 def test_binary_breast_cancer_optimum_and_sklearn():
     data = load_breast_cancer()
     X = torch.from_numpy(StandardScaler().fit_transform(data.data))
@@ -39,6 +40,7 @@ def test_binary_breast_cancer_optimum_and_sklearn():
         torch.testing.assert_close(probs, _sklearn_probs(Xk[k], yk[k], l2), rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_ten_classes_optimum_and_sklearn():
     g = torch.Generator().manual_seed(0)
     K, n, d, C, l2 = 3, 300, 8, 10, 1e-2

@@ -20,7 +20,7 @@ from arena.engine.trainer import train
 from tests.conftest import architecture
 
 opacus = pytest.importorskip("opacus")
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning"), pytest.mark.slow]
 
 SHAPE, CLASSES, K, B = (1, 8, 8), 4, 3, 10
 TOL = {"rtol": 1e-5, "atol": 1e-5}

@@ -110,6 +110,7 @@ def test_normal_moments_tails_and_ks(dtype):
     assert scipy.stats.kstest(z.numpy(), "norm").pvalue > 1e-3
 
 
+@pytest.mark.slow
 def test_normals_are_independent_within_pairs_across_streams_and_across_models():
     n = 100_000
     z = rng.normal(torch.tensor([11, 12, 13]), 5, n, torch.float64)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from arena.engine.recipe import Recipe
@@ -59,6 +60,7 @@ def test_different_seeds_or_data_are_different_entries(tmp_path) -> None:
     assert not torch.equal(wa[0], wc[0])
 
 
+@pytest.mark.slow
 def test_dp_claim_round_trips_through_the_cache(tmp_path) -> None:
     X, y = data(k=1)
     dp = DPSGD(DPSGD.Params(epsilons=[3.0], delta=1e-3))

@@ -118,6 +118,7 @@ class Recorder(DummyClassifier):
         return super().fit(X, y)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("per_class", [True, False])
 def test_shadow_attack_learns_from_the_pool_labels_never_the_secret(overfit, monkeypatch, per_class) -> None:
     game, proc = overfit

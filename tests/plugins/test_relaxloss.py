@@ -94,6 +94,7 @@ def _digits() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.tensor(d.data / 16.0, dtype=torch.float32), torch.tensor(d.target)
 
 
+@pytest.mark.slow
 def test_a_model_trains_the_same_alone_or_in_a_batch() -> None:
     X, y = _digits()
     arch = architecture("cnn", (1, 8, 8), 10, channels=[4, 8], hidden=16, l2=1e-3)

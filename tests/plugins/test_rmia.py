@@ -162,6 +162,7 @@ def overfit(tmp_path: Path) -> tuple[MembershipGame, TrainingProcedure]:
     return game, proc
 
 
+@pytest.mark.slow
 def test_rmia_finds_members_of_an_overfit_model(overfit) -> None:
     game, proc = overfit
     release = game.release(proc)

@@ -52,6 +52,7 @@ def test_the_challenge_set_stays_the_default() -> None:
         ShadowMIA.Params(data="target")
 
 
+@pytest.mark.slow
 def test_shadows_train_on_population_records_only(game, proc, monkeypatch) -> None:
     monkeypatch.setattr(membership, "attack_classifier", lambda kind, seed: Recorder())
     trained: list[np.ndarray] = []
@@ -71,6 +72,7 @@ def test_shadows_train_on_population_records_only(game, proc, monkeypatch) -> No
     assert len(np.concatenate(trained)) == 4 * 50, "four shadows of train_size records"
 
 
+@pytest.mark.slow
 def test_attack_model_learns_each_shadows_own_and_partner_records(game, proc, monkeypatch) -> None:
     monkeypatch.setattr(membership, "attack_classifier", lambda kind, seed: Recorder())
     Recorder.rows, Recorder.labels = [], []
@@ -93,6 +95,7 @@ def test_too_small_a_population_is_an_error(proc) -> None:
         game.play(ShadowMIA(ShadowMIA.Params(shadows=2, data="population")), game.release(proc), proc)
 
 
+@pytest.mark.slow
 def test_population_shadows_find_members_of_an_overfit_model(game, proc) -> None:
     attack = ShadowMIA(ShadowMIA.Params(shadows=8, data="population", classifier="logistic"))
     assert game.play(attack, game.release(proc), proc).metrics["auc"] > 0.65

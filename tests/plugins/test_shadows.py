@@ -76,6 +76,7 @@ def test_pool_is_one_training_call_of_k_models_on_the_planned_records(game, tmp_
     assert np.array_equal(pool.challenge_in, plan.challenge_in)
 
 
+@pytest.mark.slow
 def test_second_attack_in_the_same_game_and_a_rerun_train_nothing(game, tmp_path) -> None:
     first = procedure(TensorCache(tmp_path))
     release = game.release(first)

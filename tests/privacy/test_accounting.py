@@ -12,6 +12,7 @@ from arena.privacy.accounting import ACCOUNTANT_NAMES, accountant_label, calibra
 DELTA = 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("accountant, expected", [("rdp", 7.33), ("pld", 6.78)])
 def test_reference_epsilon(accountant, expected):
     assert epsilon(1.5, 0.04, 2250, DELTA, accountant) == pytest.approx(expected, rel=0.01)
@@ -31,6 +32,7 @@ def test_full_batch_calibration():
     assert epsilon(sigma, 1.0, 10, DELTA) == achieved
 
 
+@pytest.mark.slow
 def test_epsilon_decreases_with_noise_and_grows_with_steps():
     eps = [epsilon(s, 0.04, 1000, DELTA) for s in (0.8, 1.0, 1.5, 2.0, 4.0)]
     assert all(a > b for a, b in itertools.pairwise(eps))
@@ -75,6 +77,7 @@ def test_epsilon_under_both_relations_is_dp_accountings_and_replace_one_is_large
         epsilon_under(*args, relation="replace_one", accountant="rdp")
 
 
+@pytest.mark.slow
 def test_the_issues_figure_replace_one_sixteen_point_eight_against_seven_point_nine_add_remove() -> None:
     # Issue 12: σ = 4.22, q = 0.32, 400 steps, δ = 1e-5. The 7.9 claimed is the RDP add/remove ε (PLD: 7.34);
     # the membership game's swap is replace-one, where PLD gives 16.79.

@@ -32,6 +32,7 @@ def test_gdp_conversion_matches_dp_accounting_and_inverts() -> None:
     assert gdp_epsilon(0.0, DELTA) == 0.0
 
 
+@pytest.mark.slow
 def test_gdp_mu_lower_hand_formula_and_estimate() -> None:
     # 900/1000 positives and 100/1000 negatives flagged: μ_lo = Φ⁻¹(1 − FPR_hi) − Φ⁻¹(1 − TPR_lo).
     fpr_hi = float(cp_upper(100, 1000, 0.025))

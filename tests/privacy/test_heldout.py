@@ -58,6 +58,7 @@ def test_heldout_threshold_is_chosen_without_the_evaluation_half() -> None:
 # ----------------------------------------------------------------------------- mechanisms exactly at their ε
 
 
+@pytest.mark.slow
 def test_heldout_flag_calibration_on_randomised_response_and_power_at_twice_epsilon() -> None:
     rng = np.random.default_rng(12)
     R, n, eps = 2000, 500, 1.0

@@ -52,6 +52,7 @@ def test_one_run_guesses_top_and_bottom_scores() -> None:
         one_run_epsilon(scores, truth, grid=[(5, 5)])
 
 
+@pytest.mark.slow
 def test_one_run_calibration_on_randomised_response_and_power_at_twice_epsilon() -> None:
     rng = np.random.default_rng(14)
     R, m, eps = 2000, 1000, 1.0

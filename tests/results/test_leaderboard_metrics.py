@@ -97,6 +97,7 @@ def test_rows_carry_direction_and_bounds_so_no_plugin_is_needed(tmp_path) -> Non
     assert board.attack_ranking.index[0] == "lira"  # lower is the stronger attack here
 
 
+@pytest.mark.slow
 def test_leaderboard_command_metric_track_and_every_metric_in_csv(tmp_path, capsys) -> None:
     store = make_run(tmp_path / "run")
     assert main(["leaderboard", str(store.root), "--metric", "tpr@1%fpr", "--track", "t", "--format", "csv"]) == EXIT_OK

@@ -88,6 +88,7 @@ def test_bad_input_names_the_field(scores, is_member, field: str, says: str) -> 
     assert exc.value.field == field and says in str(exc.value) and str(exc.value).startswith(f"{field}: ")
 
 
+@pytest.mark.slow
 def test_the_cli_reads_npz_and_csv_alike_and_writes_the_figure(tmp_path: Path, capsys) -> None:
     scores, is_member = random_scores(6, 300, 300, 1.0)
     np.savez(tmp_path / "mine.npz", scores=scores, is_member=is_member)

@@ -60,6 +60,7 @@ def test_subsampling_lowers_the_bound() -> None:
     assert sub < full and "PLD" in how
 
 
+@pytest.mark.slow
 def test_pld_bound_agrees_with_hayes_et_al_monte_carlo() -> None:
     pld = subsampled_gaussian_bound(0.1, 1.0, 0.1, 30)
     mc = monte_carlo_bound(0.1, 1.0, 0.1, 30, samples=200_000, seed=1)

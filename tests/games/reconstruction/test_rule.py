@@ -48,6 +48,7 @@ def test_flag_is_a_one_sided_clopper_pearson_test_against_the_tighter_bound() ->
     assert audit_reconstruction(row(0.6, 50, kappa, claim, exact=None)).kappa_exact is False  # older rows
 
 
+@pytest.mark.slow
 def test_flag_fires_at_most_at_its_level_for_an_attack_exactly_at_the_bound() -> None:
     """Success counts drawn at the bound itself (ε = 1, δ = 0, κ = 0.1: e × 0.1 = 0.272): flagged ≤ 2.5%."""
     claim = {"epsilon": 1.0, "delta": 0.0}

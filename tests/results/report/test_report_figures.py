@@ -87,6 +87,7 @@ def test_templates_are_package_data_autoescaped_and_the_core_page_names_no_game(
         assert module.parent == REPORT or not imports_report, module.name
 
 
+@pytest.mark.slow
 def test_audit_shows_the_replace_one_claim_certifiable_bound_and_no_false_inequality(fake_run, report_text) -> None:
     audit_part = report_text[report_text.index("<h2>DP audit</h2>"):]
     assert "replace-one ε tested" in audit_part and "max certifiable" in audit_part

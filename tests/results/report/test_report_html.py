@@ -52,6 +52,7 @@ def test_report_is_one_self_contained_page_without_scripts(report_text) -> None:
         assert data.startswith(PNG_MAGIC) and imread(io.BytesIO(data)).size > 0
 
 
+@pytest.mark.slow
 def test_plugin_and_scenario_strings_are_escaped(report_text) -> None:
     text = report_text
     assert EVIL_DEFENSE not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text

@@ -54,7 +54,6 @@ def pdf_fonts(data: bytes) -> list[str]:
         re.findall(rb"/Subtype\s*/(\w+)[^>]*?/Type\s*/Font\b", data)
 
 
-@pytest.mark.slow
 def test_every_pdf_the_report_writes_embeds_truetype_fonts_and_no_type3(fake_run, report_text, wide_report) -> None:
     pdfs = [*(fake_run.store.root / "report" / "figures").glob("*.pdf"), *wide_report["dir"].glob("*.pdf")]
     assert len(pdfs) >= 8
@@ -98,7 +97,6 @@ def _titles(fig: Figure) -> list[Any]:
     return [t for f in subfigures for t in (getattr(f, "_suptitle", None),) if t is not None and t.get_text()]
 
 
-@pytest.mark.slow
 def test_no_legend_or_title_is_outside_its_axes_or_over_another(wide_report, fake_run, report_text) -> None:
     figures = wide_report["figures"]
     assert {f"{WIDE_TRACK}-{s}" for s in ("roc", "privacy-utility", "heatmap-auc", "tradeoff-roc")} <= set(figures)
@@ -231,7 +229,6 @@ def test_the_page_has_a_table_of_contents_and_collapsible_sections(wide_report, 
     assert f'id="track-{WIDE_TRACK}"' in page and f'href="#track-{WIDE_TRACK}-privacy-utility"' in page
 
 
-@pytest.mark.slow
 def test_wide_track_figures_are_written_for_a_reader_to_look_at(wide_report, tmp_path: Path) -> None:
     """The wide track's figures as PNG (what the page embeds), kept under the test's folder for a person."""
     for stem, fig in wide_report["figures"].items():

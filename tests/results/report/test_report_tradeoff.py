@@ -20,6 +20,8 @@ from arena.pipeline.store import RunStore
 from arena.privacy.tradeoff import claim_tradeoff, pld_profile, tradeoff_from_profile
 from arena.results.report import plots
 
+pytestmark = pytest.mark.slow  # the module's run (tradeoff_run) draws a report for seconds, before any test
+
 DELTA = 1e-5
 AUDIT_TRACK, MIA_TRACK = "tiny-audit", "tiny-mia"
 # full batch, 50 steps: μ = √50/σ (add/remove); the ε of each σ at δ = 1e-5 (Gaussian DP, rounded)
@@ -112,7 +114,6 @@ def _bound_lines(fig: Any, kind: str) -> list[tuple[Any, np.ndarray, np.ndarray]
     return out
 
 
-@pytest.mark.slow
 def test_the_tradeoff_figure_is_in_the_page_and_beside_it(tradeoff_run) -> None:
     page, root = tradeoff_run["page"], tradeoff_run["store"].root
     assert page.count("Audited ROC curves over the claimed mechanism") == 2  # the audit track and the membership one
@@ -160,7 +161,6 @@ def test_audit_rocs_are_drawn_from_the_saved_canary_arrays(tradeoff_run) -> None
     assert abs(at10 - bound10) < 0.05
 
 
-@pytest.mark.slow
 def test_membership_panels_draw_the_replace_one_pld_curve_and_skip_non_private(tradeoff_run) -> None:
     fig = tradeoff_run["figures"][f"{MIA_TRACK}-tradeoff-roc"]
     lines = _bound_lines(fig, "mechanism-tradeoff")
