@@ -15,7 +15,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import pandas as pd
 
@@ -395,7 +395,7 @@ def run(
         store.mark()
         warnings = store.set_aside()
         if is_dict:
-            p = plan([_scenario_file(store, path_or_scenario)], local=address is None)
+            p = plan([_scenario_file(store, cast(Mapping[str, Any], path_or_scenario))], local=address is None)
             problems = rank_by_problems(p.scenarios)
             if problems:
                 raise ScenarioError(problems)

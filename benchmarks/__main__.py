@@ -116,7 +116,10 @@ def _fmt(x: float) -> str:
 def _check_row(check: Check) -> str:
     per = ", ".join(_fmt(v) for v in check.per_repeat) or "–"
     verdict = "PASS" if check.passed else "**MISS**"
-    return f"| {check.name} | {per} | **{_fmt(check.value)}{check.unit}** | {check.op} {_fmt(check.target)}{check.unit} | {verdict} |"
+    return (
+        f"| {check.name} | {per} | **{_fmt(check.value)}{check.unit}** | "
+        f"{check.op} {_fmt(check.target)}{check.unit} | {verdict} |"
+    )
 
 
 def render_section(section: Section) -> list[str]:
@@ -127,7 +130,9 @@ def render_section(section: Section) -> list[str]:
                   "| contender | " + " | ".join(f"repeat {i + 1}" for i in range(n)) + " | median |",
                   "|---|" + "---|" * (n + 1)]
         for label, secs in table.timings.seconds.items():
-            lines.append(f"| {label} | " + " | ".join(_fmt(s) for s in secs) + f" | {_fmt(table.timings.median(label))} |")
+            lines.append(
+                f"| {label} | " + " | ".join(_fmt(s) for s in secs) + f" | {_fmt(table.timings.median(label))} |"
+            )
         lines.append("")
     if section.checks:
         lines += ["| figure | per repeat | median | target | result |", "|---|---|---|---|---|"]
@@ -187,7 +192,9 @@ def render(sections: list[Section], info: dict[str, str], command: str, started:
     for s in sections:
         for c in s.checks:
             verdict = "PASS" if c.passed else "**MISS**"
-            lines.append(f"| {s.key} | {c.name} | {_fmt(c.value)}{c.unit} | {c.op} {_fmt(c.target)}{c.unit} | {verdict} |")
+            lines.append(
+                f"| {s.key} | {c.name} | {_fmt(c.value)}{c.unit} | {c.op} {_fmt(c.target)}{c.unit} | {verdict} |"
+            )
     for key in sorted(old_rows):
         lines += [row.replace(f"| {key} |", f"| {key} (earlier run) |", 1) for row in old_rows[key]]
     lines.append("")
@@ -227,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _run_pairs(keys: list[str], quick: bool, repeats: int, write) -> None:  # noqa: ANN001
+def _run_pairs(keys: list[str], quick: bool, repeats: int, write) -> None:
     """Run the chosen pairs in order, printing each verdict as it comes and writing the results file after each
     pair (so that a long run interrupted late keeps what it measured)."""
     started, clock = datetime.now(timezone.utc), time.perf_counter()

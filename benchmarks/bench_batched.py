@@ -233,7 +233,9 @@ def _logreg(sizes: Sizes, repeats: int) -> tuple[Table, list, dict[str, str]]:
             batched: lambda r: fit_logreg(Xd[: some(r)], y[: some(r)], 2, L2),
             one_at_a_time: lambda r: [fit_logreg(Xd[k : k + 1], y[k : k + 1], 2, L2) for k in range(some(r))],
             default: lambda r: sklearn_loop(Xn[: some(r)], yn[: some(r)]),
-            precise: lambda r: sklearn_loop(Xn[: some(r)], yn[: some(r)], solver="newton-cg", tol=1e-10, max_iter=10_000),
+            precise: lambda r: sklearn_loop(
+                Xn[: some(r)], yn[: some(r)], solver="newton-cg", tol=1e-10, max_iter=10_000
+            ),
         },
         repeats,
         clock=CPU,

@@ -57,7 +57,7 @@ def recipe(epochs: int, batch: int = 64) -> Recipe:
     return Recipe(epochs=epochs, lr=0.1, momentum=0.9, batch_size=batch)
 
 
-def rng_seconds_per_epoch(arch, n: int, K: int, draws: int = 10) -> float:  # noqa: ANN001
+def rng_seconds_per_epoch(arch, n: int, K: int, draws: int = 10) -> float:
     """CPU seconds the counter RNG alone takes for one DP epoch of K models: a Poisson mask and a noise draw per
     step, as the trainer draws them (prepared keys, one reused workspace)."""
     steps, q = steps_and_rate(n, recipe(1))
@@ -70,7 +70,7 @@ def rng_seconds_per_epoch(arch, n: int, K: int, draws: int = 10) -> float:  # no
     return (CPU() - start) / draws * steps
 
 
-def randn_seconds_per_epoch(arch, n: int, K: int, draws: int = 10) -> float:  # noqa: ANN001
+def randn_seconds_per_epoch(arch, n: int, K: int, draws: int = 10) -> float:
     """The same number of normals from torch.randn (the global Mersenne Twister: not counter-based)."""
     steps, _ = steps_and_rate(n, recipe(1))
     out = torch.empty(K, arch.template().n_params)
@@ -87,10 +87,12 @@ def run(quick: bool, repeats: int) -> Section:
         "DP-SGD epoch vs non-private epoch",
         f"The engine's `train` on digits, n = {sizes.n} records per model, batch 64, lr 0.1, momentum 0.9, "
         f"{sizes.epochs} epoch(s) per call; CPU time per epoch per model. Models: the `cnn` plugin on 1×8×8 "
-        f"({CNN.template().n_params:,} parameters; torch.func path, DP-SGD by ghost clipping) and the MLP 64→256→10 relu "
+        f"({CNN.template().n_params:,} parameters; torch.func path, DP-SGD by ghost clipping) "
+        "and the MLP 64→256→10 relu "
         f"({MLP.template().n_params:,} parameters; hand path). Non-private: a fresh shuffle per epoch cut into "
         "batches of 64. DP-SGD (dp=DPNoise(clip 1, σ 1)): Poisson sampling at q = 64/n, per-example clipping "
-        "(ghost norms: on the hand path for the MLP, arena/engine/ghost.py for the CNN), Gaussian noise on the clipped sum, "
+        "(ghost norms: on the hand path for the MLP, arena/engine/ghost.py for the CNN), "
+        "Gaussian noise on the clipped sum, "
         "every random number from the counter RNG (so a model trains identically alone or in a batch). Same "
         "number of steps per epoch (⌈n/64⌉).",
     )

@@ -78,7 +78,8 @@ def run(quick: bool, repeats: int) -> Section:
         "Arena DP-SGD vs Opacus (CNN)",
         f"DP-SGD on the `cnn` plugin's module (1×8×8 digits, {CNN.template().n_params:,} parameters), n = "
         f"{sizes.n}, expected batch 64 (Poisson sampling, q = 64/n), clip 1, noise multiplier 1, SGD lr 0.1 "
-        f"momentum 0.9; CPU time per epoch. Arena: `train(..., dp=DPNoise(1, 1))` (ghost clipping, arena/engine/ghost.py; counter-RNG "
+        f"momentum 0.9; CPU time per epoch. Arena: `train(..., dp=DPNoise(1, 1))` "
+        "(ghost clipping, arena/engine/ghost.py; counter-RNG "
         f"noise). Opacus {opacus.__version__}: `PrivacyEngine.make_private` (Poisson DPDataLoader) in its two "
         "modes, 'hooks' (per-sample gradients) and 'ghost' (fast gradient clipping); set-up (make_private) is "
         "outside the timing, the accountant's per-step bookkeeping inside it, as in a real run. Second table: "

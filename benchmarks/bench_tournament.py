@@ -66,7 +66,8 @@ def run(quick: bool, repeats: int) -> Section:
         f"`arena run {SCENARIO.relative_to(ROOT)} --out DIR --workers 2` vs `... --serial` (in-process, one "
         "matchup after another); then the same `--workers 2` command again on the run directory it just "
         "finished (every matchup already in results.jsonl: nothing is trained; the leaderboard and the DP audit "
-        "are computed again, the report kept when up to date). Each command is a fresh process, so import and Ray start-up "
+        "are computed again, the report kept when up to date). Each command is a fresh process, "
+        "so import and Ray start-up "
         "costs are included, as a user pays them."
         + (" Quick mode: one seed, 2 epochs, 4 shadow models." if quick else ""),
     )
@@ -113,7 +114,8 @@ def run(quick: bool, repeats: int) -> Section:
         "`--serial` with one torch thread (OMP_NUM_THREADS=1), one run": f"{one_thread:.1f} s",
         "Ray start + shutdown alone (python -c 'ray.init(num_cpus=2); ray.shutdown()')": f"{ray:.1f} s",
         f"importing alone (python -c '{IMPORTS}')": f"{statistics.median(import_cost):.1f} s",
-        "fixed cost of any `arena run` (the re-run: imports, plan, leaderboard, audit; report kept when up to date)": f"{overhead:.1f} s",
+        "fixed cost of any `arena run` (the re-run: imports, plan, leaderboard, audit; report kept when up to date)":
+            f"{overhead:.1f} s",
         "serial time spent on matchups (serial − re-run)": f"{work:.1f} s",
         "best possible with 2 workers (fixed cost + Ray start + matchups / 2)":
             f"{overhead + ray + work / 2:.1f} s, i.e. at most {t.median(serial) / (overhead + ray + work / 2):.2f}× "

@@ -36,6 +36,7 @@ class CanaryAuditor(Attack):
     def run(self, view: AuditView) -> CanaryGuess:
         scores = {}
         if "gradient" in view.kinds:
+            assert view.gradient_index is not None and view.gradient_sign is not None  # granted with the kind
             final = view.parameters.flat()
             start = view.init.flat() if view.init is not None else None
             scores["gradient"] = gradient_canary_scores(final, start, view.gradient_index, view.gradient_sign,
@@ -43,6 +44,7 @@ class CanaryAuditor(Attack):
         if "input" in view.kinds:
             import torch
 
+            assert view.canary_X is not None and view.canary_y is not None  # granted with the kind
             losses = torch.stack([box.loss(view.canary_X, view.canary_y) for box in view.models])
             scores["input"] = input_canary_scores(losses)
         return CanaryGuess(scores)

@@ -74,7 +74,7 @@ class Synthetic(DatasetLoader):
     name = "synthetic"
     Params = SyntheticParams
 
-    def load(self, params: SyntheticParams) -> Dataset:
+    def load(self, params: SyntheticParams) -> Dataset:  # type: ignore[override]  # narrowed: the loader's own Params (plugin contract)
         check_fits("n" if params.n >= params.features else "features", params.n, params.features)
         informative = max(2, min(params.features, params.classes.bit_length() + 2))
         X, y = make_classification(
@@ -162,7 +162,7 @@ class MNIST(DatasetLoader):
     name = "mnist"
     Params = LocalParams
 
-    def load(self, params: LocalParams) -> Dataset:
+    def load(self, params: LocalParams) -> Dataset:  # type: ignore[override]  # narrowed: the loader's own Params (plugin contract)
         prefix = {"train": "train", "test": "t10k"}.get(params.split)
         if prefix is None:
             raise ValueError("split: must be 'train' or 'test'")
@@ -182,7 +182,7 @@ class MNIST(DatasetLoader):
         return Dataset("mnist", X, labels[:n].astype(np.int64), 10, "image", (1, *images.shape[1:]))
 
 
-class RefusedPickle(pickle.UnpicklingError, ValueError):
+class RefusedPickle(pickle.UnpicklingError, ValueError):  # noqa: N818 - public name, kept (it is a refusal, not a bug)
     """A CIFAR-10 batch asked to build something other than arrays: refused, as a hostile file would be."""
 
 
@@ -236,7 +236,7 @@ class CIFAR10(DatasetLoader):
     name = "cifar10"
     Params = LocalParams
 
-    def load(self, params: LocalParams) -> Dataset:
+    def load(self, params: LocalParams) -> Dataset:  # type: ignore[override]  # narrowed: the loader's own Params (plugin contract)
         if not params.path.is_dir():
             raise ValueError(f"path: {params.path} is not a directory")
         if params.split == "train":

@@ -58,12 +58,13 @@ class NonPrivate(Defense):
 class EpsilonSweep(Defense):
     """A DP defense whose scenario entry lists target budgets (``epsilons``): one configuration per ε."""
 
+    # (every sweep's Params declares ``epsilons``; the base class types them as a plain BaseModel)
     @classmethod
     def expand(cls, params: BaseModel) -> list[BaseModel]:
-        return [params.model_copy(update={"epsilons": [eps]}) for eps in params.epsilons]
+        return [params.model_copy(update={"epsilons": [eps]}) for eps in params.epsilons]  # type: ignore[attr-defined]
 
     def target_epsilon(self) -> float:
-        return self.params.epsilons[0]
+        return self.params.epsilons[0]  # type: ignore[attr-defined]
 
 
 Epsilon = Annotated[float, Field(strict=True, ge=1e-3, le=1e3, allow_inf_nan=False)]

@@ -85,7 +85,7 @@ def _image_shape(input_shape: tuple[int, ...], model: str) -> tuple[int, int, in
     if len(input_shape) != 3:
         raise ValueError(f"model {model!r} needs image records of shape (channels, height, width), "
                          f"not {tuple(input_shape)}")
-    return input_shape  # type: ignore[return-value]
+    return input_shape
 
 
 class CNNParams(ModelParams):

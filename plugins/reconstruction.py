@@ -135,6 +135,7 @@ class GLMReconstruction(Attack):
         penalised, bound = training_objective(view.train, view.n_features)
         layers = view.parameters.layers()
         if view.candidates_X is not None:
+            assert view.candidates_y is not None  # granted together with candidates_X
             scores = candidate_residuals(layers, view.fixed_X, view.fixed_y, view.candidates_X, view.candidates_y,
                                          view.l2, intercept_penalised=penalised, feature_norm=bound)
             pick = scores.argmin(dim=1)
@@ -217,6 +218,7 @@ class ReconNN(Attack):
         n = self.params.shadows or len(view.shadow_y)
         candidates = view.candidates_X
         if candidates is not None:  # discrete prior: the shadow targets are the candidates, in turn
+            assert view.candidates_y is not None  # granted together with candidates_X
             turn = torch.arange(n) % len(view.candidates_y)
             X, y = candidates[turn], view.candidates_y[turn]
         elif n > len(view.shadow_y):
@@ -231,6 +233,7 @@ class ReconNN(Attack):
         with torch.no_grad():
             records = net((released - mean) / std)
         if candidates is not None:  # answer with the candidate closest to the reconstruction
+            assert view.candidates_y is not None
             pick = torch.cdist(records.to(torch.float64), candidates.to(torch.float64)).argmin(dim=1)
             return ReconstructionGuess(records=candidates[pick].numpy(), labels=view.candidates_y[pick].numpy())
         return ReconstructionGuess(records=records.numpy())

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F  # noqa: N812 - the usual name
+import torch.nn.functional as F
 from pydantic import Field
 
 from arena import RECIPE_FIELDS, Defense, Fit, FitTask, PluginParams, hookimpl

@@ -38,7 +38,7 @@ def digits() -> tuple[np.ndarray, np.ndarray]:
     return (d.data / 16.0).astype(np.float32), d.target.astype(np.int64)
 
 
-def membership_from_seed(view, seed: int) -> np.ndarray | None:  # noqa: ANN001
+def membership_from_seed(view, seed: int) -> np.ndarray | None:
     """The membership of ``view``'s challenge points, if the game's seed is ``seed`` (checked against the view)."""
     X, y = digits()
     m = view.train_size
@@ -52,7 +52,7 @@ def membership_from_seed(view, seed: int) -> np.ndarray | None:  # noqa: ANN001
     return (shuffle < m).astype(np.float64)
 
 
-def membership_from_secret(view, secret: bytes) -> np.ndarray | None:  # noqa: ANN001
+def membership_from_secret(view, secret: bytes) -> np.ndarray | None:
     """With the run's secret, the scenario seed is a small number: try them."""
     from arena.pipeline.store import challenger_seed
 
@@ -63,7 +63,7 @@ def membership_from_secret(view, secret: bytes) -> np.ndarray | None:  # noqa: A
     return None
 
 
-def guess(view, scores: np.ndarray | None) -> MembershipGuess:  # noqa: ANN001
+def guess(view, scores: np.ndarray | None) -> MembershipGuess:
     """The found membership as a guess, or a guess without information when nothing was found."""
     if scores is None:
         scores = np.zeros(len(view.challenge_y))
@@ -80,7 +80,7 @@ class SeedBruteForce(Cheat):
 
     name = "cheat-seed-bruteforce"
 
-    def run(self, view):  # noqa: ANN001, ANN201
+    def run(self, view):
         for s in range(200_000):
             if derive_seed(s, "shadow-pool") == view.pool_seed:
                 return guess(view, membership_from_seed(view, s))
@@ -92,7 +92,7 @@ class SplitRebuild(Cheat):
 
     name = "cheat-split-rebuild"
 
-    def run(self, view):  # noqa: ANN001, ANN201
+    def run(self, view):
         for s in range(3000):
             if (found := membership_from_seed(view, s)) is not None:
                 return guess(view, found)
@@ -103,7 +103,7 @@ def secret_from_run_dir(run: Path) -> bytes:
     return bytes.fromhex((run / ".arena-secret").read_text().strip())
 
 
-def membership_from_run_dir(view, run: Path) -> np.ndarray | None:  # noqa: ANN001
+def membership_from_run_dir(view, run: Path) -> np.ndarray | None:
     """Saved arrays of earlier matchups on the same challenge, else the run's secret."""
     from safetensors.torch import load_file
 
@@ -125,7 +125,7 @@ class CachePath(Cheat):
     name = "cheat-cache-path"
     threat_model = frozenset({"query", "training"})
 
-    def run(self, view):  # noqa: ANN001, ANN201
+    def run(self, view):
         return guess(view, membership_from_run_dir(view, Path(view.train.cache.root).parent))
 
 
@@ -134,7 +134,7 @@ class StackFrame(Cheat):
 
     name = "cheat-stack-frame"
 
-    def run(self, view):  # noqa: ANN001, ANN201
+    def run(self, view):
         frame = sys._getframe()
         while frame is not None:
             owner = frame.f_locals.get("self")
@@ -149,7 +149,7 @@ class GcWalk(Cheat):
 
     name = "cheat-gc"
 
-    def run(self, view):  # noqa: ANN001, ANN201
+    def run(self, view):
         for obj in gc.get_objects():
             if type(obj).__name__ == "MembershipGame" and len(obj.challenge) == len(view.challenge_y):
                 return guess(view, obj._is_member.astype(np.float64))
@@ -164,7 +164,7 @@ class ParamsPeek(Cheat):
 
     name = "cheat-params-peek"
 
-    def run(self, view):  # noqa: ANN001, ANN201
+    def run(self, view):
         models = view.model._models
         loss = models.loss(view.challenge_X, view.challenge_y)[0].numpy().astype(np.float64)
         return MembershipGuess(scores=-loss, decisions=-loss > np.median(-loss))
@@ -197,7 +197,7 @@ def memory_regions(pid: int, perms: str, largest: int) -> Iterator[bytes]:
                 continue
 
 
-def each_ancestor(fn):  # noqa: ANN001, ANN201
+def each_ancestor(fn):
     """``fn(pid)`` for each ancestor until one gives something; the last ``PermissionError`` if all refused."""
     refused = None
     for pid in ancestors():
@@ -218,7 +218,7 @@ class EnvironmentSecret(Cheat):
 
     name = "cheat-env-secret"
 
-    def run(self, view):  # noqa: ANN001, ANN201
+    def run(self, view):
         def from_environ(pid: int) -> str | None:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             return next((e.split(b"=", 1)[1].decode() for e in environ if e.startswith(b"ARENA_RUN_SECRET=")), None)
@@ -235,7 +235,7 @@ class ParentMemory(Cheat):
 
     name = "cheat-parent-memory"
 
-    def run(self, view):  # noqa: ANN001, ANN201
+    def run(self, view):
         import re
 
         def from_memory(pid: int) -> np.ndarray | None:
@@ -254,7 +254,7 @@ class RunDirectory(Cheat):
 
     name = "cheat-run-dir"
 
-    def run(self, view):  # noqa: ANN001, ANN201
+    def run(self, view):
         candidates = [os.environ.get(RUN_DIR_HINT), os.getcwd()]
         for pid in ancestors():  # the arena's among them
             with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -275,7 +275,7 @@ class ReconstructionSeed(Attack):
     game = "reconstruction"
     threat_model = frozenset({"fixed-set"})
 
-    def run(self, view):  # noqa: ANN001, ANN201
+    def run(self, view):
         X, y = digits()
         f, t = len(view.fixed_y), view.n_targets
         fixed = view.fixed_X.numpy()
@@ -293,7 +293,7 @@ class ReconstructionGc(Attack):
     game = "reconstruction"
     threat_model = frozenset({"fixed-set"})
 
-    def run(self, view):  # noqa: ANN001, ANN201
+    def run(self, view):
         fixed = view.fixed_X.numpy()
         for obj in gc.get_objects():
             if type(obj).__name__ == "ReconstructionGame" and np.array_equal(obj.dataset.X[obj.fixed], fixed):
@@ -307,7 +307,7 @@ RECONSTRUCTION = (ReconstructionSeed, ReconstructionGc)
 
 
 @hookimpl
-def register_attacks(register):  # noqa: ANN001, ANN201
+def register_attacks(register):
     for cls in (*MEMBERSHIP, *RECONSTRUCTION):
         register(cls)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, cast
 
 import torch
 from pydantic import BaseModel
@@ -127,7 +127,7 @@ class FitTask:
         weights, _ = _stacked(params)
         if not self.arch.l2 or not weights:
             return torch.zeros((), dtype=self.X.dtype, device=self.device)
-        return 0.5 * self.arch.l2 * sum(w.pow(2).sum() for w in weights)
+        return 0.5 * self.arch.l2 * cast(torch.Tensor, sum(w.pow(2).sum() for w in weights))  # weights: non-empty
 
     def finish(self, ensemble: Ensemble, optimizer: torch.optim.Optimizer | None = None,
                claim: Claim | None = None) -> Fit:

@@ -23,6 +23,7 @@ from arena.contracts.procedure import Procedure
 from arena.contracts.release import Release
 from arena.contracts.spec import GameSpec
 from arena.contracts.view import View, view_capabilities
+from arena.contracts.view import View as _AnyView  # for annotations inside Game, whose ``View`` is a class attribute
 
 
 @dataclass
@@ -121,7 +122,7 @@ class Game:
         """Train the released model(s) through ``procedure`` and measure their utility."""
         raise NotImplementedError
 
-    def view(self, attack: Attack, release: Release, procedure: Procedure) -> View:
+    def view(self, attack: Attack, release: Release, procedure: Procedure) -> _AnyView:
         """Exactly what ``attack`` may see of ``release`` (never the secret)."""
         raise NotImplementedError
 

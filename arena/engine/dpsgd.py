@@ -5,6 +5,8 @@ the bias), so its squared norm is ||a_i||^2 ||delta_i||^2 + ||delta_i||^2 ("ghos
 clipped sum is one bmm with deltas reweighted by the clip factors.
 """
 
+from typing import cast
+
 import torch
 
 from arena.engine.dense import Layers, sum_gradients
@@ -13,7 +15,7 @@ from arena.engine.dense import Layers, sum_gradients
 def per_example_grad_norms(inputs: list[torch.Tensor], deltas: list[torch.Tensor]) -> torch.Tensor:
     """[K, B] norms of each example's full gradient (all layers, weights and biases)."""
     sq = sum(((a * a).sum(-1) + 1.0) * (d * d).sum(-1) for a, d in zip(inputs, deltas))
-    return torch.sqrt(sq)
+    return torch.sqrt(cast(torch.Tensor, sq))  # a sum of tensors: there is at least one layer
 
 
 def clip_factors(norms: torch.Tensor, clip: float) -> torch.Tensor:

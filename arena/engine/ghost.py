@@ -28,7 +28,7 @@ convolution of K models is one grouped convolution, a GroupNorm one group norm o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -139,6 +139,7 @@ def _offsets(m: nn.Conv2d, in_shape: tuple[int, ...], out_shape: tuple[int, ...]
         start = first * s + k * d - p
         return slice(first, last + 1), slice(start, start + (last - first) * s + 1, s)
 
+    assert not isinstance(m.padding, str)  # ``_kind`` admits numeric padding only
     out = []
     for i in range(m.kernel_size[0]):
         for j in range(m.kernel_size[1]):
@@ -176,13 +177,15 @@ def plan(module: nn.Module, input_shape: tuple[int, ...]) -> Plan | None:
             in_shape, out_shape = tuple(h.shape[1:]), tuple(out.shape[1:])
             if kind == "channelwise" and len(in_shape) != 3:
                 kind = "free"
-            materialise, offsets = False, ()
+            assert kind is not None  # ``None in kinds`` returned above
+            materialise, offsets = False, cast(tuple[tuple[slice, ...], ...], ())
             if kind in ("linear", "conv"):
+                assert isinstance(m, nn.Linear | nn.Conv2d)  # ``_kind``'s types for these kinds
                 O, P = m.weight.shape[0], m.weight[0].numel()
                 L = out[0, 0].numel() if kind == "conv" else out[0, ..., 0].numel()
                 materialise = O * P <= 2 * L * L  # Bu et al. 2022: form G·Aᵀ unless the L×L Gram is smaller
                 if kind == "conv":
-                    offsets = _offsets(m, in_shape, out_shape)
+                    offsets = _offsets(cast(nn.Conv2d, m), in_shape, out_shape)
                 if kind == "conv" and not materialise:
                     L_in = in_shape[1] * in_shape[2]
                     elements += in_shape[0] * L_in + 2 * L_in * L_in + 3 * L * L
@@ -238,6 +241,7 @@ def _forward(
         w = params[layer.prefix + "weight"]
         b = params.get(layer.prefix + "bias")
         if layer.kind == "conv":
+            m = cast(nn.Conv2d, m)
             a = h.as_image()
             z = F.conv2d(a, w.reshape(-1, *w.shape[2:]), None if b is None else b.reshape(-1), m.stride, m.padding,
                          m.dilation, K)
@@ -247,6 +251,8 @@ def _forward(
             if b is not None:
                 z = z + b.view(1, K, *[1] * (a.ndim - 3), -1)
         else:  # group norm: normalise the K·C channels in K·G groups, then each model's affine map
+            m = cast(nn.GroupNorm, m)
+            assert b is not None  # ``_kind`` admits affine GroupNorms only
             if len(layer.in_shape) == 3:
                 a = F.group_norm(h.as_image(), K * m.num_groups, eps=m.eps)
             else:
@@ -309,7 +315,7 @@ def _norms(
             sq += _sq(kept["weight"], B, K) + _sq(kept["bias"], B, K)
             continue
         if layer.kind == "conv":
-            Gm = G.reshape(B * K, layer.module.out_channels, -1)  # [BK, O, L]
+            Gm = G.reshape(B * K, cast(nn.Conv2d, layer.module).out_channels, -1)  # [BK, O, L]
         else:
             Gm = G.reshape(B * K, -1, G.shape[-1]).mT  # [BK, O, L]
         if layer.module.bias is not None:
@@ -325,8 +331,9 @@ def _norms(
             else:
                 sq += (torch.bmm(A, A.mT) * torch.bmm(Gm.mT, Gm)).sum((1, 2)).view(B, K)
         elif layer.materialise:
-            m = layer.module
-            A = F.unfold(a, m.kernel_size, m.dilation, m.padding, m.stride)  # [B, K·P, L]
+            m = cast(nn.Conv2d, layer.module)
+            padding = cast(tuple[int, ...], m.padding)  # ``_kind`` admits numeric padding only
+            A = F.unfold(a, m.kernel_size, m.dilation, padding, m.stride)  # [B, K·P, L]
             kept["weight"] = torch.bmm(Gm, A.view(B * K, -1, A.shape[-1]).mT).view(B, K, *Gm.shape[1:2], -1)
             sq += _sq(kept["weight"], B, K)
         else:
@@ -352,6 +359,7 @@ def _accumulate(
         if "weight" in kept:
             weight += torch.einsum("bk,bk...->k...", c, kept["weight"]).view(weight.shape)
         elif layer.kind == "conv":
+            m = cast(nn.Conv2d, m)
             w = params[layer.prefix + "weight"]
 
             def scaled(t: torch.Tensor) -> torch.Tensor:  # t [B, K·C, H, W], channels-last kept

@@ -33,7 +33,8 @@ class Purpose(IntEnum):
     NOISE = 4
     AUGMENT = 5
     CANARY = 6
-    """Which of a model's white-box gradient canaries each DP-SGD step samples (an audit's, ``trainer.GradientCanaries``)."""
+    """Which of a model's white-box gradient canaries each DP-SGD step samples
+    (an audit's, ``trainer.GradientCanaries``)."""
 
 
 def stream(purpose: Purpose, index: int = 0) -> int:

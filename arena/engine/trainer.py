@@ -40,7 +40,8 @@ def _with_instruments(dp: DPNoise | None, K: int, n: int, recipe: Recipe) -> DPN
     if inst.present is not None and inst.present.shape != (K, n):
         raise ValueError(f"the audit's presence mask is {tuple(inst.present.shape)}, train got data for ({K}, {n})")
     inst.calls += 1
-    inst.runs.append(instruments.Mechanism(dp.clip, dp.noise_multiplier, *reversed(steps_and_rate(n, recipe))))
+    steps, rate = steps_and_rate(n, recipe)
+    inst.runs.append(instruments.Mechanism(dp.clip, dp.noise_multiplier, rate, steps))
     return DPNoise(dp.clip, dp.noise_multiplier, inst.canaries, inst.present)
 
 
@@ -146,6 +147,7 @@ def _train_dense(
 ) -> State:
     """The hand path: explicit backprop and ghost-norm clipping for stacks of linear layers."""
     spec = arch.dense
+    assert spec is not None  # ``choose_engine`` picks "dense" only for a dense stack
     names = list(state)
     layers = [p.clone() for p in hand.to_layers(state)]
     optimizer = HeavyBall(layers, [i % 2 == 0 for i in range(len(layers))], recipe, arch.l2)

@@ -66,7 +66,7 @@ def plugin_versions(matchup: Matchup) -> dict[str, str]:
     hash as ``<kind>.source`` (``arena.pipeline.provenance``)."""
     regs = registries()
     known = {k: v for kind, p in matchup.provenance().items() for k, v in p.versions(kind).items()}
-    fallback = {"game": (regs.games, matchup.track.game.name, matchup.game_version),
+    fallback: dict[str, tuple[Any, str, str]] = {"game": (regs.games, matchup.track.game.name, matchup.game_version),
                 "defense": (regs.defenses, matchup.defense.name, matchup.defense.version),
                 "attack": (regs.attacks, matchup.attack.name, matchup.attack.version)}
     for kind, (registry, name, version) in fallback.items():

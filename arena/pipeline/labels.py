@@ -127,7 +127,8 @@ def assign(source: str, where: str, kind: str, configs: list[Any], named: list[L
             problems.append(f"{source}: {where}: the same {kind} configuration appears twice")
             return configs
         seen.add(identity)
-    out, first = [], {}
+    out: list[Any] = []
+    first: dict[str, int] = {}
     for c, n, label in zip(configs, named, labels(named)):
         if label in first and first[label] != n.entry:
             problems.append(f"{source}: {where}[{n.entry}].label: {label!r} is already the label of "

@@ -281,7 +281,7 @@ def _training(
 
 
 def _plugin_params(
-    source: str, prefix: str, ref: PluginRef, cls: type, problems: list[str], options: dict[str, Any] | None = None
+    source: str, prefix: str, ref: PluginRef, cls: type[Any], problems: list[str], options: dict[str, Any] | None = None
 ) -> BaseModel | None:
     try:
         return cls.Params.model_validate(ref.options if options is None else options)

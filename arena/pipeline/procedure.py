@@ -131,7 +131,7 @@ class TrainingProcedure:
 
             gpus = gpu_request(self.device)
             task = ray.remote(num_cpus=1, num_gpus=gpus, scheduling_strategy="SPREAD")(_train_chunk)
-            refs = [task.remote(self, *chunk) for chunk in chunks]
+            refs = [task.remote(self, *chunk) for chunk in chunks]  # type: ignore[call-arg]  # ray: *args untyped
             self.stats.tasks += len(refs)
             if gpus:  # a task holding a GPU share waits on others needing one: work from the back meanwhile
                 for chunk in reversed(chunks):

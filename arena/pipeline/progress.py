@@ -59,7 +59,8 @@ class Progress:
         self.failed += failed
         if failed:
             self._line(
-                f"FAILED {row.get('track')} {row.get('defense_label')} vs {row.get('attack_label')} seed {row.get('seed')}: "
+                f"FAILED {row.get('track')} {row.get('defense_label')} vs {row.get('attack_label')} "
+                f"seed {row.get('seed')}: "
                 f"{row.get('error')}"
             )
         if self.live:

@@ -49,8 +49,8 @@ def _claim_problem(claim: object) -> str | None:
     return None
 
 
-def _metric_info_problem(info: object) -> str | None:
-    for name, entry in info.items():  # type: ignore[union-attr]
+def _metric_info_problem(info: dict[Any, Any]) -> str | None:
+    for name, entry in info.items():
         if not _strings(name) or not isinstance(entry, dict):
             return f"'metric_info.{str(name)[:64]}' is not an object"
         if not isinstance(entry.get("higher_is_better"), bool):
@@ -82,8 +82,13 @@ def value_problem(row: dict[str, Any]) -> str | None:
         return "'delta' is more than 1"
     metrics = row.get("metrics", {})
     if isinstance(metrics, dict):
+        info = row.get("metric_info")
+        declared = info if isinstance(info, dict) else {}
         for name, v in metrics.items():
-            if not _strings(name) or not (v is None or _number(v)):
+            # games also record flags and labels (the audit's claim_consistent/violation/input_kind, the
+            # reconstruction's kappa_exact): booleans and short strings; a declared metric is a number or null
+            if not _strings(name) or not (v is None or _number(v) or (
+                    name not in declared and (isinstance(v, bool) or _strings(v)))):
                 return f"'metrics.{str(name)[:64]}' is not a number or null"
             if name in COUNTS and not (isinstance(v, int) and v >= 0):
                 return f"'metrics.{name}' is not a non-negative integer"

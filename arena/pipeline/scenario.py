@@ -78,9 +78,10 @@ class _ScenarioLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: i
 
     def resolve(self, kind: type, value: str | None, implicit: tuple[bool, bool]) -> str:
         """Plain decimal integers (most of a large file) skip the resolver's list of patterns; same tags."""
-        if kind is yaml.ScalarNode and implicit[0] and _DECIMAL.match(value):
+        # A scalar node's value is always a string (None is for sequences and mappings).
+        if kind is yaml.ScalarNode and implicit[0] and isinstance(value, str) and _DECIMAL.match(value):
             return "tag:yaml.org,2002:int"
-        if kind is yaml.ScalarNode and implicit[0] and _SEXAGESIMAL.match(value):
+        if kind is yaml.ScalarNode and implicit[0] and isinstance(value, str) and _SEXAGESIMAL.match(value):
             return "tag:yaml.org,2002:str"
         return super().resolve(kind, value, implicit)
 

@@ -79,9 +79,11 @@ def run_serial(
             on_row(row)
 
 
-def _context() -> multiprocessing.context.BaseContext:
+def _context() -> multiprocessing.context.ForkContext | multiprocessing.context.SpawnContext:
     """Fork where the platform has it (the child starts at once with everything imported), else spawn."""
-    return multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    if "fork" in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")
 
 
 def play_in_child(matchup: Matchup, run_dir: str, limit: float) -> tuple[dict[str, Any], bool]:
@@ -207,8 +209,9 @@ def run_ray(
             )
     try:
         release_task = ray.remote(num_cpus=1, max_retries=retries)(_release_or_error)
+        # (ray's stubs type retry_exceptions as a bool; its documented list of exception classes is accepted)
         matchup_task = ray.remote(num_cpus=1, max_retries=retries,  # a fork server's death is a worker's
-                                  retry_exceptions=[sandbox.ServerDied])(_play_after)
+                                  retry_exceptions=[sandbox.ServerDied])(_play_after)  # type: ignore[call-overload]
         gpus = {m.track.device: gpu_request(m.track.device) for m in todo}
         limit = workers or int(ray.available_resources().get("CPU", 1)) or 1
         run_dir = str(store.root)

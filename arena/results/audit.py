@@ -19,9 +19,9 @@ from typing import Any, Literal
 
 from arena.contracts.arrays import ArrayLoader as ArrayLoader  # re-exported for the games' rules
 from arena.engine.seeds import split_seed as split_seed  # re-exported for the games' rules
+from arena.pipeline.store import RunStore
 from arena.privacy.binomial import clopper_pearson as clopper_pearson  # re-exported for the games' rules
 from arena.privacy.tradeoff import eps_delta_line
-from arena.pipeline.store import RunStore
 
 
 def scaled(epsilon: float, p: float, delta: float) -> float:

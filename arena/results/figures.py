@@ -30,7 +30,7 @@ PRINT: dict[str, Any] = {
     "xtick.labelsize": 7.5,
     "ytick.labelsize": 7.5,
 }
-matplotlib.rcParams.update(PRINT)
+matplotlib.rcParams.update(PRINT)  # type: ignore[arg-type]  # the stubs key rcParams by a Literal of names
 
 MAX_COLUMNS = 3
 """Panels per row at most; more panels wrap to further rows."""

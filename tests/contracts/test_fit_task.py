@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F  # noqa: N812
+import torch.nn.functional as F
 
 from arena.cli import main
 from arena.contracts.defense import RECIPE_FIELDS, Defense, FitTask, RecipeSGD

@@ -10,7 +10,7 @@ from arena.engine.batching import steps_and_rate
 from arena.engine.instruments import AuditInstruments, GradientCanaries, instrumented
 from arena.engine.recipe import DPNoise, Recipe
 from arena.engine.trainer import train
-from arena_plugins.models import MLP as MLPModel
+from arena_plugins.models import MLP as MLPModel  # noqa: N811 - MLP is a class (an acronym), not a constant
 from arena_plugins.models import LogReg
 
 D, C_OUT, H = 6, 3, 5

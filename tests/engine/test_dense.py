@@ -38,7 +38,7 @@ def test_shapes_and_param_count():
 
 def test_the_plugins_describe_their_modules():
     """The dense description of the mlp plugin has the module's own parameter count, activation and l2."""
-    assert MLP == Dense("mlp", 5, 3, (7, 4), "tanh", 0.1)
+    assert Dense("mlp", 5, 3, (7, 4), "tanh", 0.1) == MLP
     assert MLP.n_params == MODEL.template().n_params
     assert architecture("logreg", (1, 8, 8), 10).dense == Dense("logreg", 64, 10)
     assert architecture("cnn", (1, 8, 8), 10).dense is None

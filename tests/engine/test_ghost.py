@@ -46,7 +46,7 @@ def _stack(arch: Architecture) -> tuple[dict[str, torch.Tensor], torch.Tensor, t
 def _norms(module: nn.Module, params: dict[str, torch.Tensor], X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """[K, B] per-example gradient norms by plain torch.func, one model at a time."""
 
-    def loss(w, x, t):  # noqa: ANN001, ANN202
+    def loss(w, x, t):
         return nn.functional.cross_entropy(functional_call(module, w, (x[None],)), t[None])
 
     out = []
@@ -169,7 +169,7 @@ def test_both_norm_strategies_on_odd_layers_equal_per_example_gradients(name, fl
     valid = torch.rand(K, B) > 0.3
     norms = _norms(module, params, X, y)
 
-    def loss(w, x, t):  # noqa: ANN001, ANN202
+    def loss(w, x, t):
         return nn.functional.cross_entropy(functional_call(module, w, (x[None],)), t[None])
 
     # each model's per-example gradients of every parameter, formed once (they depend on neither clip nor name)

@@ -46,7 +46,7 @@ def _per_example_norms(net: torch.nn.Module, X: torch.Tensor, y: torch.Tensor) -
     """Norms of each example's full gradient, by plain torch.func (independent of both implementations)."""
     weights = {n: p.detach() for n, p in net.named_parameters()}
 
-    def loss(w, x, t):  # noqa: ANN001, ANN202
+    def loss(w, x, t):
         return torch.nn.functional.cross_entropy(functional_call(net, w, (x[None],)), t[None])
 
     g = vmap(grad(loss), in_dims=(None, 0, 0))(weights, X, y)

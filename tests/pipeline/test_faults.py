@@ -221,16 +221,19 @@ def test_ray_faults_fail_only_their_own_matchups(plugin_dist, tmp_path: Path) ->
     import ray
 
     plugin_dist("arena-faults", "arena_faults_plugin", FAULTS)
-    path = faults_scenario(tmp_path / "faults.yaml", timeout=30)  # Ray's clock includes start-up
+    # Ray's clock runs from submission: a worker's start and the release's training count. 60 s leaves a loaded
+    # machine room for the honest and the at-once failures (~6 s quiet); the greedy ones never end by themselves.
+    path = faults_scenario(tmp_path / "faults.yaml", timeout=60)
     out = tmp_path / "run"
     try:
         assert main(["run", str(path), "--out", str(out), "--workers", "2", "--no-report"]) == 1
     finally:
         ray.shutdown()
-    check_fault_rows(out, 30)
+    check_fault_rows(out, 60)
 
 
-GREEDY_RELEASE = SMALL.replace("timeout: 10", "timeout: 20").replace(
+# 60 s: each honest matchup's clock covers a fresh worker and its release's training (~4 s quiet, ×5 loaded)
+GREEDY_RELEASE = SMALL.replace("timeout: 10", "timeout: 60").replace(
     "      - {name: nonprivate}",
     "      - {name: nonprivate}\n      - {name: faulty, fault: greedy}\n      - {name: faulty}").replace(
     "      - {name: threshold-mia}", "      - {name: threshold-mia}\n      - {name: threshold-mia, signal: confidence}")
@@ -253,7 +256,7 @@ def test_ray_stops_a_release_that_outlives_its_matchups_timeout(plugin_dist, tmp
     rows = {(r["defense_label"], r["attack_label"]): r for r in RunStore(out).results()}
     assert len(rows) == 6
     greedy = [row["error"] for (defense, _), row in rows.items() if defense == "faulty(fault=greedy)"]
-    assert sorted(greedy) == ["timeout: exceeded 20s", "timeout: its release did not finish within 20s"], greedy
+    assert sorted(greedy) == ["timeout: exceeded 60s", "timeout: its release did not finish within 60s"], greedy
     honest = {key: row["error"] for key, row in rows.items() if key[0] in ("nonprivate", "faulty")}
     assert len(honest) == 4 and not any(honest.values()), honest  # before and after the greedy release
     assert "4 ok, 0 skipped, 2 failed" in capsys.readouterr().out

@@ -17,7 +17,7 @@ def data(k: int = 3, n: int = 40) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.rand(k, n, 8, generator=g), torch.randint(0, 3, (k, n), generator=g)
 
 
-def make(cache: TensorCache, defense=None) -> TrainingProcedure:  # noqa: ANN001
+def make(cache: TensorCache, defense=None) -> TrainingProcedure:
     defense = defense or NonPrivate(NonPrivate.Params())
     return TrainingProcedure(defense, architecture("mlp", 8, 3, hidden=[5]), Recipe(epochs=2, lr=0.1, batch_size=10),
                              cache=cache)

@@ -21,8 +21,8 @@ class Terminal(io.StringIO):
 
 
 def row(status: str = "ok", seed: int = 0) -> dict:
-    return {"track": "t", "defense_label": "dpsgd(eps=1)", "attack": "threshold-mia", "attack_label": "threshold-mia", "seed": seed,
-            "status": status, "seconds": 2.5, "error": "ValueError: boom" if status == "failed" else None}
+    return {"track": "t", "defense_label": "dpsgd(eps=1)", "attack": "threshold-mia", "attack_label": "threshold-mia",
+            "seed": seed, "status": status, "seconds": 2.5, "error": "ValueError: boom" if status == "failed" else None}
 
 
 def test_format_duration() -> None:

@@ -27,7 +27,7 @@ def _set(obj: dict, path: tuple, value: object) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: ".".join(map(str, p)))
-def test_ill_typed_values_are_set_aside_never_a_traceback(finished: tuple[Path, Path], path: tuple,
+def test_ill_typed_values_are_set_aside_never_a_traceback(finished: tuple[Path, Path], path: tuple,  # noqa: F811 - pytest fixture
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     _, run = finished
     lines = (run / "results.jsonl").read_text().splitlines()
@@ -42,7 +42,7 @@ def test_ill_typed_values_are_set_aside_never_a_traceback(finished: tuple[Path, 
         assert set_aside or name in ("none", "neg"), (path, name)
 
 
-def test_swapped_cache_entries_are_misses(finished: tuple[Path, Path]) -> None:
+def test_swapped_cache_entries_are_misses(finished: tuple[Path, Path]) -> None:  # noqa: F811 - pytest fixture
     scenario, run = finished
     before = comparable(RunStore(run))
     entries = sorted((run / "cache").rglob("*.safetensors"))
@@ -60,7 +60,7 @@ def test_swapped_cache_entries_are_misses(finished: tuple[Path, Path]) -> None:
     assert comparable(RunStore(run)) == before
 
 
-def test_fifo_in_cache_and_artifacts_is_refused_not_a_hang(finished: tuple[Path, Path]) -> None:
+def test_fifo_in_cache_and_artifacts_is_refused_not_a_hang(finished: tuple[Path, Path]) -> None:  # noqa: F811 - pytest fixture
     _, run = finished
     store = RunStore(run)
     kind = next(p.parent.name for p in (run / "cache").rglob("*.safetensors"))
@@ -75,7 +75,7 @@ def test_fifo_in_cache_and_artifacts_is_refused_not_a_hang(finished: tuple[Path,
 
 
 @pytest.mark.parametrize("name", [LOCK, REJECTED])
-def test_symlinked_lock_and_rejected_are_refused(finished: tuple[Path, Path], tmp_path: Path, name: str) -> None:
+def test_symlinked_lock_and_rejected_are_refused(finished: tuple[Path, Path], tmp_path: Path, name: str) -> None:  # noqa: F811 - pytest fixture
     _, run = finished
     target = tmp_path / "precious"
     target.write_text("keep me\n")

@@ -115,8 +115,11 @@ def faulty_scenario(path: Path, limits: str, attacks: list[str]) -> Path:
 
 def test_faulty_plugins_fail_only_their_own_matchups(plugin_dist, tmp_path: Path, capsys, ray_session) -> None:
     plugin_dist("arena-faulty", "arena_faulty_plugin", FAULTY)
-    path = faulty_scenario(tmp_path / "faulty.yaml", "timeout: 20\nretries: 1",
-                           ["threshold-mia", "explode", "crash", "hang"])
+    # A matchup's clock under Ray runs from its submission, through its release's training and a worker's start:
+    # 60 s leaves a loaded machine room for the honest and the at-once failures, and "hang" (600 s) still times
+    # out. "hang" goes first so that its clock, which must run out, runs while the others play.
+    path = faulty_scenario(tmp_path / "faulty.yaml", "timeout: 60\nretries: 1",
+                           ["hang", "threshold-mia", "explode", "crash"])
     out = tmp_path / "run"
     assert main(["run", str(path), "--out", str(out), "--workers", "2"]) == 1
     rows = {r["attack"]: r for r in RunStore(out).results()}
@@ -125,7 +128,7 @@ def test_faulty_plugins_fail_only_their_own_matchups(plugin_dist, tmp_path: Path
     assert rows["explode"]["status"] == "failed" and "boom from a plugin" in rows["explode"]["error"]
     assert "Traceback" in rows["explode"]["traceback"]
     assert rows["crash"]["status"] == "failed" and "worker died" in rows["crash"]["error"]
-    assert rows["hang"]["status"] == "failed" and rows["hang"]["error"].startswith("timeout")
+    assert rows["hang"]["status"] == "failed" and rows["hang"]["error"] == "timeout: exceeded 60s"
     printed = capsys.readouterr().out
     assert "FAILED" in printed and "1 ok" in printed and "3 failed" in printed
 

@@ -92,7 +92,7 @@ def test_offline_score_is_the_one_sided_out_test() -> None:
 
 
 @pytest.mark.parametrize("attack", [LiRA, ShadowMIA])
-def test_shadow_counts_must_be_even(attack) -> None:  # noqa: ANN001
+def test_shadow_counts_must_be_even(attack) -> None:
     with pytest.raises(ValidationError, match="even"):
         attack.Params(shadows=7)
 
@@ -112,7 +112,7 @@ class Recorder(DummyClassifier):
     labels: list[np.ndarray] = []
     widths: list[int] = []
 
-    def fit(self, X, y):  # noqa: ANN001, ANN201
+    def fit(self, X, y):
         Recorder.labels.append(np.asarray(y).copy())
         Recorder.widths.append(X.shape[1])
         return super().fit(X, y)

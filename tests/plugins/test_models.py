@@ -40,7 +40,7 @@ def test_dense_models_take_flat_records(model):
 
 
 def test_parameter_counts_are_the_hand_computed_ones():
-    def count(name: str, shape, classes: int = 10, **params) -> int:  # noqa: ANN001
+    def count(name: str, shape, classes: int = 10, **params) -> int:
         return architecture(name, shape, classes, **params).template().n_params
 
     assert count("logreg", (1, 8, 8)) == 64 * 10 + 10
@@ -102,13 +102,15 @@ def _scenario(tmp_path: Path, dataset: str, model: str, defense: str) -> Path:
 
 
 def test_batch_norm_with_dpsgd_is_a_validation_error_naming_the_model(tmp_path, capsys):
-    path = _scenario(tmp_path, "{name: digits}", "{name: cnn, norm: batch}", "{name: dpsgd, epsilons: [4], delta: 1.0e-3}")
+    path = _scenario(tmp_path, "{name: digits}", "{name: cnn, norm: batch}",
+                     "{name: dpsgd, epsilons: [4], delta: 1.0e-3}")
     assert main(["validate", str(path)]) == 2
     err = capsys.readouterr().err
     assert "tracks[0].model" in err and "BatchNorm" in err and "dpsgd" in err
     ok = _scenario(tmp_path, "{name: digits}", "{name: cnn, norm: batch}", "{name: nonprivate}")
     assert main(["validate", str(ok)]) == 0
-    group = _scenario(tmp_path, "{name: digits}", "{name: cnn, norm: group}", "{name: dpsgd, epsilons: [4], delta: 1.0e-3}")
+    group = _scenario(tmp_path, "{name: digits}", "{name: cnn, norm: group}",
+                      "{name: dpsgd, epsilons: [4], delta: 1.0e-3}")
     assert main(["validate", str(group)]) == 0
 
 

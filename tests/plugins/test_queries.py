@@ -29,7 +29,7 @@ def test_query_set_identity_first_and_counts() -> None:
 
 
 class _Pool:
-    def __init__(self, models) -> None:  # noqa: ANN001
+    def __init__(self, models) -> None:
         self.models = models
 
 
@@ -44,7 +44,7 @@ def _lira_view(symmetric: bool) -> tuple[SimpleNamespace, object]:
         X = (X.reshape(n, 1, 4, 4) + X.reshape(n, 1, 4, 4).flip(-1)).reshape(n, 16) / 2
         W = (W.reshape(9, 1, 4, 4, 3) + W.reshape(9, 1, 4, 4, 3).flip(-2)).reshape(9, 16, 3) / 2
 
-    def logits(k: slice):  # noqa: ANN202
+    def logits(k: slice):
         return lambda Q: torch.einsum("nd,kdc->knc", Q, W[k])
 
     target = SimpleNamespace(log_proba=lambda Q: torch.log_softmax(logits(slice(0, 1))(Q)[0], -1))
@@ -57,10 +57,10 @@ def _lira_view(symmetric: bool) -> tuple[SimpleNamespace, object]:
     return view, pool
 
 
-def test_lira_averages_per_query_scores(monkeypatch) -> None:  # noqa: ANN001
+def test_lira_averages_per_query_scores(monkeypatch) -> None:
     for symmetric in (True, False):
         view, pool = _lira_view(symmetric)
-        monkeypatch.setattr("arena_plugins.membership.train_pool", lambda v, k: pool)
+        monkeypatch.setattr("arena_plugins.membership.train_pool", lambda v, k, pool=pool: pool)
         plain = LiRA(LiRA.Params(shadows=8)).run(view).scores
         mirrored = LiRA(LiRA.Params(shadows=8, mirror=True)).run(view).scores
         if symmetric:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from arena.contracts.dataset import Dataset
-from arena.contracts.spec import PluginRef, Track, TrainingSpec
+from arena.contracts.spec import EntryRef, PluginRef, Track, TrainingSpec
 from arena.engine.newton import design, fit_logreg
 from arena.engine.output_perturbation import clip_rows, fit_penalised
 from arena.engine.recipe import Recipe
@@ -113,7 +113,7 @@ def toy() -> Dataset:
     return Dataset("toy", X, rng.integers(0, 3, 200), 3, "tabular", (5,))
 
 
-def _noise_off(monkeypatch) -> None:  # noqa: ANN001
+def _noise_off(monkeypatch) -> None:
     monkeypatch.setattr(defenses, "laplace", lambda seeds, stream, shape, scale: torch.zeros(len(seeds), *shape,
                                                                                              dtype=torch.float64))
 
@@ -182,15 +182,15 @@ def test_reconn_answers_with_a_candidate_under_a_discrete_prior(toy: Dataset) ->
     assert outcome.metrics["success_rate"] > 0.5  # κ = 0.25; known initialisation, no noise
 
 
-def _track(model) -> Track:  # noqa: ANN001
+def _track(model) -> Track:
     return Track(
         name="t",
         dataset=PluginRef(name="digits"),
         model=model,
         training=TrainingSpec(epochs=1, lr=0.1),
         game=ReconstructionGameSpec(name="reconstruction"),
-        defenses=[PluginRef(name="nonprivate")],
-        attacks=[PluginRef(name="glm-reconstruction")],
+        defenses=[EntryRef(name="nonprivate")],
+        attacks=[EntryRef(name="glm-reconstruction")],
     )
 
 

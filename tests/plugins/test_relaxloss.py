@@ -139,7 +139,8 @@ def test_relaxloss_lowers_the_threshold_attack_at_little_utility_cost(one_thread
         aucs, accs, member_loss = [], [], []
         for k in range(K):
             one = {n: v[k : k + 1] for n, v in state.items()}
-            loss = [F.cross_entropy(logits(arch, one, X[i[k]])[0], y[i[k]], reduction="none") for i in (members, others)]
+            loss = [F.cross_entropy(logits(arch, one, X[i[k]])[0], y[i[k]], reduction="none")
+                    for i in (members, others)]
             member_loss.append(loss[0].mean().item())
             aucs.append(roc_auc_score(np.r_[np.ones(M), np.zeros(M)], -torch.cat(loss).numpy()))
             accs.append((logits(arch, one, X[test[k]])[0].argmax(-1) == y[test[k]]).double().mean().item())

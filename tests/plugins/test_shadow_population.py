@@ -40,7 +40,7 @@ class Recorder(DummyClassifier):
     rows: list[np.ndarray] = []
     labels: list[np.ndarray] = []
 
-    def fit(self, X, y):  # noqa: ANN001, ANN201
+    def fit(self, X, y):
         Recorder.rows.append(np.asarray(X).copy())
         Recorder.labels.append(np.asarray(y).copy())
         return super().fit(X, y)
@@ -58,7 +58,7 @@ def test_shadows_train_on_population_records_only(game, proc, monkeypatch) -> No
     trained: list[np.ndarray] = []
     train_chunks = proc.train_chunks
 
-    def spy(chunks):  # noqa: ANN001, ANN202
+    def spy(chunks):
         trained.extend(X.reshape(-1, X.shape[-1]).numpy() for X, *_ in chunks)
         return train_chunks(chunks)
 

@@ -353,6 +353,7 @@ def run_scores(arch: Architecture, run: CanaryRun, spec: CanarySpec) -> dict[str
         start = _flat(arch, run.init) if spec.init == "known" else None
         out["gradient"] = gradient_canary_scores(final, start, run.gradient.index, run.gradient.sign, spec.centre)
     if run.inputs_X is not None:
+        assert run.inputs_y is not None  # set together with inputs_X
         K = run.models
         out[f"input_{run.input_kind}"] = input_canary_scores(_losses(arch, run.state, run.inputs_X, run.inputs_y, K))
     return out

@@ -3,8 +3,8 @@ Jagielski 2023.)
 
 Per seed the challenger draws ``members`` records (every model's training set) and ``test`` records (utility),
 and trains ``models`` = K released models of the defense under test in ONE batched call of its own ``fit``
-through ``arena.games.audit.canaries.train_with_canaries``, with canaries inserted: ``canaries`` white-box gradient canaries
-per model (Dirac gradients of norm C added to DP-SGD's clipped sum; ``kind`` gradient or both) and
+through ``arena.games.audit.canaries.train_with_canaries``, with canaries inserted: ``canaries`` white-box gradient
+canaries per model (Dirac gradients of norm C added to DP-SGD's clipped sum; ``kind`` gradient or both) and
 ``input_canaries`` black-box input canaries per model (mislabelled or out-of-distribution records; ``kind`` input
 or both), each included in its model independently with probability ½. Those bits are the secret. The canaried
 models never enter the procedure's ordinary model cache (they are cached under their own key).
@@ -172,6 +172,7 @@ def run_to_tensors(run: CanaryRun) -> dict[str, torch.Tensor]:
     if run.gradient is not None:
         out |= {"g.index": run.gradient.index, "g.sign": run.gradient.sign, "g.included": run.gradient.included}
     if run.inputs_X is not None:
+        assert run.inputs_y is not None  # set together with inputs_X
         out |= {"in.X": run.inputs_X, "in.y": run.inputs_y, "in.included": torch.as_tensor(run.inputs_in)}
     meta = {"claim": run.claim.as_dict(), "mechanism_epsilon": run.mechanism_epsilon, "input_kind": run.input_kind}
     out["meta"] = torch.frombuffer(bytearray(json.dumps(meta).encode()), dtype=torch.uint8)
@@ -214,7 +215,9 @@ class AuditGame(Game):
         self.run: CanaryRun | None = None
 
     @classmethod
-    def problems(cls, spec: AuditGameSpec, dataset: Dataset) -> list[tuple[str, str]]:
+    def problems(  # type: ignore[override]  # narrowed to the game's Spec
+        cls, spec: AuditGameSpec, dataset: Dataset
+    ) -> list[tuple[str, str]]:
         out = super().problems(spec, dataset)
         if spec.kind in ("gradient", "both") and spec.canaries == 0:
             out.append(("canaries", f"kind {spec.kind!r} needs gradient canaries (canaries >= 1)"))
@@ -225,10 +228,10 @@ class AuditGame(Game):
         return out
 
     @classmethod
-    def train_size(cls, spec: AuditGameSpec) -> int:
+    def train_size(cls, spec: AuditGameSpec) -> int:  # type: ignore[override]  # narrowed to the game's Spec
         return spec.members
 
-    def release(self, procedure: TrainingProcedure) -> Release:
+    def release(self, procedure: TrainingProcedure) -> Release:  # type: ignore[override]  # narrowed to TrainingProcedure
         """The K canaried models (from the run directory's cache when an earlier call trained them)."""
         X, y = self.records(self.members)
         key = content_key({**procedure.identity(), "canaries": self.canary_spec.__dict__,
@@ -263,7 +266,9 @@ class AuditGame(Game):
     def _kinds(self) -> tuple[str, ...]:
         return tuple(k for k, on in (("gradient", self.canary_spec.gradient), ("input", self.canary_spec.inputs)) if on)
 
-    def view(self, attack: Attack, release: Release, procedure: TrainingProcedure) -> AuditView:
+    def view(  # type: ignore[override]  # narrowed to TrainingProcedure
+        self, attack: Attack, release: Release, procedure: TrainingProcedure
+    ) -> AuditView:
         """The canaries' design, the released parameters with their published initialisation, a black box per
         model; never the inclusion bits."""
         run = self._require_run()

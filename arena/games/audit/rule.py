@@ -2,10 +2,10 @@
 
 For every ok audit row whose defense claims (ε, δ), the verdict's bounds are recomputed from the saved canary
 scores and bits: the one-run bound of Steinke, Nasr & Jagielski 2023 for each kind and, when the claim is full
-batch (sample rate 1), the gradient canaries' Gaussian-fit bound (exact there, see ``arena.games.audit.canaries``), each at
-α/#bounds (Bonferroni, so one test at level α per matchup, simulated in tests/test_canaries.py). They are compared
-with the claimed **add/remove** ε: a canary is added to or removed from one model's training, so add/remove is the
-relation the game plays. The claim check (the PLD ε of the σ, q and steps the engine really ran, recorded in the
+batch (sample rate 1), the gradient canaries' Gaussian-fit bound (exact there, see ``arena.games.audit.canaries``),
+each at α/#bounds (Bonferroni, so one test at level α per matchup, simulated in tests/test_canaries.py). They are
+compared with the claimed **add/remove** ε: a canary is added to or removed from one model's training, so add/remove
+is the relation the game plays. The claim check (the PLD ε of the σ, q and steps the engine really ran, recorded in the
 row's metrics) refutes a claim whose accounting does not match its mechanism, whatever the canaries show. Either
 is a violation and sets exit status 3. The held-out Clopper–Pearson and one-threshold Gaussian-DP figures are
 estimates: shown, never a verdict.

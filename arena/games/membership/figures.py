@@ -117,7 +117,7 @@ def roc_curves(board: TrackBoard, rows: list[dict[str, Any]], arrays: ArrayLoade
                for d in defenses]
     handles.append(Line2D([], [], color="grey", linestyle=":", label="chance"))
     fig.legend(handles=handles, loc="outside lower center",
-               ncols=legend_columns([h.get_label() for h in handles], PANEL[0] * cols - 0.4))
+               ncols=legend_columns([str(h.get_label()) for h in handles], PANEL[0] * cols - 0.4))
     fig.suptitle(wrap(f"{board.track}: ROC per attack (mean of up to {n_seeds} seeds, min–max band)",
                       PANEL[0] * cols - 0.5, 10), fontsize=10)
     return fig

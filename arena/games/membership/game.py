@@ -151,7 +151,7 @@ class MembershipGame(Game):
         return Release(models=models, utility=float(models.accuracy(Xt, yt)[0]), claim=None)
 
     @classmethod
-    def train_size(cls, spec: MembershipGameSpec) -> int:
+    def train_size(cls, spec: MembershipGameSpec) -> int:  # type: ignore[override]  # narrowed to the game's Spec
         return spec.members
 
     @classmethod
@@ -168,7 +168,7 @@ class MembershipGame(Game):
             return [(field, message) if message and field.isidentifier() else ("", str(exc))]
         return []
 
-    def release(self, procedure: TrainingProcedure) -> Release:
+    def release(self, procedure: TrainingProcedure) -> Release:  # type: ignore[override]  # narrowed to TrainingProcedure
         given = self._trained_elsewhere(procedure)
         if given is not None:
             return given
@@ -179,7 +179,9 @@ class MembershipGame(Game):
         Xt, yt = self.records(self.test)
         return Release(models=models, utility=float(models.accuracy(Xt, yt)[0]), claim=claim)
 
-    def view(self, attack: Attack, release: Release, procedure: TrainingProcedure) -> MembershipView:
+    def view(  # type: ignore[override]  # narrowed to TrainingProcedure
+        self, attack: Attack, release: Release, procedure: TrainingProcedure
+    ) -> MembershipView:
         """What ``attack`` may see: the challenge records (features and class labels, never membership) and the
         shape of one record (``input_shape``, e.g. (1, 8, 8) for an image, (d,) for a table row)."""
         cX, cy = self.records(self.challenge)

@@ -48,7 +48,8 @@ def tpr_bound(epsilon: float, delta: float, fpr: float) -> float:
 
 @dataclass(frozen=True)
 class EpsilonLowerBound:
-    """The held-out ε lower bound of one attack's scores (``arena.privacy.heldout.heldout_epsilon``), in the game's words.
+    """The held-out ε lower bound of one attack's scores (``arena.privacy.heldout.heldout_epsilon``),
+    in the game's words.
 
     The counts are those of the evaluation half, where the bound is computed; the threshold was chosen on the
     other half (``n_members_total`` and ``n_nonmembers_total`` count both)."""

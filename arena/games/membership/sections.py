@@ -54,22 +54,23 @@ def _pairs(rows: list[dict[str, Any]], arrays) -> dict[tuple[str, str], list[dic
 def record_risk(seeds: list[dict[str, np.ndarray]], top: int = TOP_RECORDS) -> list[RecordRisk]:
     """The ``top`` records with the highest mean rank among the seeds where they were members (ties: more member
     seeds first, then the lower row index). Needs the ``record`` array (runs before it saved none: empty)."""
-    ranks: dict[int, list[float]] = {}
-    seen: dict[int, int] = {}
-    labels: dict[int, int] = {}
-    for saved in seeds:
-        if "record" not in saved:
-            return []
+    if not seeds or any("record" not in saved for saved in seeds):
+        return []
+    records, pcts, members, labels = [], [], [], []
+    for saved in seeds:  # vectorised over a seed's points; the seeds are concatenated
         scores = saved["scores"].astype(np.float64)
-        pct = rankdata(scores, method="average") / len(scores)
-        member = saved["is_member"].astype(bool)
-        for i, rec in enumerate(saved["record"].astype(np.int64).tolist()):
-            seen[rec] = seen.get(rec, 0) + 1
-            if "label" in saved:
-                labels[rec] = int(saved["label"][i])
-            if member[i]:
-                ranks.setdefault(rec, []).append(float(pct[i]))
-    risks = [RecordRisk(rec, labels.get(rec), float(np.mean(rs)), len(rs), seen[rec]) for rec, rs in ranks.items()]
+        records.append(saved["record"].astype(np.int64))
+        pcts.append(rankdata(scores, method="average") / len(scores))
+        members.append(saved["is_member"].astype(bool))
+        labels.append(saved["label"].astype(np.int64) if "label" in saved else np.full(len(scores), -1))
+    rec, pct, member, label = (np.concatenate(x) for x in (records, pcts, members, labels))
+    ids, where, seen = np.unique(rec, return_inverse=True, return_counts=True)
+    times = np.bincount(where, weights=member, minlength=len(ids))
+    total = np.bincount(where, weights=np.where(member, pct, 0.0), minlength=len(ids))
+    last_label = np.full(len(ids), -1)
+    last_label[where] = label  # the label of a record's last appearance (the same in every seed)
+    risks = [RecordRisk(int(ids[i]), None if last_label[i] < 0 else int(last_label[i]), float(total[i] / times[i]),
+                        int(times[i]), int(seen[i])) for i in np.flatnonzero(times)]
     risks.sort(key=lambda x: (-x.mean_rank, -x.times_member, x.record))
     return risks[:top]
 

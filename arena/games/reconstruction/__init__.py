@@ -19,5 +19,6 @@ from arena.games.reconstruction.game import (
 )
 from arena.games.reconstruction.guess import ReconstructionGuess
 
-__all__ = ["METRICS", "ReconstructionGame", "ReconstructionGuess", "ReconstructionGameSpec", "ReconstructionView", "distinct_rows",
-           "kappa_estimate", "nearest_neighbours", "pairwise_mse", "prior_mass", "reconstruction_metrics", "row_mse"]
+__all__ = ["METRICS", "ReconstructionGame", "ReconstructionGuess", "ReconstructionGameSpec", "ReconstructionView",
+           "distinct_rows", "kappa_estimate", "nearest_neighbours", "pairwise_mse", "prior_mass",
+           "reconstruction_metrics", "row_mse"]

@@ -26,7 +26,7 @@ Two priors (the spec's ``prior``):
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 import numpy as np
 import torch
@@ -171,7 +171,8 @@ def kappa_estimate(
 
 
 def distinct_rows(X: np.ndarray, order: np.ndarray, n: int) -> tuple[np.ndarray, int]:
-    """The first ``n`` indices of ``order`` whose rows of X are pairwise distinct, and how much of ``order`` that took."""
+    """The first ``n`` indices of ``order`` whose rows of X are pairwise distinct,
+    and how much of ``order`` that took."""
     seen: set[bytes] = set()
     chosen: list[int] = []
     for position, i in enumerate(order):
@@ -226,7 +227,8 @@ class ReconstructionGame(Game):
         f, t, s = spec.fixed, spec.targets, spec.shadow_targets
         self.fixed = order[:f]
         if spec.prior == "discrete":
-            candidates, used = distinct_rows(dataset.X, order[f:], spec.candidates)
+            # ``problems`` refuses a discrete prior without candidates
+            candidates, used = distinct_rows(dataset.X, order[f:], cast(int, spec.candidates))
             drawn = np.random.default_rng(derive_seed(seed, "reconstruction-draw")).integers(0, len(candidates), t)
             self.candidates: np.ndarray | None = candidates
             self.target_index: np.ndarray | None = drawn  # the secret: which candidate model k trained on
@@ -248,23 +250,26 @@ class ReconstructionGame(Game):
             self.init_seeds = [derive_seed(seed, "reconstruction-init", i) for i in k]
 
     @classmethod
-    def problems(cls, spec: ReconstructionGameSpec, dataset: Dataset) -> list[tuple[str, str]]:
+    def problems(  # type: ignore[override]  # narrowed to the game's Spec
+        cls, spec: ReconstructionGameSpec, dataset: Dataset
+    ) -> list[tuple[str, str]]:
         """The discrete prior needs ``candidates`` >= 2 (and only it takes them); the splits must fit the dataset."""
         if spec.prior == "discrete" and (spec.candidates is None or spec.candidates < 2):
             return [("candidates", "prior 'discrete' needs candidates: n >= 2 (κ = 1/n)")]
         if spec.prior == "continuous" and spec.candidates is not None:
             return [("candidates", "applies to prior 'discrete' only; this game's prior is 'continuous'")]
         drawn = spec.candidates if spec.prior == "discrete" else spec.targets
+        assert drawn is not None  # a discrete prior without candidates returned above
         need = spec.fixed + drawn + spec.shadow_targets + spec.test
         if need > dataset.n:
             return [("", f"needs {need} points but dataset {dataset.name!r} has {dataset.n}")]
         return []
 
     @classmethod
-    def train_size(cls, spec: ReconstructionGameSpec) -> int:
+    def train_size(cls, spec: ReconstructionGameSpec) -> int:  # type: ignore[override]  # narrowed to the game's Spec
         return spec.fixed + 1
 
-    def release(self, procedure: TrainingProcedure) -> Release:
+    def release(self, procedure: TrainingProcedure) -> Release:  # type: ignore[override]  # narrowed to TrainingProcedure
         """Model k trained on D⁻ followed by target k, all K = targets models in one call."""
         fX, fy = self.records(self.fixed)
         tX, ty = self.records(self.targets)
@@ -275,7 +280,9 @@ class ReconstructionGame(Game):
         Xt, yt = self.records(self.test)
         return Release(models=models, utility=float(models.accuracy(Xt, yt).mean()), claim=claim)
 
-    def view(self, attack: Attack, release: Release, procedure: TrainingProcedure) -> ReconstructionView:
+    def view(  # type: ignore[override]  # narrowed to TrainingProcedure
+        self, attack: Attack, release: Release, procedure: TrainingProcedure
+    ) -> ReconstructionView:
         """What ``attack`` may see: parameters, D⁻, the procedure and init seed, shadow targets and (discrete prior)
         the candidates; never a target, nor which candidate a model was trained on."""
         fX, fy = self.records(self.fixed)

@@ -20,13 +20,16 @@ import pickle
 import sys
 import traceback
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from arena.contracts.release import Models
 from arena.pipeline.sandbox.wire import TRAIN_ATTRS, Remote, encode, guess_message
+
+if TYPE_CHECKING:
+    from arena.contracts.attack import Attack
 
 SANDBOX_USER = "nobody"
 _ATTACK_PROCESS = False  # set in an attack's process: it starts no fork server (arena.pipeline.sandbox.server)
@@ -300,7 +303,7 @@ def _unwrap(conn: Connection, value: Any) -> Any:
     return value
 
 
-def attack_class(ref: dict[str, Any]) -> type:
+def attack_class(ref: dict[str, Any]) -> type[Attack]:
     """The attack's class, imported here: from its ``entry`` (``module:qualname``), else by its registered
     ``name`` from the plugins (as the arena registered it); it must be an ``arena.Attack`` declaring that name."""
     from arena.contracts.attack import Attack
@@ -369,7 +372,8 @@ def main(fd: int, *, parent: int | None = None) -> None:
         # from here on, the attack's code runs
         cls = attack_class(boot["attack"])
         attack = cls(cls.Params.model_validate(boot["attack"]["params"]))
-        skip = attack.skip_reason(boot["track"]) if boot.get("track") is not None else None
+        track = None if boot.get("track") is None else pickle.loads(boot["track"])  # may import a plugin's module
+        skip = attack.skip_reason(track) if track is not None else None
         if skip is not None and not isinstance(skip, str):
             raise TypeError(f"skip_reason returned {type(skip).__name__}, not a str or None")
         conn.send_bytes(encode({"op": "ready", "skip": None if skip is None else str.__str__(skip)}, {}))

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import overload
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 ERROR_CHARS = 4096
@@ -38,6 +39,10 @@ ARTIFACT_CHARS = 1 << 20
 """Characters of a long error and traceback kept beside the matchup's artifacts (``error.txt``)."""
 
 
+@overload
+def _env(name: str, default: int) -> int: ...
+@overload
+def _env(name: str, default: None) -> int | None: ...
 def _env(name: str, default: int | None) -> int | None:
     raw = os.environ.get(name, "").strip().upper().removesuffix("IB").removesuffix("B")
     if not raw:

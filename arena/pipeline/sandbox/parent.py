@@ -199,7 +199,9 @@ class AttackProcess:
         own = [m for m in modules if server.own_module(m)]
         env = server.child_env()
         boot = pickle.dumps({"modules": own, "env": env, "path": env["PYTHONPATH"].split(os.pathsep),
-                             "limits": self.limits.rlimits(), "track": track,
+                             "limits": self.limits.rlimits(),
+                             # its own pickle, loaded only after the user change: it may name a plugin's classes
+                             "track": None if track is None else pickle.dumps(track),
                              "attack": {"name": self.name, "entry": self.attack.entry, "params": self.attack.params}})
         ours, theirs = socket.socketpair()
         out_r, out_w = os.pipe()
@@ -312,7 +314,7 @@ class AttackProcess:
 
     def _guess(self, header: dict[str, Any], tensors: dict[str, torch.Tensor]) -> Any:
         kinds = {g.__name__: g for g in self.guesses}
-        cls = kinds.get(header.get("type"))
+        cls = kinds.get(header.get("type"))  # type: ignore[arg-type]  # the child's header: any value, a miss is None
         if cls is None:
             raise AttackFailed(f"attack {self.name!r} returned {clip_text(header.get('type'), 100)}, not one of "
                                f"{', '.join(kinds)}")
@@ -322,7 +324,7 @@ class AttackProcess:
 
     def _check(self, handles: dict[str, Any], header: dict[str, Any], tensors: dict[str, torch.Tensor]) -> None:
         """Refuse (``AttackFailed('quota: ...')``) a request over the limits, before any work is done for it."""
-        target = handles.get(header.get("handle"))
+        target = handles.get(header.get("handle"))  # type: ignore[arg-type]  # the child's header: any value
         method = header.get("method")
         if isinstance(target, (BlackBox, LabelOnly)):
             X = tensors.get("X")
@@ -348,7 +350,7 @@ class AttackProcess:
 
     def _answer(self, handles: dict[str, Any], header: dict[str, Any], tensors: dict[str, torch.Tensor]) -> Any:
         """Serve one request of the child from the object behind its proxy."""
-        target = handles.get(header.get("handle"))
+        target = handles.get(header.get("handle"))  # type: ignore[arg-type]  # the child's header: any value
         method = header.get("method")
         if isinstance(target, BlackBox) and method in _QUERY_METHODS:
             args = [tensors["X"]] + ([tensors["y"]] if method == "loss" else [])

@@ -97,7 +97,8 @@ def _marked(track: str, cells: pd.DataFrame, groups: Groups,
     """The cells with failures (FAILED×k), skips and DP-audit findings (VIOLATION×k) marked; the failure lines and
     the finding lines."""
     cells = cells.copy()
-    failures, flagged = [], []
+    failures: list[str] = []
+    flagged: list[str] = []
     for (d, a), group in groups.items():
         text = cells.loc[d, a]
         bad = [r for r in group if r["status"] == "failed"]
@@ -195,7 +196,8 @@ def build(rows: list[dict[str, Any]], violations: Mapping[str, str] | None = Non
         tracks.setdefault(r["track"], []).append(r)
     boards = []
     for name, rs in tracks.items():
-        wanted = rank_by if isinstance(rank_by, str) or rank_by is None else rank_by.get(rs[0].get("scenario"))
+        wanted = (rank_by if isinstance(rank_by, str) or rank_by is None
+                  else rank_by.get(rs[0].get("scenario")))  # type: ignore[arg-type]  # a row without one: None
         boards.append(track_board(name, rs, violations, rank_by=wanted, arrays=arrays, resamples=resamples,
                                   seed=seed, fallback=not isinstance(rank_by, str), draws=draws))
     return boards

@@ -144,12 +144,12 @@ def rank_by_of(run_dir: Path | str) -> dict[str, str]:
     """Scenario name → its ``rank_by``, from the scenario files kept in a run directory (unreadable ones skipped)."""
     from arena.pipeline.scenario import ScenarioError, parse_scenario
 
-    out = {}
+    out: dict[str, str] = {}
     for path in sorted((Path(run_dir) / "scenarios").glob("*.yaml")):
         try:
             scenario = parse_scenario(path)
         except (ScenarioError, OSError):
             continue
-        if getattr(scenario, "rank_by", None):
-            out[scenario.name] = scenario.rank_by
+        if rank_by := getattr(scenario, "rank_by", None):
+            out[scenario.name] = rank_by
     return out

@@ -108,8 +108,8 @@ class TrackContext:
     RocPanel = RocPanel
     RocCurve = RocCurve
 
-    def tradeoff(self, panels: list[RocPanel], stem: str, panels_per_figure: int = 12,
-                 drawn: list[RocPanel] | None = None, why: str = "") -> Markup:
+    def tradeoff(self, panels: list[plots.RocPanel], stem: str, panels_per_figure: int = 12,
+                 drawn: list[plots.RocPanel] | None = None, why: str = "") -> Markup:
         """Audited matchups' ROC curves over their claimed mechanism's trade-off curve (``plots.tradeoff_roc``,
         written as ``<stem>[-<n>]``, at most ``panels_per_figure`` panels a figure) with the table of measured
         and bounding TPRs at 0.1 %, 1 % and 10 % FPR of every panel; ``drawn``: the panels the figure shows (all

@@ -1,11 +1,14 @@
 """``RUN_DIR/report/index.html``: one self-contained page (figures embedded as PNG, no scripts), rendered from the
-Jinja2 templates in ``arena/report/templates/`` with autoescape on; every figure is also written as SVG and PDF
-under ``RUN_DIR/report/figures/``.
+Jinja2 templates in ``arena/results/report/templates/`` with autoescape on; every figure is also written as SVG and
+PDF (TrueType fonts, ``arena.results.figures``) under ``RUN_DIR/report/figures/``.
 
-Sections: DP violations (if any); per track the leaderboard tables (ranking metric, the metrics beside it, their
-intervals), heatmaps and privacy-utility curves, then the track's game section (the registered game's ``report_view``,
-rendered from the game's own templates); the DP audit (each game's ``audit_view``); notes; the scenarios as
-run; per-matchup timings. The core page template names no game.
+A table of contents first, then collapsible sections (``<details>``, each with its heading as summary and an id
+the contents link to): DP violations (if any); per track the leaderboard (ranking metric, legend of labels, the
+metrics beside it), heatmaps, privacy-utility panels, intervals and rankings (the last two closed), then the
+track's game section (the registered game's ``report_view``, rendered from the game's own templates); the DP audit
+(each game's ``audit_view``); notes; the scenarios as run and per-matchup timings (closed). The core page template
+names no game. Each matchup's arrays are read once (the audit and every figure share them); the intervals come from
+the bootstrap draws saved when each matchup was scored.
 """
 
 from __future__ import annotations
@@ -63,9 +66,9 @@ def board_section(board: TrackBoard, ctx: TrackContext, flagged: set[tuple[str, 
                                   [[d, *map(str, rec)] for d, rec in zip(table.index, table.values)])))
     heatmaps, single = [], []
     for m in board.shown:
-        grid = board.grids.get(m)
-        if grid is None:
+        if m not in board.grids:
             continue
+        grid = board.grids[m]
         if grid.means.size <= 1:  # one defense, one attack: the number says it all
             d, a = grid.means.index[0], grid.means.columns[0]
             single.append((m, grid.cells.loc[d, a], grid.intervals.get((d, a))))

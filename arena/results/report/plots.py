@@ -16,7 +16,7 @@ import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -240,8 +240,10 @@ def privacy_utility(board: TrackBoard, rows: list[dict[str, Any]]) -> Figure:
             ax.axhline(0.5, color="grey", linestyle=":", linewidth=0.8)
         ax.set_ylabel(text(board.metric))
         ax.set_title(wrap(attack, PANEL[0] - 0.8))
-        if math.isfinite(bounds[0]) and math.isfinite(bounds[1]):
-            ax.set_ylim(bounds[0] - 0.03 * (bounds[1] - bounds[0]), bounds[1] + 0.03 * (bounds[1] - bounds[0]))
+        if math.isfinite(bounds[0]) and math.isfinite(bounds[1]):  # from the metric's floor, up to the data
+            margin = 0.03 * (bounds[1] - bounds[0])
+            top = min(ax.get_ylim()[1], bounds[1]) + margin
+            ax.set_ylim(bounds[0] - margin, max(top, bounds[0] + 0.1 * (bounds[1] - bounds[0])))
     for ax in axes:
         ax.set_xticks(pos.ticks, pos.labels, fontsize=7)
         if pos.ticks:
@@ -255,7 +257,7 @@ def privacy_utility(board: TrackBoard, rows: list[dict[str, Any]]) -> Figure:
                       label=text(d)) for d in defenses]
     if handles:
         fig.legend(handles=handles, loc="outside lower center",
-                   ncols=style.legend_columns([h.get_label() for h in handles], PANEL[0] * cols - 0.4))
+                   ncols=style.legend_columns([str(h.get_label()) for h in handles], PANEL[0] * cols - 0.4))
     fig.suptitle(wrap(f"{board.track}: privacy against utility (attack panels: {board.metric})",
                       PANEL[0] * cols - 0.5, 10), fontsize=10)
     return fig
@@ -312,7 +314,7 @@ def _region_label(panel: RocPanel, bound: Any) -> str:
     return f"(ε, δ) = ({bound.epsilon:.3g}, {bound.delta:.2g}) region"
 
 
-CURVE_STYLES = ("-", "--", "-.", ":")
+CURVE_STYLES: tuple[Literal["-", "--", "-.", ":"], ...] = ("-", "--", "-.", ":")
 
 
 def tradeoff_roc(panels_: list[RocPanel], styles: Mapping[str, Mapping[str, Any]] | None = None,
@@ -322,15 +324,16 @@ def tradeoff_roc(panels_: list[RocPanel], styles: Mapping[str, Mapping[str, Any]
     looser (ε, δ) region of the claim's ε for the relation played (dashed black), at most three panels a row. The
     measured curves are in the panel's defense colour (``styles``, the track's), thin, one line style per curve.
     A measured TPR is floored at 1/n positives so that a curve that flags none at low FPR stays on the axes (the
-    bounds are drawn as computed); the FPR axis starts at the smallest resolvable 1/n negatives. The legend is in
-    the panel's lower right, where no ROC above chance goes. Each bound line carries a gid
+    bounds are drawn as computed); the FPR axis starts at the smallest resolvable 1/n negatives. One legend below
+    the panels; each panel's (ε, δ) under its relation is under its FPR axis. Each bound line carries a gid
     (``mechanism-tradeoff-<i>``, ``eps-delta-region-<i>``, i the panel) that also names it in the SVG; how each
-    bound was computed is in the table beside the figure."""
+    bound was computed, and the curves' numbers of points, are in the table beside the figure."""
     from arena.privacy.tradeoff import claim_tradeoff
 
     rows, cols = style.grid(len(panels_), columns)
-    fig = figure(PANEL[0] * cols, (PANEL[1] + 0.3) * rows)
+    fig = figure(PANEL[0] * cols, (PANEL[1] + 0.45) * rows + 0.5)
     axes = panels(fig, len(panels_), columns)
+    names: dict[int, str] = {}  # line style → the curve it draws (the first panel's name for it)
     for i, (ax, panel) in enumerate(zip(axes, panels_)):
         rocs = [(c, *empirical_roc(c)) for c in panel.curves]
         smallest = min((1.0 / n_neg for *_, n_neg in rocs if n_neg), default=1e-3)
@@ -356,10 +359,20 @@ def tradeoff_roc(panels_: list[RocPanel], styles: Mapping[str, Mapping[str, Any]
         log_log(ax)
         ax.set_xlim(smallest, 1.0)
         ax.set_ylim(bottom, 1.05)
-        ax.set_xlabel(f"FPR (resolution {smallest:.2g})")
+        words = "replace-one" if panel.relation == "replace_one" else "add/remove"
+        ax.set_xlabel(f"FPR (resolution {smallest:.2g})\n{_region_label(panel, bound)}, {words}", fontsize=7.5)
         ax.set_ylabel(f"TPR (floor 1/n in = {floor:.2g})")
         ax.set_title(wrap(panel.title, PANEL[0] - 0.7, 8.5), fontsize=8.5)
-        ax.legend(loc="lower right", fontsize=6.5)
+        for k, (curve, *_rest) in enumerate(rocs):
+            names.setdefault(k, curve.label)
+    # one legend for every panel, in room of its own below them: the curves' colour is each panel's defense
+    handles = [Line2D([], [], color="black", linewidth=1.6, label="claimed mechanism's bound (shaded: reachable)"),
+               Line2D([], [], color="black", linestyle="--", linewidth=1.0, label="(ε, δ) region of the claim"),
+               *(Line2D([], [], color="#555555", linestyle=CURVE_STYLES[k % len(CURVE_STYLES)], linewidth=1.2,
+                        label=text(f"measured: {name}")) for k, name in sorted(names.items())),
+               Line2D([], [], color="grey", linestyle=":", linewidth=0.8, label="chance")]
+    fig.legend(handles=handles, loc="outside lower center", fontsize=7,
+               ncols=style.legend_columns([str(h.get_label()) for h in handles], PANEL[0] * cols - 0.4, 7))
     return fig
 
 

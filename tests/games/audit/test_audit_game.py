@@ -120,7 +120,7 @@ def test_the_view_grants_by_capability_and_never_holds_the_bits(played):
     assert not any("includ" in name or "truth" in name for name in dir(white))
     black = game.view(_Attack({"query"}), release, procedure)
     with pytest.raises(ThreatModelError, match="parameters"):
-        black.parameters
+        black.parameters  # noqa: B018 - the view refuses it
     assert black.models[0].loss(black.canary_X, black.canary_y).shape == (6,)
 
 

@@ -90,17 +90,17 @@ def test_unstratified_split_lets_the_label_histogram_tell_members_apart() -> Non
 def test_view_holds_only_granted_items_and_never_membership(game, procedure) -> None:
     release = game.release(procedure)
     outcome = game.play(Spy(Spy.Params()), release, procedure)
-    assert set(Spy.seen) == {"challenge_X", "challenge_y", "n_classes", "input_shape", "train_size", "seed", "pool_seed",
-                             "model"}
+    assert set(Spy.seen) == {"challenge_X", "challenge_y", "n_classes", "input_shape", "train_size", "seed",
+                             "pool_seed", "model"}
     assert Spy.seen["input_shape"] == (1, 8, 8)
     for value in Spy.seen.values():
         if isinstance(value, (np.ndarray, torch.Tensor)):
             assert value.dtype != torch.bool and len(value) == 120
     view = game.view(Spy(Spy.Params()), release, procedure)
     with pytest.raises(ThreatModelError, match="population"):
-        view.population_X
+        view.population_X  # noqa: B018 - the view refuses it
     with pytest.raises(ThreatModelError, match="training"):
-        view.train
+        view.train  # noqa: B018 - the view refuses it
     with pytest.raises(AttributeError):
         view.model = None
     assert 0.0 <= outcome.metrics["auc"] <= 1.0

@@ -61,18 +61,18 @@ class Setting:
             Recipe(epochs=1, lr=0.1, batch_size=32), cache=self.store.cache)
         self.recon_release = self.recon.release(self.recon_procedure)
 
-    def membership(self, game: MembershipGame, attack, *, sandbox: bool) -> dict:  # noqa: ANN001
+    def membership(self, game: MembershipGame, attack, *, sandbox: bool) -> dict:
         view = game.view(attack, self.release, self.procedure)
         guess = sandboxed(attack, view, game) if sandbox else attack.run(view)
         return game.score(attack, guess).metrics
 
-    def reconstruction(self, game: ReconstructionGame, attack, *, sandbox: bool) -> dict:  # noqa: ANN001
+    def reconstruction(self, game: ReconstructionGame, attack, *, sandbox: bool) -> dict:
         view = game.view(attack, self.recon_release, self.recon_procedure)
         guess = sandboxed(attack, view, game) if sandbox else attack.run(view)
         return game.score(attack, guess).metrics
 
 
-def sandboxed(attack, view, game):  # noqa: ANN001, ANN201
+def sandboxed(attack, view, game):
     """``attack``'s guess from the sandbox, which gets its class and parameters only (and builds it itself)."""
     return run_attack(type(attack), view, params=attack.params.model_dump(mode="json"), guesses=guess_types(game))
 
@@ -140,7 +140,7 @@ def test_in_process_reconstruction_targets_follow_from_the_seed_or_the_heap(sett
 # --- in the sandbox, every route fails ---
 
 
-def at_chance_or_blocked(run) -> str:  # noqa: ANN001
+def at_chance_or_blocked(run) -> str:
     """'blocked: <error>' or 'chance: AUC'; fails the test when the cheat got anywhere."""
     try:
         metrics = run()
@@ -201,7 +201,7 @@ tracks:
 """
 
 
-def cheating_run(plugin_dist, tmp_path: Path, monkeypatch, membership: list[str],  # noqa: ANN001
+def cheating_run(plugin_dist, tmp_path: Path, monkeypatch, membership: list[str],
                  reconstruction: list[str],
                  *, serial: bool) -> dict[str, dict]:
     from arena.api import run

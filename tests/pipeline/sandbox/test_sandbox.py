@@ -38,8 +38,8 @@ class Probe(Attack):
 
     name = "probe"
 
-    def run(self, view):  # noqa: ANN001, ANN201
-        def can(fn) -> float:  # noqa: ANN001
+    def run(self, view):
+        def can(fn) -> float:
             try:
                 fn()
             except OSError:
@@ -50,7 +50,7 @@ class Probe(Attack):
             float(os.geteuid() != 0),
             can(lambda: os.listdir(os.environ["PROBE_DIR"])),
             float(SECRET_ENV in os.environ),
-            can(lambda: open(f"/proc/{os.getppid()}/environ", "rb").read()),
+            can(lambda: open(f"/proc/{os.getppid()}/environ", "rb").read()),  # noqa: SIM115 - probes open() itself
             float(os.getcwd() == "/"),
             float(len(os.listdir("/proc/self/fd"))),
             can(lambda: os.kill(os.getppid(), 0)),
@@ -62,7 +62,7 @@ class Queries(Attack):
     name = "queries"
     threat_model = frozenset({"query", "labels", "training"})
 
-    def run(self, view):  # noqa: ANN001, ANN201
+    def run(self, view):
         X = view.X
         p = view.model.predict_proba(X)
         logp = view.model.log_proba(X)
@@ -79,40 +79,40 @@ class Queries(Attack):
 class Peek(Attack):
     name = "peek"
 
-    def run(self, view):  # noqa: ANN001, ANN201
+    def run(self, view):
         return view.model._models
 
 
 class Exits(Attack):
     name = "exits"
 
-    def run(self, view):  # noqa: ANN001, ANN201
+    def run(self, view):
         sys.exit(view.how)
 
 
 class HardExit(Attack):
     name = "hard-exit"
 
-    def run(self, view):  # noqa: ANN001, ANN201
+    def run(self, view):
         os._exit(3)
 
 
 class Raises(Attack):
     name = "raises"
 
-    def run(self, view):  # noqa: ANN001, ANN201
+    def run(self, view):
         raise ValueError("no luck")
 
 
 class Sleeps(Attack):
     name = "sleeps"
 
-    def run(self, view):  # noqa: ANN001, ANN201
+    def run(self, view):
         Path(view.pidfile).write_text(str(os.getpid()))
         while True:
             try:
                 time.sleep(0.05)
-            except BaseException:  # noqa: BLE001, S110 - the hostile kind
+            except BaseException:  # noqa: BLE001 - the hostile kind
                 pass
 
 
@@ -121,13 +121,13 @@ class Forger(Attack):
 
     name = "forger"
 
-    def run(self, view):  # noqa: ANN001, ANN201
+    def run(self, view):
         import gc
         import pickle
         from multiprocessing.connection import Connection
 
         class Boom:
-            def __reduce__(self):  # noqa: ANN204
+            def __reduce__(self):
                 return (os.system, (f"touch {view.marker}",))
 
         conn = next(o for o in gc.get_objects() if isinstance(o, Connection))
@@ -144,14 +144,14 @@ class PerModel:
 class Several(Attack):
     name = "several"
 
-    def run(self, view):  # noqa: ANN001, ANN201
+    def run(self, view):
         return PerModel({f"m{i}": m.predict_proba(view.X).numpy() for i, m in enumerate(view.models)}, "two")
 
 
 class NotAGuess(Attack):
     name = "not-a-guess"
 
-    def run(self, view):  # noqa: ANN001, ANN201
+    def run(self, view):
         return {"scores": [1, 2]}
 
 
@@ -200,10 +200,11 @@ class PeekView(View):
     model: Annotated[BlackBox, Grant("query")]
 
 
-def view_of(attack: Attack, **common) -> View:  # noqa: ANN003
+def view_of(attack: Attack, **common) -> View:
     return Items(attack.name, attack.threat_model, {**dict.fromkeys(view_items(Items)), **common})
 
 
+@pytest.mark.slow
 @ROOT_ONLY
 def test_the_attacks_process_is_nobody_without_the_secret_the_run_directory_or_the_parent(monkeypatch) -> None:
     run = Path(tempfile.mkdtemp())  # mode 0700, as a run directory; /tmp lets anyone traverse
@@ -255,7 +256,7 @@ def test_the_query_interface_has_no_parameters_behind_it(released) -> None:
     (Raises, None, r"^ValueError: no luck$"),
     (NotAGuess, None, r"returned dict, not one of CanaryGuess, MembershipGuess, ReconstructionGuess$"),
 ])
-def test_exits_and_exceptions_in_the_attack_are_its_failure(attack, how, message) -> None:  # noqa: ANN001
+def test_exits_and_exceptions_in_the_attack_are_its_failure(attack, how, message) -> None:
     a = attack
     with pytest.raises(AttackFailed, match=message) as info:
         run_attack(a, view_of(a, how=how))
@@ -263,6 +264,7 @@ def test_exits_and_exceptions_in_the_attack_are_its_failure(attack, how, message
         assert "in run" in info.value.child_traceback and "ValueError: no luck" in info.value.child_traceback
 
 
+@pytest.mark.slow
 def test_a_timeout_kills_an_attack_that_catches_everything(shared: Path) -> None:
     a = Sleeps
     pidfile = shared / "pid"
@@ -323,14 +325,14 @@ class Built(Attack):
 
     name = "built"
 
-    def __init__(self, params) -> None:  # noqa: ANN001
+    def __init__(self, params) -> None:
         super().__init__(params)
         self.built_in = os.getpid()
 
-    def skip_reason(self, track):  # noqa: ANN001, ANN201
+    def skip_reason(self, track):
         return None if track == "fits" else f"not for {track} \x1b[2J"
 
-    def run(self, view):  # noqa: ANN001, ANN201
+    def run(self, view):
         import resource
 
         status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
@@ -347,7 +349,7 @@ class Chatty(Attack):
     name = "chatty"
     threat_model = frozenset({"query"})
 
-    def run(self, view):  # noqa: ANN001, ANN201
+    def run(self, view):
         if "model" in dir(view):
             view.model.predict_proba(torch.zeros(10, 4))
         return MembershipGuess(scores=np.zeros(1_000_000), decisions=np.zeros(1, dtype=bool))
@@ -357,7 +359,7 @@ class ChattyView(View):
     model: Annotated[BlackBox, Grant("query")]
 
 
-def test_the_attack_is_built_asked_and_run_in_its_own_process_group_and_user(capfd) -> None:  # noqa: ANN001
+def test_the_attack_is_built_asked_and_run_in_its_own_process_group_and_user(capfd) -> None:
     from arena.pipeline.sandbox import AttackProcess, Limits
 
     with AttackProcess(Built, track="does not fit") as process:
@@ -374,7 +376,7 @@ def test_the_attack_is_built_asked_and_run_in_its_own_process_group_and_user(cap
     assert "[built] built \\x1b]0;title\\x07 here" in capfd.readouterr().err, "its output relayed, escaped"
 
 
-def test_messages_and_queries_over_their_quota_fail_the_attack(released) -> None:  # noqa: ANN001
+def test_messages_and_queries_over_their_quota_fail_the_attack(released) -> None:
     from arena.pipeline.sandbox import Limits
 
     _, box, *_ = released

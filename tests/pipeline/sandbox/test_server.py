@@ -25,11 +25,11 @@ class Parent(Attack):
 
     name = "parent"
 
-    def run(self, view):  # noqa: ANN001, ANN201
+    def run(self, view):
         return MembershipGuess(scores=np.array([float(os.getppid())]), decisions=np.zeros(1, dtype=bool))
 
 
-def _parent_of_an_attack(queue) -> None:  # noqa: ANN001
+def _parent_of_an_attack(queue) -> None:
     a = Parent
     queue.put(int(run_attack(a, view_of(a)).scores[0]))
 

@@ -60,9 +60,22 @@ def membership_row(store: RunStore, key: str, defense: str, eps: float | None, a
     }
 
 
+def secret_store(root) -> RunStore:  # root: a path
+    """A run directory with the test suite's fixed secret already kept in it: a module-scoped fixture is set up
+    before the per-test secret of ``tests/conftest.py``, and every artifact it writes must be authenticated by the
+    secret the tests read it with."""
+    from tests.conftest import TEST_SECRET
+
+    store = RunStore(root)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ARENA_RUN_SECRET", TEST_SECRET)
+        store.secret()
+    return store
+
+
 @pytest.fixture(scope="module")
 def fake_run(tmp_path_factory: pytest.TempPathFactory) -> FakeRun:
-    store = RunStore(tmp_path_factory.mktemp("fake") / "run")
+    store = secret_store(tmp_path_factory.mktemp("fake") / "run")
     rows = []
     for seed in (0, 1):
         for j, (attack, strength) in enumerate((("threshold-mia", 1.0), (EVIL_ATTACK, 0.5))):
@@ -120,7 +133,7 @@ def wide_run(tmp_path_factory: pytest.TempPathFactory) -> RunStore:
     from arena.games.membership.metrics import resample
     from arena.pipeline.execute import game_columns
 
-    store = RunStore(tmp_path_factory.mktemp("wide") / "run")
+    store = secret_store(tmp_path_factory.mktemp("wide") / "run")
     columns = game_columns("membership")
     for i, (plugin, label, eps, claim) in enumerate(WIDE_DEFENSES):
         for j, attack in enumerate(WIDE_ATTACKS):

@@ -64,6 +64,7 @@ def test_plugin_and_scenario_strings_are_escaped(report_text) -> None:
     assert EVIL_DEFENSE in visible and EVIL_ATTACK in visible
 
 
+@pytest.mark.slow
 def test_report_shows_tables_figures_audit_grids_scenario_and_timings(fake_run, report_text) -> None:
     page = Page(report_text)
     alts = [alt for _, alt in page.images]
@@ -85,6 +86,7 @@ def test_report_shows_tables_figures_audit_grids_scenario_and_timings(fake_run, 
     assert "19 matchups" in visible and "3.00" in visible  # timings per matchup
 
 
+@pytest.mark.slow
 def test_violations_are_highlighted_in_the_tables(report_text) -> None:
     assert report_text.count('<td class="violation">') >= 2  # leaderboard cell and audit verdict
     assert '<tr class="violation">' in report_text

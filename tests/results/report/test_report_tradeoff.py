@@ -82,7 +82,9 @@ def _mia_row(store: RunStore, defense: str, claim: dict[str, Any] | None, seed: 
 @pytest.fixture(scope="module")
 def tradeoff_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The small run written by hand, its report rendered once; every figure captured by its stem as drawn."""
-    store = RunStore(tmp_path_factory.mktemp("tradeoff") / "run")
+    from tests.results.report.conftest import secret_store
+
+    store = secret_store(tmp_path_factory.mktemp("tradeoff") / "run")
     rows = [_audit_row(store, 8.0), _audit_row(store, 2.0)]
     rows += [_mia_row(store, "dpsgd", MIA_CLAIM, seed) for seed in (0, 1)]
     rows += [_mia_row(store, "nonprivate", None, seed) for seed in (0, 1)]
