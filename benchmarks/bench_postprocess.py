@@ -4,6 +4,7 @@ resampled from the saved scores on every call (the path before draws were saved)
 
 from __future__ import annotations
 
+import resource
 import tempfile
 import time
 from pathlib import Path
@@ -62,10 +63,12 @@ def scenario(quick: bool, folder: Path) -> Path:
     return path
 
 
-def _wall(command: list[str]) -> float:
-    start = time.perf_counter()
+def _timed(command: list[str], cpu: list[float]) -> None:
+    """Run ``command``; append its CPU seconds (user + system, its children included) to ``cpu``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     run_command(command)
-    return time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
 
 
 def run(quick: bool, repeats: int) -> Section:
@@ -107,11 +110,15 @@ def run(quick: bool, repeats: int) -> Section:
         same = all(a.intervals == b.intervals and a.utility_intervals == b.utility_intervals
                    for a, b in zip(boards[saved], boards[recomputed]))
         run_command(arena_command("leaderboard", str(out)))  # keeps the audit's findings, as `arena run` does
-        commands = compare({"arena leaderboard": lambda r: _wall(arena_command("leaderboard", str(out))),
-                            "arena report": lambda r: _wall(arena_command("report", str(out)))},
+        cpu: dict[str, list[float]] = {"arena leaderboard": [], "arena report": []}
+        commands = compare({"arena leaderboard": lambda r: _timed(arena_command("leaderboard", str(out)),
+                                                                  cpu["arena leaderboard"]),
+                            "arena report": lambda r: _timed(arena_command("report", str(out)), cpu["arena report"])},
                            repeats, warmup=False)
     section.tables += [Table("leaderboard.build in process, CPU seconds", t),
-                       Table("whole commands, wall-clock seconds", commands)]
+                       Table("whole commands, wall-clock seconds", commands),
+                       Table("whole commands, CPU seconds of the command's process (user + system; what its wall "
+                             "time is on an otherwise idle core)", Timings(cpu, {}))]
     section.checks += [
         ratio("leaderboard: resampling / saved draws", t, recomputed, saved, SPEEDUP_TARGET),
         _seconds("`arena leaderboard`, 100 matchups" if not quick else "`arena leaderboard`", commands,

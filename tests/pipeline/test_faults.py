@@ -168,21 +168,43 @@ FAULTY = ["exit0", "hard-exit", "interrupt", "killed", "greedy"]
 DEFENSE_FAULTS = ["exit0", "hard-exit", "interrupt", "killed", "greedy"]
 
 
-def faults_scenario(path: Path, timeout: int = 10) -> Path:
-    """Two tracks: every faulty attack against an honest release, and every faulty defense (its fault strikes
-    while its release trains) against an honest attack; one honest matchup in each."""
-    attacks = SMALL.replace("      - {name: threshold-mia}",
-                            "\n".join(f"      - {{name: {a}}}" for a in [*FAULTY, "threshold-mia"]))
-    track = attacks[attacks.index("  - name: syn"):].replace("name: syn\n", "name: syn-defenses\n", 1).replace(
-        "      - {name: nonprivate}",
-        "\n".join(f"      - {{name: faulty, fault: {f}}}" for f in DEFENSE_FAULTS) + "\n      - {name: nonprivate}")
-    track = track[:track.index("    attacks:")] + "    attacks:\n      - {name: threshold-mia}\n"
-    return write_scenario(path, attacks.replace("timeout: 10", f"timeout: {timeout}") + track)
+PATIENT = 180
+"""The timeout of every matchup that must end by itself. Its clock runs from the start of its process (under Ray,
+from its submission: a worker's start and its release's training count too), which a loaded machine makes many
+times slower (60 s was too short under Ray at a load of 13 on 2 cores)."""
+HUNG = 10
+"""The timeout of the greedy plugins, which never end by themselves. They play in a scenario of their own, on
+another seed (another release: their timeout, which may strike while their release trains, stops no other's)."""
 
 
-def check_fault_rows(out: Path, timeout: int) -> dict[tuple[str, str], dict]:
+def faults_text(name: str, seed: int, timeout: float, attacks: list[str], defense_faults: list[str]) -> str:
+    """Scenario ``name``: track syn plays ``attacks`` against an honest release; track syn-defenses plays an
+    honest attack against a faulty defense per fault in ``defense_faults`` (its fault strikes while its release
+    trains; "none": the honest nonprivate)."""
+    text = SMALL.replace("name: small\n", f"name: {name}\n", 1).replace("seeds: [0]", f"seeds: [{seed}]", 1).replace(
+        "timeout: 10", f"timeout: {timeout:g}", 1)
+    syn = text.replace("      - {name: threshold-mia}", "\n".join(f"      - {{name: {a}}}" for a in attacks))
+    defenses = "\n".join("      - {name: nonprivate}" if f == "none" else f"      - {{name: faulty, fault: {f}}}"
+                         for f in defense_faults)
+    track = text[text.index("  - name: syn"):].replace("name: syn\n", "name: syn-defenses\n", 1)
+    return syn + track.replace("      - {name: nonprivate}", defenses)
+
+
+def faults_scenarios(folder: Path) -> list[Path]:
+    """Every faulty attack against an honest release and every faulty defense against an honest attack, one
+    honest matchup on each track; the greedy ones in a scenario of their own with the short timeout ``HUNG``."""
+    ending = [f for f in FAULTY if f != "greedy"]
+    return [write_scenario(folder / "faults.yaml", faults_text("small", 0, PATIENT, [*ending, "threshold-mia"],
+                                                              [*ending, "none"])),
+            write_scenario(folder / "greedy.yaml", faults_text("small-greedy", 1, HUNG, ["greedy"], ["greedy"]))]
+
+
+def check_fault_rows(out: Path) -> dict[tuple[str, str], dict]:
     """Every matchup has its row (the run went on), the honest ones ok, each faulty one failed with its cause."""
-    rows = {(r["track"], r["defense_label"] if r["track"] == "syn-defenses" else r["attack"]): r
+    def defense(r: dict) -> str:  # not the label, which names only what differs within its scenario
+        return f"faulty(fault={r['defense_params']['fault']})" if r["defense"] == "faulty" else r["defense"]
+
+    rows = {(r["track"], defense(r) if r["track"] == "syn-defenses" else r["attack"]): r
             for r in RunStore(out).results()}
     attack_keys = {("syn", a) for a in [*FAULTY, "threshold-mia"]}
     defense_keys = {("syn-defenses", f"faulty(fault={f})") for f in DEFENSE_FAULTS} | {("syn-defenses", "nonprivate")}
@@ -193,18 +215,18 @@ def check_fault_rows(out: Path, timeout: int) -> dict[tuple[str, str], dict]:
         if key[1] not in ("threshold-mia", "nonprivate"):
             assert row["status"] == "failed", (key, row["error"])
             assert row["error"], key
-    assert rows["syn", "greedy"]["error"] == f"timeout: exceeded {timeout}s"
-    assert rows["syn-defenses", "faulty(fault=greedy)"]["error"] == f"timeout: exceeded {timeout}s"
+    assert rows["syn", "greedy"]["error"] == f"timeout: exceeded {HUNG}s"
+    assert rows["syn-defenses", "faulty(fault=greedy)"]["error"] == f"timeout: exceeded {HUNG}s"
     assert rows["syn", "killed"]["error"] == "worker died: exit code -9"
     return rows
 
 
 def test_serial_faults_fail_only_their_own_matchups(plugin_dist, tmp_path: Path, capsys) -> None:
     plugin_dist("arena-faults", "arena_faults_plugin", FAULTS)
-    path = faults_scenario(tmp_path / "faults.yaml")
+    paths = faults_scenarios(tmp_path)
     out = tmp_path / "run"
-    assert main(["run", str(path), "--out", str(out), "--serial", "--no-report"]) == 1
-    rows = check_fault_rows(out, 10)
+    assert main(["run", *map(str, paths), "--out", str(out), "--serial", "--no-report"]) == 1
+    rows = check_fault_rows(out)
     for track, exit0, hard_exit, interrupt, killed in (
             ("syn", "exit0", "hard-exit", "interrupt", "killed"),
             ("syn-defenses", "faulty(fault=exit0)", "faulty(fault=hard-exit)", "faulty(fault=interrupt)",
@@ -221,22 +243,27 @@ def test_ray_faults_fail_only_their_own_matchups(plugin_dist, tmp_path: Path) ->
     import ray
 
     plugin_dist("arena-faults", "arena_faults_plugin", FAULTS)
-    # Ray's clock runs from submission: a worker's start and the release's training count. 60 s leaves a loaded
-    # machine room for the honest and the at-once failures (~6 s quiet); the greedy ones never end by themselves.
-    path = faults_scenario(tmp_path / "faults.yaml", timeout=60)
+    paths = faults_scenarios(tmp_path)
     out = tmp_path / "run"
     try:
-        assert main(["run", str(path), "--out", str(out), "--workers", "2", "--no-report"]) == 1
+        assert main(["run", *map(str, paths), "--out", str(out), "--workers", "2", "--no-report"]) == 1
     finally:
         ray.shutdown()
-    check_fault_rows(out, 60)
+    check_fault_rows(out)
 
 
-# 60 s: each honest matchup's clock covers a fresh worker and its release's training (~4 s quiet, ×5 loaded)
-GREEDY_RELEASE = SMALL.replace("timeout: 10", "timeout: 60").replace(
-    "      - {name: nonprivate}",
-    "      - {name: nonprivate}\n      - {name: faulty, fault: greedy}\n      - {name: faulty}").replace(
-    "      - {name: threshold-mia}", "      - {name: threshold-mia}\n      - {name: threshold-mia, signal: confidence}")
+def greedy_release_scenarios(folder: Path) -> list[Path]:
+    """Two honest attacks on an honest release, then on a greedy defense's (with the short timeout ``HUNG``), then
+    on another honest defense's: three scenarios, played in this order."""
+    def one(name: str, timeout: float, defense: str) -> Path:
+        text = SMALL.replace("name: small\n", f"name: {name}\n", 1).replace("timeout: 10", f"timeout: {timeout:g}", 1)
+        text = text.replace("      - {name: nonprivate}", f"      - {defense}").replace(
+            "      - {name: threshold-mia}",
+            "      - {name: threshold-mia}\n      - {name: threshold-mia, signal: confidence}")
+        return write_scenario(folder / f"{name}.yaml", text)
+
+    return [one("before", PATIENT, "{name: nonprivate}"), one("greedy", HUNG, "{name: faulty, fault: greedy}"),
+            one("after", PATIENT, "{name: faulty}")]
 
 
 def test_ray_stops_a_release_that_outlives_its_matchups_timeout(plugin_dist, tmp_path: Path, capsys) -> None:
@@ -247,17 +274,17 @@ def test_ray_stops_a_release_that_outlives_its_matchups_timeout(plugin_dist, tmp
     import ray
 
     plugin_dist("arena-faults", "arena_faults_plugin", FAULTS)
-    path = write_scenario(tmp_path / "greedy.yaml", GREEDY_RELEASE)
+    paths = greedy_release_scenarios(tmp_path)
     out = tmp_path / "run"
     try:
-        assert main(["run", str(path), "--out", str(out), "--workers", "1", "--no-report"]) == 1
+        assert main(["run", *map(str, paths), "--out", str(out), "--workers", "1", "--no-report"]) == 1
     finally:
         ray.shutdown()
-    rows = {(r["defense_label"], r["attack_label"]): r for r in RunStore(out).results()}
+    rows = {(r["scenario"], r["attack_label"]): r for r in RunStore(out).results()}
     assert len(rows) == 6
-    greedy = [row["error"] for (defense, _), row in rows.items() if defense == "faulty(fault=greedy)"]
-    assert sorted(greedy) == ["timeout: exceeded 60s", "timeout: its release did not finish within 60s"], greedy
-    honest = {key: row["error"] for key, row in rows.items() if key[0] in ("nonprivate", "faulty")}
+    greedy = [row["error"] for (scenario, _), row in rows.items() if scenario == "greedy"]
+    assert sorted(greedy) == [f"timeout: exceeded {HUNG}s", f"timeout: its release did not finish within {HUNG}s"]
+    honest = {key: row["error"] for key, row in rows.items() if key[0] != "greedy"}
     assert len(honest) == 4 and not any(honest.values()), honest  # before and after the greedy release
     assert "4 ok, 0 skipped, 2 failed" in capsys.readouterr().out
 

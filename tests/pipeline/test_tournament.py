@@ -105,9 +105,18 @@ def test_ray_local_and_two_node_cluster_match_serial(tiny_scenario: Path, tmp_pa
     assert len(nodes) in (0, 2)
 
 
-def faulty_scenario(path: Path, limits: str, attacks: list[str]) -> Path:
-    """TINY on seed 0 without DP, with the run ``limits`` lines and these ``attacks`` (FAULTY's and built-ins)."""
-    text = TINY.replace("seeds: [0, 1]", "seeds: [0]\n" + limits).replace(
+PATIENT = 180
+"""The timeout of every matchup that must end by itself. Its clock runs from the start of its process (under Ray,
+from its submission: a worker's start and its release's training count too), which a loaded machine makes many
+times slower; a matchup that hangs is given a short timeout in a scenario of its own."""
+
+
+def faulty_scenario(path: Path, limits: str, attacks: list[str], *, name: str = "tiny", seed: int = 0) -> Path:
+    """TINY as scenario ``name`` on ``seed`` without DP, with the run ``limits`` lines and these ``attacks``
+    (FAULTY's and built-ins). Another seed is another release: a hanging matchup's timeout, which may strike while
+    its release trains, stops no release an honest matchup waits for."""
+    text = TINY.replace("name: tiny\n", f"name: {name}\n", 1).replace("seeds: [0, 1]", f"seeds: [{seed}]\n" + limits)
+    text = text.replace(
         "      - {name: threshold-mia}", "\n".join(f"      - {{name: {a}}}" for a in attacks)
     ).replace("      - {name: dpsgd, epsilons: [4], delta: 1.0e-3}\n", "")
     return write_scenario(path, text)
@@ -115,20 +124,18 @@ def faulty_scenario(path: Path, limits: str, attacks: list[str]) -> Path:
 
 def test_faulty_plugins_fail_only_their_own_matchups(plugin_dist, tmp_path: Path, capsys, ray_session) -> None:
     plugin_dist("arena-faulty", "arena_faulty_plugin", FAULTY)
-    # A matchup's clock under Ray runs from its submission, through its release's training and a worker's start:
-    # 60 s leaves a loaded machine room for the honest and the at-once failures, and "hang" (600 s) still times
-    # out. "hang" goes first so that its clock, which must run out, runs while the others play.
-    path = faulty_scenario(tmp_path / "faulty.yaml", "timeout: 60\nretries: 1",
-                           ["hang", "threshold-mia", "explode", "crash"])
+    patient = faulty_scenario(tmp_path / "faulty.yaml", f"timeout: {PATIENT}\nretries: 1",
+                              ["threshold-mia", "explode", "crash"])
+    hung = faulty_scenario(tmp_path / "hung.yaml", "timeout: 10", ["hang"], name="tiny-hung", seed=1)
     out = tmp_path / "run"
-    assert main(["run", str(path), "--out", str(out), "--workers", "2"]) == 1
+    assert main(["run", str(patient), str(hung), "--out", str(out), "--workers", "2"]) == 1
     rows = {r["attack"]: r for r in RunStore(out).results()}
     assert set(rows) == {"threshold-mia", "explode", "crash", "hang"}
     assert rows["threshold-mia"]["status"] == "ok" and rows["threshold-mia"]["metrics"]["auc"] > 0.5
     assert rows["explode"]["status"] == "failed" and "boom from a plugin" in rows["explode"]["error"]
     assert "Traceback" in rows["explode"]["traceback"]
     assert rows["crash"]["status"] == "failed" and "worker died" in rows["crash"]["error"]
-    assert rows["hang"]["status"] == "failed" and rows["hang"]["error"] == "timeout: exceeded 60s"
+    assert rows["hang"]["status"] == "failed" and rows["hang"]["error"] == "timeout: exceeded 10s"
     printed = capsys.readouterr().out
     assert "FAILED" in printed and "1 ok" in printed and "3 failed" in printed
 
@@ -138,13 +145,14 @@ def test_serial_run_times_out_hung_plugins_and_goes_on(plugin_dist, tmp_path: Pa
     import time
 
     plugin_dist("arena-faulty", "arena_faulty_plugin", FAULTY)
-    # 10 s: an honest matchup must finish inside it even on a loaded machine (its sandbox starts an interpreter)
-    path = faulty_scenario(tmp_path / "hung.yaml", "timeout: 10", ["hang", "stubborn", "threshold-mia"])
+    # the hung plugins (600 s each) get 10 s, the honest matchup the time a loaded machine may need
+    patient = faulty_scenario(tmp_path / "honest.yaml", f"timeout: {PATIENT}", ["threshold-mia"])
+    hung = faulty_scenario(tmp_path / "hung.yaml", "timeout: 10", ["hang", "stubborn"], name="tiny-hung", seed=1)
     out = tmp_path / "run"
     handler, timer = signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL)
     start = time.monotonic()
-    assert main(["run", str(path), "--out", str(out), "--serial", "--no-report"]) == 1
-    assert time.monotonic() - start < 90
+    assert main(["run", str(patient), str(hung), "--out", str(out), "--serial", "--no-report"]) == 1
+    assert time.monotonic() - start < 300, "the hung plugins were stopped at their timeout, not left to sleep"
     rows = {r["attack"]: r for r in RunStore(out).results()}
     for name in ("hang", "stubborn"):
         assert rows[name]["status"] == "failed" and rows[name]["error"] == "timeout: exceeded 10s"

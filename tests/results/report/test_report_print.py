@@ -70,6 +70,16 @@ def test_every_pdf_the_report_writes_embeds_truetype_fonts_and_no_type3(fake_run
             assert rows and all("Type 3" not in r and " yes " in r for r in rows), (pdf.name, out)
 
 
+def test_the_reconstruction_grids_a_game_saves_for_the_report_embed_truetype_too(tmp_path: Path) -> None:
+    from arena.games.reconstruction.grids import save_grid
+
+    records = np.random.default_rng(0).random((6, 64))
+    save_grid(tmp_path / "grid.png", records, records, records, kind="image", shape=(8, 8), mse=np.ones(6),
+              oracle_mse=np.ones(6))
+    data = (tmp_path / "grid.pdf").read_bytes()
+    assert not re.search(rb"/Subtype\s*/Type3", data) and b"/FontFile2" in data
+
+
 def _visible_axes(fig: Figure) -> list[Any]:
     return [ax for ax in fig.axes if ax.get_visible() and ax.axison]
 
