@@ -21,6 +21,12 @@ from arena.results.merge import check_runs, line_hashes, merge
 from tests.results.benchmark_runs import two_runs  # noqa: F401 - a fixture
 
 
+@pytest.fixture(autouse=True)
+def _no_suite_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading several runs: each has its own secret, so the suite's fixed ARENA_RUN_SECRET must not apply."""
+    monkeypatch.delenv("ARENA_RUN_SECRET", raising=False)
+
+
 def run_dir(tmp_path: Path, name: str, secret: str | None) -> Path:
     root = tmp_path / name
     root.mkdir()

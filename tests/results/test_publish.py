@@ -19,6 +19,12 @@ from arena.cli import EXIT_INPUT, EXIT_OK, main
 from tests.results.benchmark_runs import two_runs  # noqa: F401 - a fixture
 from tests.results.report.conftest import EVIL_ATTACK, EVIL_DEFENSE, fake_run  # noqa: F401 - a fixture
 
+
+@pytest.fixture(autouse=True)
+def _no_suite_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading several runs: each has its own secret, so the suite's fixed ARENA_RUN_SECRET must not apply."""
+    monkeypatch.delenv("ARENA_RUN_SECRET", raising=False)
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 LINK = re.compile(r'(?:href|src)="([^"]*)"')
 
