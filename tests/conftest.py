@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import os
 import re
 import sys
 import textwrap
@@ -24,6 +25,11 @@ def architecture(name: str, input_shape: int | tuple[int, ...], n_classes: int, 
     shape = (input_shape,) if isinstance(input_shape, int) else tuple(input_shape)
     return Architecture(cls(cls.Params.model_validate(params)), shape, n_classes)
 
+
+# Ray starts its workers at nice 15: on a machine busy with anything else they get next to no CPU, and a matchup's
+# clock, which runs from its submission, expires while its release waits to train (180 s were not enough at a load
+# of 8 busy processes on 2 cores). The suite's Ray workers run at the priority of the suite itself.
+os.environ.setdefault("RAY_worker_niceness", "0")
 
 TEST_SECRET = "a7" * 32
 """The run secret of every run directory a test creates (``ARENA_RUN_SECRET``), so that the suite's numbers are
