@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from arena.contracts.spec import Scenario
+from arena.contracts.spec import MAX_SEEDS, Scenario
 
 
 class ScenarioError(Exception):
@@ -53,6 +53,9 @@ MAX_BYTES = 8 * 1024 * 1024
 BYTES_ENV = "ARENA_MAX_SCENARIO_BYTES"
 MAX_NAME = 64
 """Longest scenario or track name (labels have their own bound, ``arena.contracts.spec.MAX_LABEL``)."""
+MAX_ITEMS = MAX_SEEDS
+"""Longest list a scenario file may hold (the seeds' bound, the largest of any field): refused while parsing, so
+that a file of millions of items is not built node by node first."""
 MAX_INT_DIGITS = 64
 """Most digits an integer in a scenario file may have: no field takes a larger one (Python refuses > 4,300)."""
 _SEXAGESIMAL = re.compile(r"^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$")
@@ -76,25 +79,47 @@ class _ScenarioLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: i
     """Safe YAML (the C parser where available) that rejects every explicit tag and every repeated key, and reads
     ``1e-3`` and ``1.5e2`` as numbers as YAML 1.2 does."""
 
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._where: list[Any] = []
+
+    def descend_resolver(self, current_node: yaml.Node | None, current_index: Any) -> None:
+        """Called by the composer before each node: remember the path to it, and refuse the item past
+        ``MAX_ITEMS`` of a list (the index is the item's position; for a mapping's value, its key node)."""
+        if type(current_index) is int and current_index >= MAX_ITEMS:
+            raise _TooLong(self._field(), current_node.start_mark if current_node is not None else None)
+        self._where.append(current_index)
+
+    def ascend_resolver(self) -> None:
+        self._where.pop()
+
+    def _field(self) -> str:
+        """The field path of the list being composed, as pydantic's messages write it ('tracks[0].seeds')."""
+        parts = [p.value if isinstance(p, yaml.ScalarNode) else p for p in self._where[1:]]
+        return field_path(tuple(part if isinstance(part, (int, str)) else "?" for part in parts))
+
     def resolve(self, kind: type, value: str | None, implicit: tuple[bool, bool]) -> str:
         """Plain decimal integers (most of a large file) skip the resolver's list of patterns; same tags."""
         # A scalar node's value is always a string (None is for sequences and mappings).
-        if kind is yaml.ScalarNode and implicit[0] and isinstance(value, str) and _DECIMAL.match(value):
-            return "tag:yaml.org,2002:int"
-        if kind is yaml.ScalarNode and implicit[0] and isinstance(value, str) and _SEXAGESIMAL.match(value):
-            return "tag:yaml.org,2002:str"
+        if kind is yaml.ScalarNode and implicit[0]:
+            if _DECIMAL.match(value):
+                return "tag:yaml.org,2002:int"
+            if ":" in value and _SEXAGESIMAL.match(value):
+                return "tag:yaml.org,2002:str"
         return super().resolve(kind, value, implicit)
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         """Plain decimal integers are built directly, without the constructor's bookkeeping; an integer of more
         than ``MAX_INT_DIGITS`` digits is refused before Python is asked to build it."""
         if type(node) is yaml.ScalarNode and node.tag == "tag:yaml.org,2002:int":
-            if sum(c.isalnum() for c in node.value) > MAX_INT_DIGITS:
+            # the length first: it bounds the digits, and counting them for each of 700,000 seeds is slow
+            if len(node.value) > MAX_INT_DIGITS and sum(c.isalnum() for c in node.value) > MAX_INT_DIGITS:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"an integer of {len(node.value)} characters: no field takes one so large",
                     node.start_mark)
-            if _DECIMAL.match(node.value):
-                return int(node.value)
+            value = node.value
+            if value.isascii() and value.isdigit() and (value[0] != "0" or len(value) == 1):  # plain decimal
+                return int(value)
         return super().construct_object(node, deep)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
@@ -113,6 +138,13 @@ class _ScenarioLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: i
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key {key!r} (first given on line {first.line + 1})", key_node.start_mark)
         return super().construct_mapping(node, deep)
+
+
+class _TooLong(Exception):
+    """A list in the file longer than ``MAX_ITEMS`` (raised while composing, before the rest is read)."""
+
+    def __init__(self, field: str, mark: yaml.Mark | None) -> None:
+        self.field, self.mark = field, mark
 
 
 def _reject_tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
@@ -229,6 +261,10 @@ def read_yaml(path: Path) -> Any:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         what = getattr(exc, "problem", None) or str(exc)
         raise ScenarioError([f"{path}: invalid YAML: {where}{what}"]) from None
+    except _TooLong as exc:
+        where = f" (line {exc.mark.line + 1})" if exc.mark else ""
+        raise ScenarioError([f"{path}: {exc.field}: List should have at most {MAX_ITEMS} items; the file gives more"
+                             f"{where}"]) from None
     except RecursionError:
         raise ScenarioError([f"{path}: (file): nested more than {MAX_DEPTH} levels deep"]) from None
     except ValueError as exc:  # a number the constructor cannot build (int() past its digit limit, say)

@@ -147,6 +147,20 @@ def test_scenario_paths_that_are_not_regular_files_are_refused_without_hanging(t
         _run_refused(path, tmp_path / "run", capsys, "not a regular file")
 
 
+def test_a_list_too_long_anywhere_is_refused_while_parsing_naming_its_field(tmp_path, capsys) -> None:
+    """The cap on list length holds inside plugin parameters too, with the field path of the list; a list at the
+    cap is accepted (the seeds' bound is the largest any field allows)."""
+    from arena.pipeline.scenario import MAX_ITEMS, read_yaml
+
+    path = tmp_path / "long.yaml"
+    path.write_text("tracks:\n  - defenses:\n      - params: {grid: [" + ", ".join(["1"] * (MAX_ITEMS + 1)) + "]}\n")
+    out = _run_refused(path, tmp_path / "run", capsys, f"tracks[0].defenses[0].params.grid: List should have at most "
+                       f"{MAX_ITEMS} items")
+    assert "line 3" in out
+    path.write_text("grid: [" + ", ".join(["1"] * MAX_ITEMS) + "]\n")
+    assert len(read_yaml(path)["grid"]) == MAX_ITEMS
+
+
 @pytest.mark.slow
 def test_a_five_megabyte_yaml_validates_in_under_five_seconds(tmp_path, capsys) -> None:
     """700,000 seeds (5.5 MB): parsed with the C loader and refused for its length; the time is CPU time, so that
