@@ -87,7 +87,7 @@ class _ScenarioLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: i
         """Called by the composer before each node: remember the path to it, and refuse the item past
         ``MAX_ITEMS`` of a list (the index is the item's position; for a mapping's value, its key node)."""
         if type(current_index) is int and current_index >= MAX_ITEMS:
-            raise _TooLong(self._field(), current_node.start_mark if current_node is not None else None)
+            raise _ListTooLongError(self._field(), current_node.start_mark if current_node is not None else None)
         self._where.append(current_index)
 
     def ascend_resolver(self) -> None:
@@ -101,7 +101,7 @@ class _ScenarioLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: i
     def resolve(self, kind: type, value: str | None, implicit: tuple[bool, bool]) -> str:
         """Plain decimal integers (most of a large file) skip the resolver's list of patterns; same tags."""
         # A scalar node's value is always a string (None is for sequences and mappings).
-        if kind is yaml.ScalarNode and implicit[0]:
+        if kind is yaml.ScalarNode and implicit[0] and value is not None:
             if _DECIMAL.match(value):
                 return "tag:yaml.org,2002:int"
             if ":" in value and _SEXAGESIMAL.match(value):
@@ -140,7 +140,7 @@ class _ScenarioLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: i
         return super().construct_mapping(node, deep)
 
 
-class _TooLong(Exception):
+class _ListTooLongError(Exception):
     """A list in the file longer than ``MAX_ITEMS`` (raised while composing, before the rest is read)."""
 
     def __init__(self, field: str, mark: yaml.Mark | None) -> None:
@@ -261,7 +261,7 @@ def read_yaml(path: Path) -> Any:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         what = getattr(exc, "problem", None) or str(exc)
         raise ScenarioError([f"{path}: invalid YAML: {where}{what}"]) from None
-    except _TooLong as exc:
+    except _ListTooLongError as exc:
         where = f" (line {exc.mark.line + 1})" if exc.mark else ""
         raise ScenarioError([f"{path}: {exc.field}: List should have at most {MAX_ITEMS} items; the file gives more"
                              f"{where}"]) from None
