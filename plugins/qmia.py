@@ -51,8 +51,8 @@ def quantile_levels(count: int, top: float, fpr: float) -> np.ndarray:
 def level_of(score: np.ndarray, quantiles: np.ndarray, levels: np.ndarray) -> np.ndarray:
     """The level at which each score [n] sits among its record's sorted quantiles [n, L] (at ``levels`` [L]):
     linear between the two heads around it; below the lowest head, its level; above the top head, the top
-    level plus a tail that grows with the margin over the top head (in units of the last cell's width) and stays
-    below 1, so that records past every head keep their order. For every head j but the lowest,
+    level plus (1 - top level) · m / (1 + m), m the margin over the top head in units of the last cell's width,
+    so that records past every head keep their order (below 1). For every head j but the lowest,
     ``level_of(s) ≥ α_j`` exactly when ``s ≥ q_j``."""
     n, L = quantiles.shape
     k = (quantiles <= score[:, None]).sum(axis=1)  # heads at or below the score
@@ -63,7 +63,8 @@ def level_of(score: np.ndarray, quantiles: np.ndarray, levels: np.ndarray) -> np
     frac = np.where(width > 0, (score - q_lo) / np.where(width > 0, width, 1.0), 0.0)
     inside = levels[lo] + frac * (levels[hi] - levels[lo])
     cell = np.maximum(quantiles[:, -1] - quantiles[:, -2], 1e-12) if L > 1 else np.ones(n)
-    tail = levels[-1] + (1.0 - levels[-1]) * -np.expm1(-(score - quantiles[:, -1]) / cell)
+    margin = (score - quantiles[:, -1]) / cell
+    tail = levels[-1] + (1.0 - levels[-1]) * margin / (1.0 + margin)
     return np.where(k == 0, levels[0], np.where(k == L, tail, inside))
 
 
@@ -71,9 +72,10 @@ class QMIAParams(PluginParams):
     levels: int = Field(default=41, ge=2, le=1000, description="quantile heads on the grid (plus 1 - fpr)")
     top: float = Field(default=0.999, gt=0.5, lt=1.0, description="highest quantile level of the grid")
     hidden: int = Field(default=64, ge=1, le=4096, description="width of the regressor's two hidden layers")
-    epochs: int = Field(default=100, ge=1, le=10_000, description="passes over the population")
-    batch_size: int = Field(default=128, ge=1, le=1_000_000)
-    lr: float = Field(default=1e-3, gt=0.0, le=1.0, description="Adam's learning rate")
+    epochs: int = Field(default=300, ge=1, le=100_000, description="passes over the population")
+    batch_size: int | None = Field(default=None, ge=1, le=1_000_000, description="records per step (None: the "
+                                   "whole population, full-batch steps, whose last iterate sits at the quantiles)")
+    lr: float = Field(default=1e-2, gt=0.0, le=1.0, description="Adam's learning rate")
     weight_decay: float = Field(default=1e-4, ge=0.0, le=1.0)
     use_label: bool = Field(default=True, description="the regressor reads the one-hot label too: q(x, y)")
     fpr: float = Field(default=0.1, gt=0.0, lt=1.0, description="the hard decision: member when s > q_(1-fpr)")
@@ -99,7 +101,7 @@ def fit_quantiles(features: torch.Tensor, scores: np.ndarray, levels: np.ndarray
     opt = torch.optim.Adam(net.parameters(), lr=p.lr, weight_decay=p.weight_decay)
     n = len(target)
     for _ in range(p.epochs):
-        for batch in torch.randperm(n, generator=gen).split(p.batch_size):
+        for batch in torch.randperm(n, generator=gen).split(p.batch_size or n):
             opt.zero_grad()
             pinball_loss(net(features[batch]), target[batch], level_t).backward()
             opt.step()
