@@ -97,6 +97,20 @@ def test_calibration_is_the_out_references_mean_loss_minus_the_targets(monkeypat
     assert np.allclose(calibrated(REF[:, :3], ~IN, TARGET[:3]), scores)
 
 
+def test_population_references_are_out_for_every_challenge_point(monkeypatch) -> None:
+    """``data: population``: the references trained on halves of the population, so a challenge point's
+    references are all K, a population point's those of the other half."""
+    view = hand_view(monkeypatch)
+    pop_in = np.array([[True, False], [False, True], [True, False], [False, True]])
+    monkeypatch.setattr(reference, "train_pool", lambda view, k, data: ShadowPool(Losses(REF), pop_in))
+    guess = ReferenceMIA(ReferenceMIA.Params(variant="calibration", shadows=4, data="population", fpr=0.5)).run(view)
+    assert np.allclose(guess.scores, REF[:, :3].mean(axis=0) - TARGET[:3])
+    population = np.array([(1.3 + 0.7) / 2 - 0.8, (1.1 + 0.8) / 2 - 1.2])  # z0: refs 1, 3; z1: refs 0, 2
+    assert guess.decisions.tolist() == (guess.scores > np.quantile(population, 0.5)).tolist()
+    r = ReferenceMIA(ReferenceMIA.Params(variant="attack-r", shadows=4, data="population")).run(view)
+    assert np.allclose(r.scores, 1 - interpolated_cdf(REF[:, :3], np.ones((4, 3), dtype=bool), TARGET[:3]))
+
+
 @pytest.mark.parametrize("bad", [{"variant": "attack-s"}, {"shadows": 3}, {"fpr": 1.0}, {"data": "test"}])
 def test_parameters_are_validated(bad) -> None:
     with pytest.raises(ValidationError):
