@@ -37,6 +37,24 @@ def test_the_interpolated_cdf_inverts_numpy_quantile_with_the_bounds_appended() 
                                                                np.ones((9, 30), dtype=bool), loss))
 
 
+def test_the_tests_at_level_alpha_flag_alpha_of_exchangeable_non_members_and_more_members() -> None:
+    """Simulated null: each record's target loss is exchangeable with its 64 reference losses (its own
+    exponential scale), so Attack R flags it with probability ≈ α; Attack P likewise against 4000 population
+    losses of one distribution. Members (loss halved) are flagged more often (power)."""
+    rng = np.random.default_rng(7)
+    n, K = 4000, 64
+    scale = rng.uniform(0.1, 3.0, size=n)
+    refs = rng.exponential(size=(K, n)) * scale
+    target = rng.exponential(size=n) * scale
+    pop, single = rng.exponential(size=4000), rng.exponential(size=n)
+    for alpha in (0.05, 0.1):
+        slack = 4 * np.sqrt(alpha * (1 - alpha) / n)  # four binomial standard errors
+        r_null = interpolated_cdf(refs, np.ones((K, n), dtype=bool), target) <= alpha
+        p_null = shared_cdf(pop, single) <= alpha
+        assert abs(r_null.mean() - alpha) < slack and abs(p_null.mean() - alpha) < slack, alpha
+        assert (interpolated_cdf(refs, np.ones((K, n), dtype=bool), target / 2) <= alpha).mean() > 1.5 * alpha
+
+
 def test_a_point_without_an_out_reference_is_an_error() -> None:
     with pytest.raises(ValueError, match="at least one reference"):
         interpolated_cdf(np.ones((2, 2)), np.array([[True, False], [True, False]]), np.ones(2))
