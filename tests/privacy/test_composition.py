@@ -17,7 +17,7 @@ def test_one_run_composes_to_its_own_epsilon():
     assert composed_epsilon([(1.1, 0.2, 50)], [], DELTA) == pytest.approx(epsilon_under(1.1, 0.2, 50, DELTA), rel=1e-6)
 
 
-def test_two_full_batch_runs_are_one_gaussian_mechanism_of_mu_sqrt_2T_over_sigma():
+def test_two_full_batch_runs_are_one_gaussian_mechanism_of_mu_root_2t_over_sigma():
     """Full batch, T steps at σ, twice: μ-GDP with μ = √(2T)/σ (Dong, Roth & Su 2019), so ε(δ) is the GDP curve's;
     e.g. σ = 20, T = 50: μ = √100/20 = 0.5. Twice the runs is well above one run's ε, never its maximum."""
     twice = composed_epsilon([(20.0, 1.0, 50), (20.0, 1.0, 50)], [], DELTA)
