@@ -214,5 +214,7 @@ def test_rmia_finds_members_of_an_overfit_model(overfit) -> None:
     for variant in ("online", "offline"):
         outcome = game.play(RMIA(RMIA.Params(shadows=4, variant=variant, z=150)), release, proc)
         assert outcome.metrics["auc"] > 0.65 and outcome.metrics["auc"] > baseline - 0.02, variant
+        # members and non-members differ, and no more than 1/|Z| of the 60 non-members share the top score
+        assert outcome.metrics["reference_points"] == 150 and outcome.metrics["top_ties"] <= max(1, 60 // 150)
     lira = game.play(LiRA(LiRA.Params(shadows=4, fixed_variance=True)), release, proc).metrics["auc"]
     assert lira > 0.6, "the same pool serves LiRA"
