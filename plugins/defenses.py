@@ -153,7 +153,8 @@ class OutputPerturbation(EpsilonSweep):
         l2_sens = l2_sensitivity(task.n, arch.l2, bound, self.tol)
         l1_sens = l1_from_l2(l2_sens, theta[0].numel())
         scale = laplace_scale(l1_sens, self.target_epsilon())
-        noisy = theta + laplace(task.train_seeds, random_stream(RandomPurpose.NOISE), tuple(theta.shape[1:]), scale)
+        noisy = theta + laplace(task.train_seeds, random_stream(RandomPurpose.NOISE), tuple(theta.shape[1:]), scale,
+                                l1_sensitivity=l1_sens)
         claim = Claim(
             epsilon=self.target_epsilon(),
             delta=0.0,

@@ -4,18 +4,26 @@ Membership Inference Attacks" (ICML 2024), on the shared shadow pool (``arena.tr
 The signal is Pr(x|θ), the target's probability of x's true label (softmax of the logits at a temperature T,
 the paper's signal for classifiers). RMIA tests x against many population records z at once:
 
-- Pr(x) = E_θ' Pr(x|θ') over reference models θ' (the paper's normaliser of Eq. 3). Online, the references
-  are the whole pool, half of which trained on x (each challenge point is IN for exactly half the shadows,
-  so the average is ½(Pr_IN + Pr_OUT)). Offline, only the references that did not train on x are used and
-  Pr(x) = ½((1 + a)·Pr_OUT(x) + (1 - a)): the paper's linear approximation Pr_IN ≈ a·Pr_OUT + (1 - a) of the
-  missing IN models (Appendix, "offline RMIA").
+- Pr(x) = E_θ' Pr(x|θ') over reference models θ' (the paper's normaliser of Eq. 3), i.e. ½(Pr_IN + Pr_OUT) when
+  half the references trained on x. Online, Pr_IN(x) and Pr_OUT(x) are the means over the shadows that did and
+  did not train on x (each challenge point is IN for exactly half of them). Offline, only the OUT references are
+  used and Pr(x) = ½((1 + a)·Pr_OUT(x) + (1 - a)): the paper's linear approximation Pr_IN ≈ a·Pr_OUT + (1 - a) of
+  the missing IN models (Appendix, "offline RMIA").
 - LR_θ(x, z) = (Pr(x|θ) / Pr(x)) / (Pr(z|θ) / Pr(z))  (Eq. 3).
 - Score_MIA(x; θ) = Pr_z(LR_θ(x, z) ≥ γ), the fraction of the population sample Z with LR ≥ γ  (Eq. 4).
 
 Population records are outside every reference model (the pool trains on the challenge set only), so their
-Pr(z) always comes from the ``a`` approximation, in both variants: the same quantity ½(Pr_IN + Pr_OUT) that the
-online Pr(x) averages, so x and z are normalised alike. Everything is computed on log probabilities, so a
-confident model's p ≈ 1 and a hopeless p ≈ 1e-30 both keep their precision.
+Pr(z) comes from the ``a`` approximation in both variants. Online, ``a`` is fitted on the pool's challenge
+points, which have both IN and OUT references (least squares of 1 − Pr_IN = a·(1 − Pr_OUT), ``fit_a``), so that
+z's Pr(z) estimates the same ½(Pr_IN + Pr_OUT) as x's; a fixed a (0.3 by default) floors Pr(z) at (1 − a)/2
+while Pr(x) of a hard point falls far below it, which lifts the ratios of hard non-members above every z's.
+
+Eq. 4's fraction takes only |Z| + 1 values, so points tie: many non-members share the top score and a TPR at
+an FPR below that share is 0 by construction. The score reported breaks ties by the likelihood ratio itself:
+(c + u)/(|Z| + 1), with c the paper's count and u ∈ [0, 1) the position of log LR between the neighbouring
+population ratios (``rmia_scores``): a continuous, strictly increasing function of Pr(x|θ)/Pr(x) whose integer
+part is the count. |Z| is reported with the guess. Everything is computed on log probabilities, so a confident
+model's p ≈ 1 and a hopeless p ≈ 1e-30 both keep their precision.
 """
 
 from __future__ import annotations
@@ -52,20 +60,43 @@ def offline_log_prob(log_p_out: np.ndarray, a: float) -> np.ndarray:
     return np.logaddexp(math.log1p(a) + log_p_out, math.log1p(-a) if a < 1 else -np.inf) - math.log(2.0)
 
 
+def fit_a(log_p_in: np.ndarray, log_p_out: np.ndarray) -> float:
+    """The a of Pr_IN ≈ a·Pr_OUT + (1 − a) that fits the points best (least squares of 1 − Pr_IN = a·(1 − Pr_OUT)
+    through the origin: a = Σ(1 − Pr_OUT)(1 − Pr_IN) / Σ(1 − Pr_OUT)²), in [0, 1]; 1 where Pr_OUT = 1 throughout."""
+    gap_in, gap_out = -np.expm1(log_p_in), -np.expm1(log_p_out)
+    norm = float(np.sum(gap_out**2))
+    return 1.0 if norm == 0 else float(np.clip(np.sum(gap_out * gap_in) / norm, 0.0, 1.0))
+
+
+def rmia_counts(log_ratio_x: np.ndarray, log_ratio_z: np.ndarray, gamma: float) -> np.ndarray:
+    """|{z : LR(x, z) ≥ γ}| for each x (Eq. 4 times |Z|), given log(Pr(x|θ)/Pr(x)) [n] and log(Pr(z|θ)/Pr(z)) [m]:
+    LR(x, z) ≥ γ ⇔ log ratio_z ≤ log ratio_x − log γ, counted by binary search."""
+    return np.searchsorted(np.sort(log_ratio_z), log_ratio_x - math.log(gamma), side="right")
+
+
 def rmia_scores(log_ratio_x: np.ndarray, log_ratio_z: np.ndarray, gamma: float) -> np.ndarray:
-    """Score_MIA(x) = |{z : LR(x, z) ≥ γ}| / |Z| for each x, given log(Pr(x|θ)/Pr(x)) [n] and
-    log(Pr(z|θ)/Pr(z)) [m]; LR(x, z) ≥ γ ⇔ log ratio_z ≤ log ratio_x - log γ, counted by binary search."""
-    ordered = np.sort(log_ratio_z)
-    return np.searchsorted(ordered, log_ratio_x - math.log(gamma), side="right") / len(ordered)
+    """Eq. 4 with ties broken by the likelihood ratio: (c + u)/(|Z| + 1) for each x, c = ``rmia_counts`` and, with
+    t = log ratio_x − log γ between the sorted population ratios z₍c₎ ≤ t < z₍c₊₁₎, u = (t − z₍c₎)/(z₍c₊₁₎ − z₍c₎);
+    below every z, u = exp(t − z₍₁₎); above every z, u = 1 − exp(z₍|Z|₎ − t). Continuous and strictly increasing
+    in t, in [0, 1); its integer part (times |Z| + 1) is the count."""
+    z = np.sort(log_ratio_z)
+    m, t = len(z), log_ratio_x - math.log(gamma)
+    c = np.searchsorted(z, t, side="right")
+    lo, hi = z[np.maximum(c - 1, 0)], z[np.minimum(c, m - 1)]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        inner = (t - lo) / (hi - lo)
+        u = np.where(c == 0, np.exp(t - z[0]), np.where(c == m, -np.expm1(z[-1] - t), inner))
+    return (c + np.clip(u, 0.0, np.nextafter(1.0, 0.0))) / (m + 1)
 
 
 class RMIAParams(PluginParams):
     shadows: ShadowCount = Field(default=4, ge=2, description="reference models (even; complementary pairs)")
     variant: Literal["online", "offline"] = "online"
     gamma: float = Field(default=1.0, gt=0.0, allow_inf_nan=False, description="threshold γ on LR(x, z)")
-    a: float = Field(default=0.3, ge=0.0, le=1.0,
-                     description="offline approximation Pr_IN ≈ a·Pr_OUT + (1 - a), used for points outside "
-                                 "every reference model (ML Privacy Meter's default 0.3)")
+    a: float | None = Field(default=None, ge=0.0, le=1.0,
+                            description="the approximation Pr_IN ≈ a·Pr_OUT + (1 - a) for points outside every "
+                                        "reference model; None: fitted on the pool online, 0.3 offline (ML "
+                                        "Privacy Meter's default)")
     z: PositiveInt | None = Field(default=None, description="population records z drawn for Z (None: all)")
     temperature: float = Field(default=1.0, gt=0.0, allow_inf_nan=False, description="softmax temperature T")
     fpr: float = Field(default=0.1, gt=0.0, lt=1.0, description="population FPR the hard threshold is set for")
@@ -73,9 +104,9 @@ class RMIAParams(PluginParams):
 
 class RMIA(Attack):
     """Zarifzadeh et al.'s RMIA (Eq. 3-4): x is a member when its probability ratio Pr(x|θ)/Pr(x) beats that of
-    many population records z. Z is ``z`` population records drawn with the attack's seed; the hard threshold is
-    the (1 - ``fpr``) quantile of the score of every population record against Z without itself (population
-    records are non-members of the target)."""
+    many population records z. Z is ``z`` population records drawn with the attack's seed; a point is called a
+    member when its ratio beats the (1 − ``fpr``) quantile of the population records' ratios (population records
+    are non-members of the target; the score is increasing in the ratio, so this is the score's threshold)."""
 
     name = "rmia"
     game = "membership"
@@ -94,10 +125,14 @@ class RMIA(Attack):
 
         x_target = true_class_log_prob(view.model.log_proba(view.challenge_X), view.challenge_y, T)
         x_refs = true_class_log_prob(pool.models.logits(view.challenge_X), view.challenge_y, T)
+        x_out = log_mean_prob(x_refs, ~pool.challenge_in)
         if p.variant == "online":
-            x_norm = log_mean_prob(x_refs, np.ones_like(pool.challenge_in))
+            x_in = log_mean_prob(x_refs, pool.challenge_in)
+            x_norm = np.logaddexp(x_in, x_out) - math.log(2.0)  # ½(Pr_IN + Pr_OUT)
+            a = fit_a(x_in, x_out) if p.a is None else p.a
         else:
-            x_norm = offline_log_prob(log_mean_prob(x_refs, ~pool.challenge_in), p.a)
+            a = 0.3 if p.a is None else p.a
+            x_norm = offline_log_prob(x_out, a)
 
         # Population records are OUT for every reference; offline uses one shadow per pair, as many as a
         # challenge point has OUT references, online the whole pool.
@@ -105,21 +140,11 @@ class RMIA(Attack):
         pop_refs = pop_refs if p.variant == "online" else pop_refs[0::2]
         pop_ratio = (true_class_log_prob(view.model.log_proba(view.population_X), view.population_y, T)
                      - offline_log_prob(log_mean_prob(true_class_log_prob(pop_refs, view.population_y, T),
-                                                      np.ones(pop_refs.shape[:2], dtype=bool)), p.a))
-        z_ratio = pop_ratio[pick]
-        scores = rmia_scores(x_target - x_norm, z_ratio, p.gamma)
-        reference = self._leave_one_out(pop_ratio, z_ratio, pick)
-        threshold = float(np.quantile(reference, 1.0 - p.fpr))
-        return MembershipGuess(scores=scores, decisions=scores > threshold)
-
-    def _leave_one_out(self, pop_ratio: np.ndarray, z_ratio: np.ndarray, pick: np.ndarray) -> np.ndarray:
-        """Every population record's score against Z, without comparing a record of Z with itself."""
-        counts = rmia_scores(pop_ratio, z_ratio, self.params.gamma) * len(z_ratio)
-        in_z = np.zeros(len(pop_ratio), dtype=bool)
-        in_z[pick] = True
-        self_counted = in_z & (self.params.gamma <= 1.0)  # LR(z, z) = 1 ≥ γ
-        size = np.where(in_z, len(z_ratio) - 1, len(z_ratio))
-        return np.where(size > 0, (counts - self_counted) / np.maximum(size, 1), 0.0)
+                                                      np.ones(pop_refs.shape[:2], dtype=bool)), a))
+        x_ratio = x_target - x_norm
+        scores = rmia_scores(x_ratio, pop_ratio[pick], p.gamma)
+        threshold = float(np.quantile(pop_ratio, 1.0 - p.fpr))
+        return MembershipGuess(scores=scores, decisions=x_ratio > threshold, references=len(pick))
 
 
 @hookimpl

@@ -1,10 +1,13 @@
 """Audit instruments: what a canary audit inserts into the DP-SGD ``train`` calls made inside ``instrumented``
-(white-box gradient canaries, row presence) and the record of the mechanism each call really ran."""
+(white-box gradient canaries, row presence) and the record of what the defense really ran: each call's mechanism,
+each Laplace draw, and a digest of each state ``train`` returned (so the audit can tell whether the release is
+that state or a post-processing of it)."""
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -62,6 +65,15 @@ class Mechanism:
     steps: int
 
 
+@dataclass(frozen=True)
+class LaplaceDraw:
+    """One Laplace mechanism a defense drew inside ``instrumented``: its scale b and, where the defense declared
+    it, the L1 sensitivity Δ₁ the noise is calibrated to (then ε₀ = Δ₁/b; None: the draw cannot be accounted)."""
+
+    scale: float
+    l1_sensitivity: float | None
+
+
 @dataclass(eq=False)
 class AuditInstruments:
     """What an audit inserts into the next DP-SGD ``train`` call of K models made inside ``instrumented``: gradient
@@ -73,6 +85,15 @@ class AuditInstruments:
     calls: int = 0
     runs: list[Mechanism] = field(default_factory=list)
     """The mechanism each instrumented call really ran, so an audit can recompute the claim from it."""
+    laplace: list[LaplaceDraw] = field(default_factory=list)
+    """The Laplace mechanisms drawn inside the block, composed with the runs by the claim check."""
+    returned: list[str] = field(default_factory=list)
+    """``state_digest`` of the state each instrumented call returned."""
+
+    @property
+    def armed(self) -> bool:
+        """Whether the instruments carry canaries or a presence mask (else ``train`` runs as without them)."""
+        return self.canaries is not None or self.present is not None
 
 
 _INSTRUMENTS: contextvars.ContextVar[AuditInstruments | None] = contextvars.ContextVar("audit", default=None)
@@ -92,3 +113,27 @@ def instrumented(instruments: AuditInstruments) -> Iterator[AuditInstruments]:
 def active() -> AuditInstruments | None:
     """The instruments of the enclosing ``instrumented`` block, or None."""
     return _INSTRUMENTS.get()
+
+
+def state_digest(state: dict[str, torch.Tensor]) -> str:
+    """SHA-256 of a state's names, dtypes, shapes and bytes: equal iff the tensors are bit for bit the same."""
+    h = hashlib.sha256()
+    for name in sorted(state):
+        t = state[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def record_return(state: dict[str, torch.Tensor]) -> None:
+    """Inside an armed ``instrumented`` block, note the digest of the state a ``train`` call returns."""
+    inst = active()
+    if inst is not None and inst.armed:
+        inst.returned.append(state_digest(state))
+
+
+def record_laplace(scale: float, l1_sensitivity: float | None) -> None:
+    """Inside an ``instrumented`` block, note a Laplace draw of scale b (calibrated to Δ₁ where declared)."""
+    inst = active()
+    if inst is not None:
+        inst.laplace.append(LaplaceDraw(float(scale), None if l1_sensitivity is None else float(l1_sensitivity)))

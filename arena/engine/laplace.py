@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from arena.engine import rng
+from arena.engine import instruments, rng
 
 
 def laplace_scale(l1_sensitivity: float, epsilon: float) -> float:
@@ -31,13 +31,19 @@ def laplace(
     shape: int | tuple[int, ...],
     scale: float,
     dtype: torch.dtype = torch.float64,
+    *,
+    l1_sensitivity: float | None = None,
 ) -> torch.Tensor:
     """[K, *shape] independent Lap(scale) draws (density exp(-|x|/scale) / (2 scale)), row k from seeds[k].
+
+    ``l1_sensitivity``: the Δ₁ the noise is calibrated to, which an enclosing audit's claim check composes (as
+    ε₀ = Δ₁/scale) with the defense's other mechanisms; a draw without it is reported as unaccounted.
 
     Inverse CDF: with u uniform in (0, 1), x = -scale * sign(u - 1/2) * log(1 - 2|u - 1/2|); the uniforms
     never reach 0 or 1, so every draw is finite.
     """
     if scale < 0:
         raise ValueError("scale must be non-negative")
+    instruments.record_laplace(scale, l1_sensitivity)
     centred = rng.uniform(seeds, stream_id, shape, dtype) - 0.5
     return -scale * torch.sign(centred) * torch.log1p(-2.0 * centred.abs())

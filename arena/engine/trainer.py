@@ -31,7 +31,7 @@ MEMORY_BUDGET = int(float(os.environ.get("ARENA_MEMORY_BUDGET_MB", "1024")) * 2*
 
 def _with_instruments(dp: DPNoise | None, K: int, n: int, recipe: Recipe) -> DPNoise | None:
     inst = instruments.active()
-    if inst is None or (inst.canaries is None and inst.present is None):
+    if inst is None or not inst.armed:
         return dp
     if dp is None:
         raise ValueError("audit canaries need DP-SGD training (train(..., dp=...)); this call trains without noise")
@@ -95,7 +95,9 @@ def train(
         run = _train_dense if path == "dense" else _train_functional
         parts.append(run(arch, X[sl].contiguous(), y[sl].contiguous(), recipe, part, train_seeds[sl],
                          dp if dp is None else dp.rows(sl), budget))
-    return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+    out = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+    instruments.record_return(out)
+    return out
 
 
 def _stream(

@@ -1,5 +1,6 @@
 """RMIA (Zarifzadeh et al. 2024): scores on hand-made outputs against the paper's formulas, the offline ``a``
-approximation, γ, parameter checks, and a real game against an overfit model."""
+approximation and the online fit of a, ties broken by the likelihood ratio, γ, parameter checks, and a real game
+against an overfit model."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from arena.pipeline.procedure import TrainingProcedure
 from arena.pipeline.store import TensorCache
 from arena_plugins.defenses import NonPrivate
 from arena_plugins.membership import LiRA, ThresholdMIA
-from arena_plugins.rmia import RMIA, offline_log_prob, rmia_scores
+from arena_plugins.rmia import RMIA, fit_a, offline_log_prob, rmia_counts, rmia_scores
 from tests.conftest import architecture
 
 # Hand-made probabilities of the true label (class 0 of 2) for two challenge points x0, x1 and three population
@@ -64,8 +65,8 @@ def hand_view(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
 
 def hand_lr(variant: str, a: float) -> np.ndarray:
     """LR(x, z) [2, 3] by the paper's formulas, written out on the numbers above."""
-    if variant == "online":  # Pr(x): mean over all references, IN and OUT
-        pr_x = [(0.8 + 0.4) / 2, (0.5 + 0.7) / 2]
+    if variant == "online":  # Pr(x) = ½(Pr_IN + Pr_OUT): x0 is IN for reference 0, x1 for reference 1
+        pr_x = [(0.8 + 0.4) / 2, (0.7 + 0.5) / 2]
         pr_z_out = [(0.5 + 0.3) / 2, (0.6 + 0.4) / 2, (0.2 + 0.4) / 2]
     else:  # Pr(x) = ½((1 + a) Pr_OUT(x) + (1 - a)); x0 is OUT for reference 1, x1 for reference 0
         pr_x = [((1 + a) * 0.4 + (1 - a)) / 2, ((1 + a) * 0.5 + (1 - a)) / 2]
@@ -84,7 +85,9 @@ def test_scores_are_the_fraction_of_population_points_with_lr_at_least_gamma(mon
     # γ just below and just above every LR value pins each LR(x, z) down: a wrong formula moves some of them.
     for gamma in sorted({g for v in lr.ravel() for g in (v * (1 - 1e-9), v * (1 + 1e-9))}):
         guess = RMIA(RMIA.Params(shadows=2, variant=variant, a=a, gamma=gamma)).run(view)
-        assert np.array_equal(guess.scores, (lr >= gamma).mean(axis=1)), f"γ = {gamma}"
+        counts = np.floor(guess.scores * (3 + 1) + 1e-12)  # the score's integer part is the paper's count
+        assert np.array_equal(counts, (lr >= gamma).sum(axis=1)), f"γ = {gamma}"
+        assert guess.references == 3
 
 
 def test_online_scores_on_the_hand_made_example(monkeypatch) -> None:
@@ -92,9 +95,46 @@ def test_online_scores_on_the_hand_made_example(monkeypatch) -> None:
     LR(x1, ·) ≈ (1.10, 0.78, 1.58) at a = 0.5 (Pr(x0) = Pr(x1) = 0.6; Pr(z) = ½(1.5 Pr_OUT(z) + 0.5))."""
     view = hand_view(monkeypatch)
     assert np.allclose(hand_lr("online", 0.5), [[1.65, 1.171875, 2.375], [1.1, 0.78125, 1.5833333]])
-    scores = {g: RMIA(RMIA.Params(shadows=2, a=0.5, gamma=g)).run(view).scores for g in (1.0, 1.6, 2.0)}
-    assert np.allclose(scores[1.0], [1.0, 2 / 3]) and np.allclose(scores[1.6], [2 / 3, 0.0])
-    assert np.allclose(scores[2.0], [1 / 3, 0.0])
+    counts = {g: np.floor(RMIA(RMIA.Params(shadows=2, a=0.5, gamma=g)).run(view).scores * 4)
+              for g in (1.0, 1.6, 2.0)}
+    assert counts[1.0].tolist() == [3, 2] and counts[1.6].tolist() == [2, 0] and counts[2.0].tolist() == [1, 0]
+
+
+def test_online_a_is_fitted_on_the_pool_so_x_and_z_are_normalised_alike(monkeypatch) -> None:
+    """Pr_IN ≈ a·Pr_OUT + (1 − a) by least squares through (1, 1): x0 (IN 0.8, OUT 0.4) and x1 (IN 0.7, OUT 0.5)
+    give a = (0.6·0.2 + 0.5·0.3)/(0.6² + 0.5²) = 0.27/0.61; online with a = None uses it for every z."""
+    assert fit_a(np.log([0.8, 0.7]), np.log([0.4, 0.5])) == pytest.approx(0.27 / 0.61, rel=1e-12)
+    assert fit_a(np.log([0.3]), np.log([0.3])) == 1.0 and fit_a(np.log([1.0]), np.log([0.2])) == 0.0
+    assert fit_a(np.log([0.5]), np.log([1.0])) == 1.0  # no OUT gap: nothing to fit
+    view = hand_view(monkeypatch)
+    fitted = RMIA(RMIA.Params(shadows=2)).run(view).scores
+    assert np.array_equal(fitted, RMIA(RMIA.Params(shadows=2, a=0.27 / 0.61)).run(view).scores)
+
+
+def test_ties_are_broken_by_the_likelihood_ratio() -> None:
+    """(c + u)/(|Z| + 1): between z₍c₎ and z₍c₊₁₎ u is linear, so log ratio 0.5 between 0 and 1 scores
+    (1 + 0.5)/4; below every z, exp(t − z₍₁₎); above, 1 − exp(z₍₃₎ − t). Strictly increasing and continuous."""
+    z = np.array([1.0, 0.0, 2.0])
+    s = rmia_scores(np.array([0.5, -1.0, 3.0, 2.0, 0.0]), z, 1.0)
+    assert np.allclose(s, [1.5 / 4, math.exp(-1) / 4, (3 + 1 - math.exp(-1)) / 4, 3 / 4, 1 / 4])
+    t = np.linspace(-5, 8, 2001)
+    s = rmia_scores(t, z, 1.0)
+    assert np.all(np.diff(s) > 0) and np.max(np.abs(np.diff(s))) < 0.01 and s.min() > 0 and s.max() < 1
+    assert np.array_equal(np.floor(s * 4 + 1e-12), rmia_counts(t, z, 1.0))
+
+
+def test_no_more_than_one_in_z_of_non_members_share_the_top_score() -> None:
+    """Members' and non-members' ratios differ (shifted normals): the paper's fraction piles every ratio above the
+    population's largest at 1.0; the continuous score leaves no two non-members tied."""
+    rng = np.random.default_rng(3)
+    z = rng.normal(size=97)
+    nonmembers, members = rng.normal(size=1000), rng.normal(size=1000) + 2.0
+    counts = rmia_counts(nonmembers, z, 1.0)
+    assert np.sum(counts == counts.max()) > 1000 / 97  # the tie the count makes
+    s = rmia_scores(np.r_[members, nonmembers], z, 1.0)
+    top = s[1000:]
+    assert np.sum(top == top.max()) <= max(1, 1000 // 97)
+    assert len(np.unique(s)) == 2000
 
 
 def test_offline_a_interpolates_between_a_constant_and_the_out_mean() -> None:
@@ -125,19 +165,23 @@ def test_scores_fall_as_gamma_rises_and_rise_with_the_ratio() -> None:
     previous = np.ones(50)
     for gamma in (0.25, 0.5, 1.0, 2.0, 4.0, 8.0):
         scores = rmia_scores(x, z, gamma)
-        assert np.all(scores <= previous) and np.allclose(scores, (x[:, None] - z[None, :] >= math.log(gamma)).mean(1))
+        counts = (x[:, None] - z[None, :] >= math.log(gamma)).sum(1)
+        assert np.all(scores <= previous) and np.array_equal(rmia_counts(x, z, gamma), counts)
         previous = scores
     order = np.argsort(x)
     assert np.all(np.diff(rmia_scores(x, z, 1.0)[order]) >= 0), "monotone in Pr(x|θ)/Pr(x)"
 
 
-def test_the_hard_threshold_comes_from_population_scores_without_self_comparison(monkeypatch) -> None:
+def test_the_hard_threshold_is_the_population_ratios_quantile(monkeypatch) -> None:
+    """Population log ratios at a = 0.5 (online): log(0.3/0.475) < log(0.5/0.55) < log(0.8/0.625); x0's ratio is
+    0.9/0.6 = 1.5, x1's 0.6/0.6 = 1. At fpr ½ the threshold is the median, log(0.5/0.55) < 0: both are members.
+    At fpr ⅓ it is the ⅔ quantile, a third of the way from log(0.5/0.55) to log(0.8/0.625): 0.019 > log 1."""
     view = hand_view(monkeypatch)
-    # Population ratios at a = 0.5 (online): 0.5/0.55, 0.8/0.625, 0.3/0.475 (z1 highest). Against Z minus itself,
-    # at γ = 1: z0 beats z2 only (1/2), z1 beats both (1), z2 none (0); the 50 % quantile is 1/2, so x1 (2/3)
-    # is a member. Counting each z against itself would give (2/3, 1, 1/3), a threshold of 2/3 and x1 out.
-    guess = RMIA(RMIA.Params(shadows=2, a=0.5, gamma=1.0, fpr=0.5)).run(view)
-    assert np.array_equal(guess.decisions, guess.scores > 0.5) and guess.decisions.tolist() == [True, True]
+    half = RMIA(RMIA.Params(shadows=2, a=0.5, gamma=1.0, fpr=0.5)).run(view)
+    assert half.decisions.tolist() == [True, True]
+    third = RMIA(RMIA.Params(shadows=2, a=0.5, gamma=1.0, fpr=1 / 3)).run(view)
+    lo, hi = math.log(0.5 / 0.55), math.log(0.8 / 0.625)
+    assert lo + (hi - lo) / 3 == pytest.approx(0.0188, abs=1e-4) and third.decisions.tolist() == [True, False]
 
 
 @pytest.mark.parametrize("bad", [{"shadows": 3}, {"shadows": 0}, {"variant": "both"}, {"gamma": 0.0},
@@ -170,5 +214,7 @@ def test_rmia_finds_members_of_an_overfit_model(overfit) -> None:
     for variant in ("online", "offline"):
         outcome = game.play(RMIA(RMIA.Params(shadows=4, variant=variant, z=150)), release, proc)
         assert outcome.metrics["auc"] > 0.65 and outcome.metrics["auc"] > baseline - 0.02, variant
+        # members and non-members differ, and no more than 1/|Z| of the 60 non-members share the top score
+        assert outcome.metrics["reference_points"] == 150 and outcome.metrics["top_ties"] <= max(1, 60 // 150)
     lira = game.play(LiRA(LiRA.Params(shadows=4, fixed_variance=True)), release, proc).metrics["auc"]
     assert lira > 0.6, "the same pool serves LiRA"

@@ -29,14 +29,18 @@ mechanism. For a **full-batch** claim (sample rate 1) the gradient canaries' sco
 gradient reaches the coordinate, and measured conservative where one does), so the
 **Gaussian-fit bound** (the parametric form of Nasr et al. 2023's white-box audit) is a bound too, and a far more
 powerful one: it uses every score, not counts at one threshold. The verdict's bounds are the one-run bound of each
-kind and, for a full-batch claim, the gradient kind's Gaussian-fit bound, each at α/#bounds (Bonferroni); flagged
+kind and, for a full-batch claim whose release is the state ``train`` returned, the gradient kind's Gaussian-fit
+bound, each at α/#bounds (Bonferroni); flagged
 iff one exceeds the claimed add/remove ε, so under a true claim the flag fires with probability at most α
 (simulated in ``tests/test_canaries.py``). Their largest is the **empirical ε** (confidence 1 − α). The **held-out
 Clopper–Pearson bound** (canaries as independent trials) and the **Gaussian-DP estimate at one held-out
 threshold** are reported beside them at α, with ``max_certifiable``; with Poisson subsampling the Gaussian fit is
 an estimate only (the movement is then a Gaussian mixture). The Gaussian hypothesis is the engine's: its noise is
 Gaussian and the release is the trained parameters; extra independent noise or a subsampled run only lowers μ̂,
-but a defense that post-processed the parameters non-linearly would void it (the one-run bounds still hold).
+but a defense that post-processed the parameters non-linearly would void it (clipped or squashed weights raise
+Cohen's d above μ). So the engine records a digest of every state ``train`` returns, and the fit joins the verdict
+only when the release is bit for bit one of them; otherwise it is an estimate and the one-run bounds speak alone
+(``arena.games.audit.claim_check``, which also composes every mechanism the release ran for the claim check).
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from arena.engine.ensemble import init_state, logits
 from arena.engine.functional import mean_gradient
 from arena.engine.instruments import AuditInstruments, GradientCanaries, instrumented
 from arena.engine.recipe import Recipe
+from arena.games.audit.claim_check import ClaimCheck, check_claim
 from arena.privacy.accounting import epsilon_under
 from arena.privacy.binomial import ALPHA
 from arena.privacy.gdp import GaussianBound, GdpEstimate, gaussian_bound, gaussian_flags, gaussian_kind, gdp_estimate
@@ -62,7 +67,6 @@ from arena.privacy.heldout import HeldOutBound, heldout_epsilon
 from arena.privacy.one_run import OneRunBound, one_run_epsilon, one_run_epsilon_batch
 
 InputKind = Literal["mislabelled", "ood"]
-SIGMA_FLOOR = 0.3
 
 
 @dataclass(frozen=True)
@@ -118,11 +122,18 @@ class CanaryAudit:
     kinds: tuple[KindResult, ...]
     models: int
     alpha: float
-    mechanism_epsilon: float | None = None
-    """The PLD ε (add/remove, at the claimed δ) of the mechanism the engine really ran (its σ, q and steps as
-    recorded by the instruments; ∞ without noise): a deterministic check of the claim's arithmetic."""
+    check: ClaimCheck | None = None
+    """What the engine saw the defense run (``check_claim``): every mechanism composed by PLD (add/remove, at the
+    claimed δ; ∞ without noise), a deterministic check of the claim's arithmetic, and whether the release is the
+    state ``train`` returned."""
     gaussian: str | None = None
-    """The kind whose Gaussian-fit bound is part of the verdict (``gaussian_kind``), None where none is."""
+    """The kind whose Gaussian-fit bound is part of the verdict (``gaussian_kind`` of a trained release), None
+    where none is."""
+
+    @property
+    def mechanism_epsilon(self) -> float | None:
+        """The composed PLD ε of the mechanisms the release ran (None where it could not be recomputed)."""
+        return None if self.check is None else self.check.epsilon
 
     @property
     def lower_bound(self) -> float:
@@ -159,8 +170,8 @@ class CanaryAudit:
             "alpha": self.alpha, "empirical_epsilon": self.lower_bound, "flagged": self.flagged,
             "claim_consistent": self.claim_consistent, "violation": self.violation,
         }
-        if self.mechanism_epsilon is not None:
-            out["mechanism_epsilon"] = self.mechanism_epsilon
+        if self.check is not None:
+            out |= {f"mechanism_{k}": v for k, v in self.check.as_dict().items() if v is not None}
         if self.claim_pld_epsilon is not None:
             out["claimed_epsilon_pld"] = self.claim_pld_epsilon
         for k in self.kinds:
@@ -252,7 +263,8 @@ def _kind(name: str, scores: np.ndarray, truth: np.ndarray, delta: float, alpha:
 class CanaryRun:
     """What training K models with canaries produced: their final and initial states, the canaries with their
     secret bits (``gradient.included``, ``inputs_in``), the input canary records, the claim, and the PLD ε of
-    the mechanism the engine really ran (``mechanism_epsilon``)."""
+    the mechanisms the engine saw the defense run and whether the release is the state ``train`` returned
+    (``check``)."""
 
     state: State
     init: State
@@ -261,7 +273,7 @@ class CanaryRun:
     inputs_y: torch.Tensor | None  # [m]
     inputs_in: np.ndarray | None  # [K, m] bool: canary j present in model k's data (secret)
     claim: Claim
-    mechanism_epsilon: float | None
+    check: ClaimCheck
     input_kind: str = "mislabelled"
 
     @property
@@ -314,7 +326,7 @@ def train_with_canaries(
     if result.claim is None:
         raise ValueError("the defense makes no privacy claim: there is nothing to audit")
     return CanaryRun(result.state, init, canaries, cx_t, cy_t, in_truth, result.claim,
-                     _mechanism_epsilon(instruments, result.claim.delta), spec.input_kind)
+                     check_claim(instruments, result.claim.delta, result.state), spec.input_kind)
 
 
 def gradient_canary_scores(final: torch.Tensor, start: torch.Tensor | None, index: torch.Tensor, sign: torch.Tensor,
@@ -376,13 +388,15 @@ def run_truths(run: CanaryRun) -> dict[str, np.ndarray]:
 
 
 def analyse(claim: Claim, scores: dict[str, np.ndarray], truths: dict[str, np.ndarray], models: int,
-            alpha: float = ALPHA, seed: int = 0, mechanism_epsilon: float | None = None) -> CanaryAudit:
+            alpha: float = ALPHA, seed: int = 0, check: ClaimCheck | None = None) -> CanaryAudit:
     """The statistics of an audit from each canary kind's scores and truths (see the module docstring): the
-    verdict's bounds (one-run per kind, the Gaussian fit of the gradient kind of a full-batch claim) each at
-    α/#bounds (Bonferroni), held-out Clopper–Pearson and Gaussian-DP threshold estimates at α."""
+    verdict's bounds (one-run per kind, the Gaussian fit of the gradient kind of a full-batch claim whose release
+    ``check`` found to be the trained state) each at α/#bounds (Bonferroni), held-out Clopper–Pearson and
+    Gaussian-DP threshold estimates at α. Without a ``check`` the scores are taken as the trained state's."""
     if not scores or sorted(scores) != sorted(truths):
         raise ValueError(f"need scores and truths of the same canary kinds, got {sorted(scores)} and {sorted(truths)}")
-    gaussian = gaussian_kind(claim.sample_rate, list(scores))
+    trained = check is None or check.trained_release
+    gaussian = gaussian_kind(claim.sample_rate, list(scores)) if trained else None
     alpha_bound = alpha / (len(scores) + (gaussian is not None))
     kinds = []
     for name in scores:
@@ -395,7 +409,7 @@ def analyse(claim: Claim, scores: dict[str, np.ndarray], truths: dict[str, np.nd
     pld = None
     if claim.noise_multiplier is not None and claim.sample_rate is not None and claim.steps and 0 < claim.delta < 1:
         pld = epsilon_under(float(claim.noise_multiplier), float(claim.sample_rate), int(claim.steps), claim.delta)
-    return CanaryAudit(claim, pld, tuple(kinds), models, alpha, mechanism_epsilon, gaussian)
+    return CanaryAudit(claim, pld, tuple(kinds), models, alpha, check, gaussian)
 
 
 def audit(
@@ -412,22 +426,7 @@ def audit(
     module docstring). Every model trains on all of X (plus its input canaries' rows)."""
     run = train_with_canaries(fit, arch, recipe, X, y, spec, solver)
     return analyse(run.claim, run_scores(arch, run, spec), run_truths(run), spec.models, spec.alpha, spec.seed,
-                   run.mechanism_epsilon)
-
-
-def _mechanism_epsilon(instruments: AuditInstruments, delta: float) -> float | None:
-    """The largest PLD ε (add/remove) over the DP-SGD runs the instruments saw; ∞ for a run without noise. ε falls
-    as σ grows, so a σ below ``SIGMA_FLOOR`` is accounted at the floor (where the PLD grid stays small): the figure
-    is then a lower bound on the run's ε, which is all a refutation needs."""
-    if not 0 < delta < 1 or not instruments.runs:
-        return None
-    worst = 0.0
-    for run in instruments.runs:
-        if run.noise_multiplier == 0:
-            return float("inf")
-        sigma = max(run.noise_multiplier, SIGMA_FLOOR)
-        worst = max(worst, epsilon_under(sigma, run.sample_rate, run.steps, delta))
-    return worst
+                   run.check)
 
 
 def audit_procedure(procedure, X: torch.Tensor, y: torch.Tensor, spec: CanarySpec = CanarySpec()) -> CanaryAudit:  # noqa: ANN001

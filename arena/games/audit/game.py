@@ -49,6 +49,7 @@ from arena.games.audit.canaries import (
     run_truths,
     train_with_canaries,
 )
+from arena.games.audit.claim_check import ClaimCheck
 from arena.pipeline.procedure import TrainingProcedure
 from arena.pipeline.store import content_key, tensor_digest
 
@@ -144,6 +145,10 @@ def audit_metrics(result: CanaryAudit, input_kind: str) -> dict[str, Any]:
                               else result.mechanism_epsilon),
         "mechanism_noise_free": result.mechanism_epsilon is not None and not np.isfinite(result.mechanism_epsilon),
         "claimed_epsilon_pld": result.claim_pld_epsilon,
+        "release_is_trained": result.check is None or result.check.trained_release,
+        "mechanism_runs": None if result.check is None else result.check.runs,
+        "mechanism_laplace": None if result.check is None else result.check.laplace,
+        "mechanism_unaccounted": None if result.check is None else result.check.unaccounted,
         "claim_consistent": result.claim_consistent, "flagged": result.flagged, "violation": result.violation,
         "models": result.models, "alpha": result.alpha, "input_kind": input_kind,
     }
@@ -174,20 +179,22 @@ def run_to_tensors(run: CanaryRun) -> dict[str, torch.Tensor]:
     if run.inputs_X is not None:
         assert run.inputs_y is not None  # set together with inputs_X
         out |= {"in.X": run.inputs_X, "in.y": run.inputs_y, "in.included": torch.as_tensor(run.inputs_in)}
-    meta = {"claim": run.claim.as_dict(), "mechanism_epsilon": run.mechanism_epsilon, "input_kind": run.input_kind}
+    meta = {"claim": run.claim.as_dict(), "check": run.check.as_dict(), "input_kind": run.input_kind}
     out["meta"] = torch.frombuffer(bytearray(json.dumps(meta).encode()), dtype=torch.uint8)
     return {k: v.detach().cpu().contiguous() for k, v in out.items()}
 
 
 def run_from_tensors(t: dict[str, torch.Tensor]) -> CanaryRun:
     meta = json.loads(bytes(t["meta"].tolist()).decode())
+    # an entry cached before the check recorded more than the ε: its release is not known to be the trained state
+    check = ClaimCheck(**meta["check"]) if "check" in meta else ClaimCheck(meta["mechanism_epsilon"], 0, 0, 0, False)
     grad = GradientCanaries(t["g.index"], t["g.sign"], t["g.included"]) if "g.index" in t else None
     return CanaryRun(
         state={k[6:]: v for k, v in t.items() if k.startswith("state.")},
         init={k[5:]: v for k, v in t.items() if k.startswith("init.")},
         gradient=grad, inputs_X=t.get("in.X"), inputs_y=t.get("in.y"),
         inputs_in=t["in.included"].numpy().astype(bool) if "in.included" in t else None,
-        claim=Claim(**meta["claim"]), mechanism_epsilon=meta["mechanism_epsilon"], input_kind=meta["input_kind"],
+        claim=Claim(**meta["claim"]), check=check, input_kind=meta["input_kind"],
     )
 
 
@@ -308,7 +315,7 @@ class AuditGame(Game):
                 raise ValueError(f"attack {attack.name!r} returned {k} scores of shape {s.shape}, need {t.shape}")
             scores[k] = s
         result = analyse(run.claim, scores, truths, run.models, self.spec.alpha,
-                         derive_seed(self.seed, "audit-statistics"), run.mechanism_epsilon)
+                         derive_seed(self.seed, "audit-statistics"), run.check)
         metrics = audit_metrics(result, self.spec.input_kind)
         notes = [
             f"empirical_epsilon is the largest of the verdict's bounds (confidence {1 - self.spec.alpha:.0%} "
@@ -318,6 +325,12 @@ class AuditGame(Game):
             + "; eps_heldout treats canaries as independent trials; eps_gdp (one threshold)"
             + ("" if result.gaussian else " and eps_gdp_fit") + " assume a Gaussian trade-off: estimates",
         ]
+        if not run.check.trained_release:
+            notes.append("the release is not the state the defense's train call returned (post-processed), so the "
+                         "Gaussian fit's hypothesis may fail: it is an estimate here; the one-run bounds speak alone")
+        if run.check.unaccounted:
+            notes.append(f"{run.check.unaccounted} Laplace draw(s) declared no sensitivity and are left out of the "
+                         "claim check: mechanism_epsilon is a lower bound on the release's ε")
         arrays = {}
         for k in truths:
             arrays[f"{k}_scores"] = scores[k]

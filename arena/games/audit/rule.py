@@ -65,7 +65,9 @@ def audit_row(row: Mapping[str, Any], saved: Mapping[str, Any]) -> CanaryAuditRe
     metrics = row.get("metrics") or {}
     alpha = float(metrics.get("alpha") or ALPHA)
     kinds = [k for k in KINDS if f"{k}_scores" in saved and f"{k}_truth" in saved]
-    fitted = gaussian_kind((row.get("claim") or {}).get("sample_rate"), kinds)
+    # the Gaussian fit only where the release is the state train returned (the game's claim check records it)
+    trained = bool(metrics.get("release_is_trained"))
+    fitted = gaussian_kind((row.get("claim") or {}).get("sample_rate"), kinds) if trained else None
     a = alpha / (len(kinds) + (fitted is not None))
     scores = {k: np.asarray(saved[f"{k}_scores"], np.float64).reshape(-1) for k in kinds}
     truths = {k: np.asarray(saved[f"{k}_truth"]).astype(bool).reshape(-1) for k in kinds}

@@ -107,6 +107,9 @@ class MembershipGame(Game):
         if spec.stratify:  # label-sorted (random within a label), then dealt alternately: equal label counts
             pairs = pairs[np.argsort(dataset.y[pairs], kind="stable")]
         self._deal(pairs[0::2], pairs[1::2])
+        # member i and non-member i were dealt from one pair, so which of the two trains is a fair coin, independent
+        # across pairs: exactly one record of each swaps, the experiment the paired one-run bound reads
+        self._paired = True
         self._shadows: Any = None
 
     def _deal(self, members: np.ndarray, nonmembers: np.ndarray) -> None:
@@ -122,6 +125,7 @@ class MembershipGame(Game):
         challenge = np.concatenate([members, nonmembers])
         shuffle = permutation(len(challenge), "membership-challenge", self.seed)
         self.challenge = challenge[shuffle]
+        self._shuffle = shuffle
         self._is_member = shuffle < m
 
     def _trained_elsewhere(self, procedure: TrainingProcedure) -> Release | None:
@@ -139,6 +143,7 @@ class MembershipGame(Game):
                              f"at least as many non-members)")
         drawn = np.sort(nonmembers[permutation(len(nonmembers), "membership-given-nonmembers", self.seed)[:m]])
         self._deal(np.sort(members), drawn)
+        self._paired = False  # the members were fixed outside the game: no coin decided which of a pair trained
         self._shadows = dataclasses.replace(procedure, defense=given.shadows)
         template = procedure.arch.template()
         names = (*template.trainable, *template.buffers)
@@ -213,6 +218,14 @@ class MembershipGame(Game):
                 f"attack {attack.name!r} returned {len(scores)} scores for {len(self.challenge)} challenge points"
             )
         metrics, notes = membership_metrics(scores, self._is_member, decisions)
+        out = scores[~self._is_member]
+        ties = int(np.sum(out == out.max()))
+        metrics["top_ties"] = ties  # non-members sharing the top non-member score: no TPR below ties/n at lower FPR
+        if ties > 1:
+            notes.append(f"{ties} non-members share the top non-member score: below FPR {ties / len(out):.2%} the "
+                         "attack's TPR is 0 by construction")
+        if guess.references is not None:
+            metrics["reference_points"] = int(guess.references)
         # ``record``: each challenge point's row in the dataset, so that a record's score and rank can be followed
         # across seeds (per-record risk); ``label``: its class, for per-class rates without reloading the data.
         arrays = {
@@ -221,4 +234,16 @@ class MembershipGame(Game):
             "record": self.challenge.astype(np.int64),
             "label": np.asarray(self.dataset.y[self.challenge]).astype(np.int64),
         }
+        if self._paired:
+            arrays["pair"] = self.pairs()
         return Outcome(metrics, notes, arrays)
+
+    def pairs(self) -> np.ndarray:
+        """[2m] each challenge point's pair id (member i and non-member i share id i), −1 for the points of a pair
+        whose two records have different labels (dropped: the paired audit swaps records of one label)."""
+        m = len(self.members)
+        ids = np.r_[np.arange(m), np.arange(m)]
+        y = np.asarray(self.dataset.y)
+        same = y[self.members] == y[self.nonmembers]
+        ids = np.where(np.r_[same, same], ids, -1)
+        return ids[self._shuffle].astype(np.int64)  # the challenge is [members, non-members][shuffle]

@@ -14,9 +14,14 @@ side) is chosen on a seeded half of the members and of the non-members, and on t
 A violation is that bound above the replace-one ε: a test at level 5% (simulated in tests/privacy/test_heldout.py).
 Each audit also carries ``max_certifiable``: the largest bound its evaluation half could ever give (100 + 100
 points → 50 + 50 evaluate → at most 2.57), so a reader sees when an audit cannot speak. Caveat, stated where
-the numbers are shown: the points are scored on one model, so they are not independent trials; when the saved
-arrays carry each point's ``pair`` id, the one-run bound of Steinke, Nasr & Jagielski 2023 (valid for one run)
-is computed beside it.
+the numbers are shown: the points are scored on one model, so they are not independent trials.
+
+The game saves each challenge point's ``pair`` (member i and non-member i were dealt from one pair, so which of
+them trained is a fair coin, independent across pairs; −1 for a pair whose labels differ, dropped). Then the
+paired one-run bound of Steinke, Nasr & Jagielski 2023 (``paired_canaries``: each pair scored by the difference
+of its two scores), proved for the dependent points of one model, joins the verdict: the held-out and the
+one-run bound each at α/2 (Bonferroni), a violation iff either exceeds the replace-one ε. Every audit says how
+many pairs a refutation of its claim needs at the least (``arena.games.membership.power``).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from arena.contracts.metric import FPR_LEVELS, tpr_key
+from arena.games.membership.power import MAX_PAIRS, pairs_to_refute
 from arena.privacy.binomial import ALPHA
 from arena.privacy.heldout import HeldOutBound, heldout_epsilon
 from arena.privacy.one_run import OneRunBound, one_run_epsilon, paired_canaries
@@ -95,11 +101,16 @@ class MembershipAudit(AuditedMatchup):
     relation: str = "replace_one"
     relation_how: str = ""
     one_run: OneRunBound | None = None  # when the saved arrays pair the points
+    pairs_needed: int | None = None
+    """The fewest pairs (a power of two) whose one-run bound could exceed the replace-one ε; None: none up to
+    ``MAX_PAIRS``."""
 
     @property
     def violation(self) -> bool:
-        """The held-out lower bound (95%) exceeds the replace-one ε: a test at level 5%."""
-        return self.lower_bound.epsilon > self.relation_epsilon
+        """The held-out lower bound or, for paired points, the one-run bound exceeds the replace-one ε (each at
+        α/2 when both are computed): a test at level 5%."""
+        one_run = self.one_run is not None and self.one_run.epsilon > self.relation_epsilon
+        return self.lower_bound.epsilon > self.relation_epsilon or one_run
 
 
 def audit_membership(row: dict[str, Any], arrays: Mapping[str, Any]) -> MembershipAudit:
@@ -111,10 +122,13 @@ def audit_membership(row: dict[str, Any], arrays: Mapping[str, Any]) -> Membersh
     scores = np.asarray(arrays["scores"], dtype=np.float64).reshape(-1)
     is_member = np.asarray(arrays["is_member"]).astype(bool).reshape(-1)
     tprs = tuple((level, metrics.get(tpr_key(level)), tpr_bound(rel.epsilon, rel.delta, level)) for level in FPR_LEVELS)
-    one_run = None
-    if "pair" in arrays:
-        diff, first_in = paired_canaries(scores, is_member, np.asarray(arrays["pair"]))
-        one_run = one_run_epsilon(diff, first_in, ALPHA, rel.delta, seed=split_seed(row["key"]))
+    one_run, alpha = None, ALPHA
+    pair = np.asarray(arrays["pair"]).reshape(-1) if "pair" in arrays else np.zeros(0, np.int64)
+    kept = pair >= 0
+    if kept.sum() >= 2:  # pairs of one label, the others dropped
+        alpha = ALPHA / 2  # two bounds in the verdict
+        diff, first_in = paired_canaries(scores[kept], is_member[kept], pair[kept])
+        one_run = one_run_epsilon(diff, first_in, alpha, rel.delta, seed=split_seed(row["key"]))
     return MembershipAudit(
         **identity(row),
         claimed_epsilon=eps,
@@ -122,18 +136,24 @@ def audit_membership(row: dict[str, Any], arrays: Mapping[str, Any]) -> Membersh
         advantage=metrics.get("advantage"),
         advantage_bound=advantage_bound(rel.epsilon, rel.delta),
         tpr_at_fpr=tprs,
-        lower_bound=empirical_epsilon(scores, is_member, rel.delta, ALPHA, split_seed(row["key"])),
+        lower_bound=empirical_epsilon(scores, is_member, rel.delta, alpha, split_seed(row["key"])),
         relation_epsilon=rel.epsilon,
         relation_delta=rel.delta,
         relation=rel.relation,
         relation_how=rel.how,
         one_run=one_run,
+        pairs_needed=pairs_to_refute(rel.epsilon, rel.delta, ALPHA / 2),
     )
 
 
 def describe_violation(a: MembershipAudit) -> str:
     """The finding in one line: the bound, the claim for the relation played, and the counts it rests on."""
     lb = a.lower_bound
+    if a.one_run is not None and a.one_run.epsilon > a.relation_epsilon and lb.epsilon <= a.relation_epsilon:
+        b = a.one_run
+        return (f"paired one-run ε ≥ {b.epsilon:.3f} > replace-one ε = {a.relation_epsilon:.3f} of the claimed "
+                f"ε = {a.claimed_epsilon:.3f}, δ = {a.delta:g} ({a.relation_how}); {1 - b.alpha:.1%} confidence, "
+                f"{b.correct}/{b.guesses} guesses right of {b.m} same-label pairs")
     return (
         f"empirical ε ≥ {lb.epsilon:.3f} > replace-one ε = {a.relation_epsilon:.3f} of the claimed "
         f"ε = {a.claimed_epsilon:.3f}, δ = {a.delta:g} ({a.relation_how}); 95% Clopper–Pearson on the held-out "
@@ -145,14 +165,18 @@ def describe_violation(a: MembershipAudit) -> str:
 def describe_audit(a: MembershipAudit) -> str:
     """One line per audited membership matchup: the bound, what its sample size could certify, the verdict."""
     lb = a.lower_bound
-    one = (f"; one-run ε ≥ {a.one_run.epsilon:.3f} ({a.one_run.correct}/{a.one_run.guesses} pairs guessed)"
+    one = (f"; paired one-run ε ≥ {a.one_run.epsilon:.3f} ({a.one_run.correct}/{a.one_run.guesses} right of "
+           f"{a.one_run.m} same-label pairs; at most {a.one_run.max_certifiable:.3f} certifiable)"
            if a.one_run is not None else "")
+    one += (f"; a refutation needs at least {a.pairs_needed} pairs" if a.pairs_needed is not None
+            else f"; no size up to {MAX_PAIRS:,} pairs can refute it")
     return (
         f"{a.defense_label} vs {a.attack} seed {a.seed}: empirical ε ≥ {lb.epsilon:.3f} (95%, held-out "
         f"{lb.n_members} + {lb.n_nonmembers}; at most {lb.max_certifiable:.3f} certifiable) vs replace-one "
         f"ε = {a.relation_epsilon:.3f} (claimed {a.claimed_epsilon:.3f} add/remove){one}: "
         + ("VIOLATION" if a.violation else
-           "consistent" if lb.max_certifiable > a.relation_epsilon else "consistent (cannot refute: claim above max)")
+           "consistent" if max(lb.max_certifiable, a.one_run.max_certifiable if a.one_run else 0.0) >
+           a.relation_epsilon else "consistent (cannot refute: claim above max)")
     )
 
 

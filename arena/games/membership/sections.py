@@ -23,6 +23,7 @@ from scipy.stats import rankdata
 from arena.contracts.metric import tpr_key
 from arena.games.membership import figures
 from arena.games.membership.metrics import score_metrics
+from arena.games.membership.power import MAX_PAIRS
 from arena.results.leaderboard import NOT_RESOLVABLE
 
 TOP_RECORDS = 3
@@ -218,7 +219,8 @@ def tradeoff_panels(ctx: Any) -> list[Any]:
 def _audit_verdict(a: Any) -> str:
     if a.violation:
         return "VIOLATION"
-    if a.lower_bound.max_certifiable <= a.relation_epsilon:
+    ceiling = max(a.lower_bound.max_certifiable, a.one_run.max_certifiable if a.one_run is not None else 0.0)
+    if ceiling <= a.relation_epsilon:
         return "cannot refute: the claim is above what this sample could certify"
     return "consistent"
 
@@ -231,14 +233,15 @@ def audit_section(audit: Any, page: Any) -> Markup:
     rows, classes = [], []
     for a in sorted(records, key=lambda a: not a.violation):
         lb = a.lower_bound
-        one_run = (f"{a.one_run.epsilon:.3f} ({a.one_run.correct}/{a.one_run.guesses} pairs)"
-                   if a.one_run is not None else "—")
+        one_run = (f"{a.one_run.epsilon:.3f} ({a.one_run.correct}/{a.one_run.guesses} right of {a.one_run.m} "
+                   f"pairs; ≤ {a.one_run.max_certifiable:.3f} certifiable)" if a.one_run is not None else "—")
+        needed = f"{a.pairs_needed:,}" if a.pairs_needed is not None else f"none up to {MAX_PAIRS:,}"
         classes.append("violation" if a.violation else "")
         rows.append([a.track, a.defense_label, a.attack, a.seed, fmt(a.claimed_epsilon), f"{a.delta:g}",
                      f"{fmt(a.relation_epsilon)} ({a.relation_how})" if a.relation_how else fmt(a.relation_epsilon),
                      fmt(lb.epsilon), fmt(lb.max_certifiable),
                      f"{lb.n_members} + {lb.n_nonmembers} of {lb.n_members_total} + {lb.n_nonmembers_total}",
                      f"{lb.true_positives}, {lb.false_positives}" if lb.direction else "— (no evidence)",
-                     one_run, _audit_verdict(a)])
+                     one_run, needed, _audit_verdict(a)])
     return page.render("membership-audit.html.j2", membership_rows=rows, membership_classes=classes,
                        missing=list(audit.missing) if audit is not None else [])
