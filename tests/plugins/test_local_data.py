@@ -138,7 +138,7 @@ def test_an_image_folder_resized_grey_and_limited_keeps_every_class(tmp_path):
     ds = load("image-folder", path=str(tmp_path / "pets"), size=[4, 4], channels=1, limit=3)
     assert ds.shape == (1, 4, 4) and ds.X.shape == (3, 16)
     assert ds.y.tolist() == [0, 1, 0]  # one of each class in turn
-    assert 0.0 <= ds.X.min() and ds.X.max() <= 1.0
+    assert ds.X.min() >= 0.0 and ds.X.max() <= 1.0
 
 
 # ---- Hugging Face ------------------------------------------------------------------------------------------------
