@@ -197,3 +197,25 @@ def test_cifar100_reads_its_python_files_with_fine_or_coarse_labels(tmp_path, la
     assert ds.n_classes == classes and ds.shape == (3, 32, 32)
     assert ds.y.tolist() == ([i * 17 % 100 for i in range(6)] if labels == "fine" else [i * 3 % 20 for i in range(6)])
     np.testing.assert_allclose(ds.X, data / 255.0, rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_csv_table_plays_a_tournament(tmp_path, capsys):
+    import json
+
+    from arena.cli import main
+    from tests.conftest import write_scenario
+    from tests.pipeline.test_faults import SMALL
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 4))
+    frame = pd.DataFrame(x, columns=list("abcd")).assign(kind=rng.choice(["p", "q", "r"], 300),
+                                                         label=np.where(x[:, 0] + x[:, 1] > 0, "hi", "lo"))
+    frame.to_csv(tmp_path / "records.csv", index=False)
+    text = SMALL.replace("timeout: 10", "timeout: 300").replace(
+        "{name: synthetic, n: 300, features: 8}", f"{{name: table, path: '{tmp_path / 'records.csv'}', label: label}}")
+    path = write_scenario(tmp_path / "s.yaml", text)
+    out = tmp_path / "run"
+    assert main(["run", str(path), "--out", str(out), "--serial", "--no-report"]) == 0, capsys.readouterr().err
+    (row,) = map(json.loads, (out / "results.jsonl").read_text().splitlines())
+    assert row["status"] == "ok" and 0.0 <= row["utility"] <= 1.0 and 0.0 <= row["metrics"]["auc"] <= 1.0, row
