@@ -102,10 +102,13 @@ def _parquet(path: Path) -> pd.DataFrame:
         raise ValueError(f"path: {path}: reading Parquet needs pyarrow, which is not installed (pip install "
                          "pyarrow, or 'privacy-arena[data]')") from None
     meta = pq.ParquetFile(path).metadata
-    size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    # 8 bytes a cell once read (a number, or a string's reference) plus the encoded data: a column of one value
+    # run-length encoded takes a few bytes in the file however many rows it has
+    size = 8 * meta.num_rows * meta.num_columns + sum(meta.row_group(i).total_byte_size
+                                                      for i in range(meta.num_row_groups))
     if size > MAX_FILE_BYTES:
-        raise ValueError(f"path: {path}: {size} bytes uncompressed, more than the {MAX_FILE_BYTES} a data file may "
-                         "have")
+        raise ValueError(f"path: {path}: {meta.num_rows} rows x {meta.num_columns} columns, about {size} bytes "
+                         f"uncompressed, more than the {MAX_FILE_BYTES} a data file may have")
     return pq.read_table(path).to_pandas()
 
 

@@ -227,3 +227,25 @@ def test_bad_cifar100_files_are_refused(tmp_path, capsys, what, content, expecte
     (folder / "train").write_bytes(content)
     refused(tmp_path, capsys, f"{{name: cifar100, path: '{folder}'}}", "path", folder / "train", expected)
     assert not Path("/tmp/arena-pwned").exists()
+
+
+def test_saved_arrow_files_past_the_limit_are_refused_before_the_library_opens_them(tmp_path, capsys, monkeypatch):
+    import arena_plugins.hf
+
+    monkeypatch.setattr(arena_plugins.hf, "MAX_FILE_BYTES", 100)
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "state.json").write_text("{}")
+    for i in range(2):
+        (tmp_path / "hf" / f"data-0000{i}-of-00002.arrow").write_bytes(b"\0" * 60)
+    refused(tmp_path, capsys, f"{{name: huggingface, path: '{tmp_path / 'hf'}'}}", "path", tmp_path / "hf",
+            "120 bytes of Arrow files, more than the 100")
+
+
+def test_a_parquet_file_past_the_limit_uncompressed_is_refused_from_its_metadata(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("pyarrow")
+    import arena_plugins.tables
+
+    path = tmp_path / "zeros.parquet"
+    pd.DataFrame({"x": np.zeros(20_000), "y": np.arange(20_000) % 2}).to_parquet(path)
+    monkeypatch.setattr(arena_plugins.tables, "MAX_FILE_BYTES", path.stat().st_size * 4)
+    refused(tmp_path, capsys, f"{{name: table, path: '{path}', label: y}}", "path", path, "bytes uncompressed")
