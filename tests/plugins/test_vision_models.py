@@ -103,6 +103,7 @@ def test_a_torchvision_model_is_built_for_the_dataset_without_weights(fake_torch
     assert fake_torchvision[-1] == {"name": "small_resnet", "weights": None, "num_classes": 10, "width": 4}
 
 
+@pytest.mark.slow  # three validations
 def test_torchvision_names_and_options_are_checked(fake_torchvision, tmp_path, capsys):
     cases = {"{name: torchvision, architecture: smal_resnet}": "tracks[0].model.architecture: Value error, "
              "torchvision has no classification model 'smal_resnet' (2 known); did you mean 'small_resnet'?",
