@@ -113,10 +113,11 @@ def _parquet(path: Path) -> pd.DataFrame:
 
 
 class TableParams(_Params):
-    path: Path = Field(strict=False, description="a .csv, .tsv or .parquet file, one record per row, a header row")
+    path: Path = Field(strict=False, description="a .csv, .tsv or .parquet file, one record per row")
     label: str = Field(min_length=1, description="the label column")
     columns: list[str] | None = Field(default=None, min_length=1, description="feature columns (default: all others)")
     categorical: list[str] = Field(default_factory=list, description="numeric columns to one-hot encode too")
+    header: bool = Field(default=True, description="false: no header row, columns are named by position 0, 1, ...")
     limit: PositiveInt | None = None
 
 
@@ -132,12 +133,14 @@ class Table(DatasetLoader):
         suffix = path.suffix.lower()
         if suffix not in (".csv", ".tsv", ".parquet", ".pq"):
             raise ValueError(f"path: {path}: not a .csv, .tsv or .parquet file (compressed tables are not read)")
+        if not params.header and suffix not in (".csv", ".tsv"):
+            raise ValueError("header: a Parquet file always names its columns")
         try:
             if suffix in (".parquet", ".pq"):
                 frame = _parquet(path)
             else:
                 frame = pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",", encoding="utf-8",
-                                    low_memory=False, compression=None)
+                                    low_memory=False, compression=None, header=0 if params.header else None)
         except ValueError as exc:
             if str(exc).startswith("path: "):
                 raise

@@ -56,6 +56,15 @@ def test_a_table_keeps_only_the_columns_named_and_the_first_limit_rows(tmp_path)
     assert ds.y.tolist() == [1, 0, 0, 1] and ds.n_classes == 2
 
 
+def test_a_headerless_csv_names_its_columns_by_position(tmp_path):
+    """Purchase100 as Shokri et al. distribute it: the class first, then the binary features, no header."""
+    path = tmp_path / "dataset_purchase.csv"
+    path.write_text("3,0,1,1\n1,1,0,1\n3,1,1,0\n")
+    ds = load("table", path=str(path), label="0", header=False)
+    np.testing.assert_array_equal(ds.X, [[0, 1, 1], [1, 0, 1], [1, 1, 0]])
+    assert ds.y.tolist() == [1, 0, 1] and ds.n_classes == 2
+
+
 def test_a_parquet_table_reads_as_its_csv_does(tmp_path):
     pytest.importorskip("pyarrow")
     FRAME.to_parquet(tmp_path / "people.parquet")
