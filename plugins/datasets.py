@@ -1,4 +1,5 @@
-"""Built-in datasets: scikit-learn's digits and breast_cancer, a seeded synthetic set, local MNIST and CIFAR-10."""
+"""Built-in datasets: scikit-learn's digits and breast_cancer, a seeded synthetic set, local MNIST, CIFAR-10 and
+CIFAR-100."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import stat
 import struct
 import zlib
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
@@ -183,11 +185,12 @@ class MNIST(DatasetLoader):
 
 
 class RefusedPickle(pickle.UnpicklingError, ValueError):  # noqa: N818 - public name, kept (it is a refusal, not a bug)
-    """A CIFAR-10 batch asked to build something other than arrays: refused, as a hostile file would be."""
+    """A CIFAR batch asked to build something other than arrays: refused, as a hostile file would be."""
 
 
 class _ArrayUnpickler(pickle.Unpickler):
-    """Unpickles CIFAR-10's python batches: dicts, lists, bytes (via codecs.encode) and numpy arrays only."""
+    """Unpickles CIFAR-10's and CIFAR-100's python batches: dicts, lists, bytes (via codecs.encode) and numpy
+    arrays only."""
 
     ALLOWED = {
         ("numpy.core.multiarray", "_reconstruct"),
@@ -199,7 +202,7 @@ class _ArrayUnpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str) -> object:
         if (module, name) not in self.ALLOWED:
-            raise RefusedPickle(f"refusing to load {module}.{name} from a CIFAR-10 batch")
+            raise RefusedPickle(f"refusing to load {module}.{name} from a CIFAR batch")
         import codecs
 
         import numpy._core.multiarray as multiarray
@@ -209,24 +212,27 @@ class _ArrayUnpickler(pickle.Unpickler):
         return multiarray._reconstruct if name == "_reconstruct" else getattr(np, name)
 
 
-def read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """One CIFAR-10 python batch: uint8 images [n, 3072] and labels [n]; a corrupt, truncated or hostile file is
-    a ValueError naming it."""
+def read_cifar_batch(path: Path, labels_key: str = "labels", classes: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """One CIFAR python batch: uint8 images [n, 3072] and labels [n] (CIFAR-10's ``labels``; CIFAR-100's
+    ``fine_labels`` or ``coarse_labels``, 100 or 20 classes); a corrupt, truncated or hostile file is a
+    ValueError naming it."""
+    title = "CIFAR-10" if classes == 10 else "CIFAR-100"
     try:
         with open(regular_file(path), "rb") as f:
             raw = f.read()
         batch = _ArrayUnpickler(io.BytesIO(raw), encoding="bytes").load()  # lengths past the end: truncated
         if not isinstance(batch, dict):
-            raise ValueError(f"path: {path}: not a CIFAR-10 batch (a {type(batch).__name__}, not a dict)")
+            raise ValueError(f"path: {path}: not a {title} batch (a {type(batch).__name__}, not a dict)")
         data = batch.get(b"data", batch.get("data"))
-        labels = batch.get(b"labels", batch.get("labels"))
+        labels = batch.get(labels_key.encode(), batch.get(labels_key))
         if data is None or labels is None:
-            raise ValueError(f"path: {path}: CIFAR-10 batch without data or labels")
+            raise ValueError(f"path: {path}: {title} batch without data or {labels_key}")
         X, y = np.asarray(data, dtype=np.uint8).reshape(len(labels), -1), np.asarray(labels, dtype=np.int64)
     except _CORRUPT as exc:
         raise corrupt(path, exc) from None
-    if X.shape[1] != 3 * 32 * 32 or y.ndim != 1 or (y.size and (y.min() < 0 or y.max() > 9)):
-        raise ValueError(f"path: {path}: expected images [n, 3072] and labels 0-9, got {X.shape} and {y.shape}")
+    if X.shape[1] != 3 * 32 * 32 or y.ndim != 1 or (y.size and (y.min() < 0 or y.max() >= classes)):
+        raise ValueError(f"path: {path}: expected images [n, 3072] and {labels_key} 0-{classes - 1}, got {X.shape} "
+                         f"and {y.shape}")
     return X, y
 
 
@@ -254,7 +260,31 @@ class CIFAR10(DatasetLoader):
         return Dataset("cifar10", (X[:n] / 255.0).astype(np.float32), y[:n], 10, "image", (3, 32, 32))
 
 
+class CIFAR100Params(LocalParams):
+    labels: Literal["fine", "coarse"] = Field(default="fine", description="fine: 100 classes; coarse: 20 superclasses")
+
+
+class CIFAR100(DatasetLoader):
+    """Local CIFAR-100 python files in ``path`` (``train`` or ``test``, as cifar-100-python.tar.gz unpacks)."""
+
+    name = "cifar100"
+    Params = CIFAR100Params
+
+    def load(self, params: CIFAR100Params) -> Dataset:  # type: ignore[override]  # narrowed: the loader's own Params (plugin contract)
+        if not params.path.is_dir():
+            raise ValueError(f"path: {params.path} is not a directory")
+        if params.split not in ("train", "test"):
+            raise ValueError("split: must be 'train' or 'test'")
+        file = params.path / params.split
+        if not (file.exists() or file.is_symlink()):
+            raise ValueError(f"path: {params.path} holds no CIFAR-100 file {params.split!r}")
+        classes = 100 if params.labels == "fine" else 20
+        X, y = read_cifar_batch(file, f"{params.labels}_labels", classes)
+        n = min(len(y), params.limit or len(y))
+        return Dataset("cifar100", (X[:n] / 255.0).astype(np.float32), y[:n], classes, "image", (3, 32, 32))
+
+
 @hookimpl
 def register_datasets(register) -> None:  # noqa: ANN001
-    for loader in (Digits, BreastCancer, Synthetic, MNIST, CIFAR10):
+    for loader in (Digits, BreastCancer, Synthetic, MNIST, CIFAR10, CIFAR100):
         register(loader)

@@ -14,6 +14,7 @@ from torch.func import replace_all_batch_norm_modules_
 
 from arena.engine import ghost
 from arena.engine.dense import Dense
+from arena.engine.groupnorm import batch_norms, replace_batch_norm
 
 
 class ModelPlugin(Protocol):
@@ -41,6 +42,9 @@ class Architecture:
     model: ModelPlugin
     input_shape: tuple[int, ...]
     n_classes: int
+    group_norm: bool = False
+    """Replace the module's BatchNorm layers by GroupNorm (``arena.engine.groupnorm``): how a BatchNorm model
+    trains under a defense that clips per-example gradients."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "input_shape", tuple(int(s) for s in self.input_shape))
@@ -53,6 +57,7 @@ class Architecture:
             "params": self.model.params.model_dump(mode="json"),
             "input_shape": list(self.input_shape),
             "n_classes": self.n_classes,
+            **({"group_norm": True} if self.group_norm else {}),
         }
 
     def __eq__(self, other: object) -> bool:
@@ -62,7 +67,8 @@ class Architecture:
         return hash(json.dumps(self.identity(), sort_keys=True))
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"model": self.model, "input_shape": self.input_shape, "n_classes": self.n_classes}
+        return {"model": self.model, "input_shape": self.input_shape, "n_classes": self.n_classes,
+                "group_norm": self.group_norm}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         for k, v in state.items():
@@ -83,11 +89,14 @@ class Architecture:
         return self.model.dense(self.input_shape, self.n_classes)
 
     def build(self) -> torch.nn.Module:
-        """A fresh module from the plugin, batch-norm layers set to use batch statistics only (so that K copies
-        can run under ``vmap``); initialised from torch's global generator."""
+        """A fresh module from the plugin, batch-norm layers replaced by GroupNorm (``group_norm``) or set to use
+        batch statistics only (so that K copies can run under ``vmap``); initialised from torch's global
+        generator."""
         module = self.model.build(self.input_shape, self.n_classes)
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"model {self.model.name!r} built {type(module).__name__}, not a torch.nn.Module")
+        if self.group_norm:
+            module = replace_batch_norm(module)
         return replace_all_batch_norm_modules_(module)
 
     def template(self) -> Template:
@@ -121,8 +130,42 @@ def _template(arch: Architecture) -> Template:
     return Template(module, names, buffers, penalised, ghost.plan(module, arch.input_shape))
 
 
-def has_batch_norm(arch: Architecture) -> bool:
-    """Whether the model normalises over the batch (BatchNorm), which mixes examples and defeats per-example
-    clipping."""
-    module = arch.model.build(arch.input_shape, arch.n_classes)
-    return any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in module.modules())
+def _meta_build(arch: Architecture) -> torch.nn.Module:
+    """``arch.build()`` on the meta device (nothing allocated), or for real for a model whose construction needs
+    real tensors (the plan has checked that its size fits before asking)."""
+    try:
+        with torch.device("meta"):
+            return arch.build()
+    except (NotImplementedError, RuntimeError):
+        return arch.build()
+
+
+def batch_norm_layers(arch: Architecture) -> list[str]:
+    """The names of the module's BatchNorm layers, which normalise over the batch: that mixes examples and defeats
+    per-example clipping."""
+    return batch_norms(_meta_build(arch))
+
+
+def for_per_example_clipping(arch: Architecture) -> Architecture:
+    """``arch`` as a defense that clips per-example gradients trains it: with its BatchNorm layers replaced by
+    GroupNorm when it has any (``ValueError`` naming those that cannot be), else unchanged."""
+    if arch.group_norm or not batch_norm_layers(arch):
+        return arch
+    fixed = Architecture(arch.model, arch.input_shape, arch.n_classes, group_norm=True)
+    _meta_build(fixed)  # raises for a BatchNorm subclass that cannot be replaced
+    return fixed
+
+
+def group_norm_problem(arch: Architecture) -> str | None:
+    """Why ``arch`` cannot train under per-example clipping (a BatchNorm layer that GroupNorm cannot replace, or
+    a module that fails to build once replaced), or None."""
+    try:
+        for_per_example_clipping(arch).template()
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+GROUP_NORM_NOTE = ("model: BatchNorm layers replaced by GroupNorm (gcd(32, channels) groups, as Opacus's "
+                   "ModuleValidator.fix does) so that per-example gradients can be clipped")
+"""The row note of a matchup whose model trained with ``group_norm``."""

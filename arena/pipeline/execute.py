@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from arena._version import __version__
+from arena.engine.architecture import GROUP_NORM_NOTE
 from arena.engine.augment import Augment
 from arena.engine.recipe import Recipe
 from arena.engine.seeds import RESAMPLES, challenger_seed, resample_seed
@@ -44,7 +45,7 @@ def procedure_for(matchup: Matchup, store: RunStore) -> TrainingProcedure:
     defense = cls(cls.Params.model_validate(matchup.defense.params))
     return TrainingProcedure(
         defense,
-        architecture(matchup.track, dataset),
+        architecture(matchup.track, dataset, per_example=cls.per_example_gradients),
         recipe(matchup.defense.training),
         solver=matchup.defense.training["solver"],
         device=matchup.track.device,
@@ -52,6 +53,11 @@ def procedure_for(matchup: Matchup, store: RunStore) -> TrainingProcedure:
         chunk=matchup.track.pool_chunk,
         code={k: p.identity() for k, p in matchup.provenance().items() if k in ("model", "defense")},
     )
+
+
+def model_notes(procedure: TrainingProcedure) -> list[str]:
+    """What the arena changed in the track's model for this defense (BatchNorm → GroupNorm), as row notes."""
+    return [GROUP_NORM_NOTE] if procedure.arch.group_norm else []
 
 
 def _plugin_version(entry: Any, name: str, version: str) -> str:
@@ -218,7 +224,7 @@ def play_matchup(matchup: Matchup, run_dir: str) -> dict[str, Any]:
                 else:
                     view = game.view(attack, release, procedure)
                     outcome = game.score(attack, process.run(view))
-                    row.update(metrics=outcome.metrics, notes=outcome.notes)
+                    row.update(metrics=outcome.metrics, notes=[*model_notes(procedure), *outcome.notes])
                     if outcome.arrays:
                         store.save_arrays(matchup.key, {k: torch.from_numpy(np.ascontiguousarray(v))
                                                         for k, v in outcome.arrays.items()})

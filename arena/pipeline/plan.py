@@ -20,7 +20,7 @@ from arena.contracts.dataset import Dataset, available_memory
 from arena.contracts.defense import Defense
 from arena.contracts.game import Game
 from arena.contracts.spec import GameSpec, PluginRef, Scenario, Track, TrainingOverride, TrainingSpec
-from arena.engine.architecture import Architecture, has_batch_norm
+from arena.engine.architecture import Architecture, for_per_example_clipping, group_norm_problem
 from arena.pipeline.honours import unhonoured
 from arena.pipeline.labels import Labelled, assign, flatten
 from arena.pipeline.limits import too_many
@@ -142,10 +142,11 @@ def load_dataset(ref: PluginRef) -> Dataset:
     return _load_dataset_cached(ref.name, params.model_dump_json())
 
 
-def architecture(track: Track, dataset: Dataset) -> Architecture:
-    """The track's model (a registered model plugin with its parameters) bound to the dataset's shape."""
+def architecture(track: Track, dataset: Dataset, per_example: bool = False) -> Architecture:
+    """The track's model plugin bound to the dataset's shape (BatchNorm → GroupNorm for ``per_example`` clipping)."""
     cls = registries().models.get(track.model.name)
-    return Architecture(cls(cls.Params.model_validate(track.model.options)), dataset.shape, dataset.n_classes)
+    arch = Architecture(cls(cls.Params.model_validate(track.model.options)), dataset.shape, dataset.n_classes)
+    return for_per_example_clipping(arch) if per_example else arch
 
 
 TRAINING_MEMORY_FACTOR = 4
@@ -349,10 +350,9 @@ def _check_track(
         params = _plugin_params(source, prefix, ref, cls, problems, options) if cls else None
         if params is None or training is None:
             continue
-        if cls.per_example_gradients and arch is not None and has_batch_norm(arch):
-            problems.append(f"{source}: {where}.model: model {track.model.name!r} has BatchNorm layers, which mix "
-                            f"examples in a batch, so defense {cls.name!r} ({prefix}) cannot clip per-example "
-                            "gradients; use a GroupNorm model (e.g. norm: group)")
+        if cls.per_example_gradients and arch is not None and (why := group_norm_problem(arch)):
+            problems.append(f"{source}: {where}.model: model {track.model.name!r}: {why}, so defense {cls.name!r} "
+                            f"({prefix}) cannot clip per-example gradients; use a GroupNorm model (e.g. norm: group)")
         problems.extend(unhonoured(source, where, j, cls, ref, training, arch.l2 if arch is not None else 0.0))
         code = provenance(regs.defenses.entry(cls.name))
         recipe = training.model_dump(mode="json")

@@ -73,7 +73,8 @@ class ResultRow(TypedDict):
     error: Annotated[str | None, Col("why it failed or was skipped; null when ok", frame=True)]
     traceback: Annotated[str | None, Col("the failure's traceback, where there is one")]
     metrics: Annotated[dict[str, Any], Col("metric name → value (null: the sample cannot resolve it)", legacy=True)]
-    notes: Annotated[list[str], Col("the game's notes on what the sample cannot resolve")]
+    notes: Annotated[list[str], Col("what the arena changed in the model (BatchNorm → GroupNorm under per-example "
+                                    "clipping), then the game's notes on what the sample cannot resolve")]
     claim: Annotated[dict[str, Any] | None, Col("the release's privacy claim (ε, δ, accountant); null: none")]
     versions: Annotated[dict[str, str], Col("arena, torch and python; the game's, dataset's, model's, defense's "
                                             "and attack's distribution and plugin versions, with a hash of the "
