@@ -24,9 +24,10 @@ setup: $(STAMP)
 run: setup
 	$(VENV)/bin/arena run scenarios/quickstart.yaml --out $(RUN_DIR)
 
-# Everything, what CI runs (< 8 min on a quiet 2-core machine).
+# Everything, what CI runs (< 8 min on a quiet 2-core machine): two pytest-xdist workers, a test file to each in
+# turn (a file's module fixtures are built once); each worker's sandboxed attacks take users of their own.
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 # The inner loop: tests that need no Ray cluster, no subprocess of the arena and are not slow (< 1 min).
 test-fast: setup

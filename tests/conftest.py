@@ -32,6 +32,19 @@ def architecture(name: str, input_shape: int | tuple[int, ...], n_classes: int, 
 # of 8 busy processes on 2 cores). The suite's Ray workers run at the priority of the suite itself.
 os.environ.setdefault("RAY_worker_niceness", "0")
 
+# Under pytest-xdist (`make test` runs two workers) each worker's sandboxed attacks take users of their own range
+# (``ARENA_SANDBOX_UID_BASE`` + pid, pids below 2**22), so a test counting the processes of sandbox users sees only
+# its own worker's; and torch keeps to one thread a worker, as the arena's own workers do.
+WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+UID_SPAN = 1 << 23
+"""The users a worker's attacks may take: [base, base + UID_SPAN)."""
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.setdefault("ARENA_SANDBOX_UID_BASE", str(0x78000000 - WORKER * UID_SPAN))
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
+
 TEST_SECRET = "a7" * 32
 """The run secret of every run directory a test creates (``ARENA_RUN_SECRET``), so that the suite's numbers are
 the same on every machine; tests of the secret itself unset it."""

@@ -16,7 +16,7 @@ from tests.conftest import write_scenario
 SMALL = """
 name: small
 seeds: [0]
-timeout: 10
+timeout: 120
 retries: 0
 tracks:
   - name: syn
@@ -182,7 +182,7 @@ def faults_text(name: str, seed: int, timeout: float, attacks: list[str], defens
     honest attack against a faulty defense per fault in ``defense_faults`` (its fault strikes while its release
     trains; "none": the honest nonprivate)."""
     text = SMALL.replace("name: small\n", f"name: {name}\n", 1).replace("seeds: [0]", f"seeds: [{seed}]", 1).replace(
-        "timeout: 10", f"timeout: {timeout:g}", 1)
+        "timeout: 120", f"timeout: {timeout:g}", 1)
     syn = text.replace("      - {name: threshold-mia}", "\n".join(f"      - {{name: {a}}}" for a in attacks))
     defenses = "\n".join("      - {name: nonprivate}" if f == "none" else f"      - {{name: faulty, fault: {f}}}"
                          for f in defense_faults)
@@ -256,7 +256,7 @@ def greedy_release_scenarios(folder: Path) -> list[Path]:
     """Two honest attacks on an honest release, then on a greedy defense's (with the short timeout ``HUNG``), then
     on another honest defense's: three scenarios, played in this order."""
     def one(name: str, timeout: float, defense: str) -> Path:
-        text = SMALL.replace("name: small\n", f"name: {name}\n", 1).replace("timeout: 10", f"timeout: {timeout:g}", 1)
+        text = SMALL.replace("name: small\n", f"name: {name}\n", 1).replace("timeout: 120", f"timeout: {timeout:g}", 1)
         text = text.replace("      - {name: nonprivate}", f"      - {defense}").replace(
             "      - {name: threshold-mia}",
             "      - {name: threshold-mia}\n      - {name: threshold-mia, signal: confidence}")

@@ -33,8 +33,8 @@ BAD_NUMBERS = [
     ("boolean epsilon", DPSGD, ("epsilons: [4]", "epsilons: [true]"), "tracks[0].defenses[1].epsilons[0]"),
     ("boolean attack fpr", SMALL, ("{name: threshold-mia}", "{name: threshold-mia, fpr: true}"),
      "tracks[0].attacks[0].fpr"),
-    ("infinite timeout", SMALL, ("timeout: 10", "timeout: .inf"), "timeout"),
-    ("timeout of years", SMALL, ("timeout: 10", "timeout: 1.0e9"), "timeout"),
+    ("infinite timeout", SMALL, ("timeout: 120", "timeout: .inf"), "timeout"),
+    ("timeout of years", SMALL, ("timeout: 120", "timeout: 1.0e9"), "timeout"),
     ("retries 1e15", SMALL, ("retries: 0", "retries: 1e15"), "retries"),
     ("retries 1000", SMALL, ("retries: 0", "retries: 1000"), "retries"),
     ("infinite lr", SMALL, ("lr: 0.1", "lr: .inf"), "tracks[0].training.lr"),
@@ -44,7 +44,7 @@ BAD_NUMBERS = [
     ("seed beyond 63 bits", SMALL, ("seeds: [0]", "seeds: [100000000000000000000000000]"), "seeds[0]"),
     ("negative seed", SMALL, ("seeds: [0]", "seeds: [-1]"), "seeds[0]"),
     ("infinite retries", SMALL, ("retries: 0", "retries: .inf"), "retries"),
-    ("negative timeout", SMALL, ("timeout: 10", "timeout: -1"), "timeout"),
+    ("negative timeout", SMALL, ("timeout: 120", "timeout: -1"), "timeout"),
     ("game larger than its dataset", SMALL, ("members: 20", "members: 1000000000000000"), "tracks[0].game"),
     ("nan lr", SMALL, ("lr: 0.1", "lr: .nan"), "tracks[0].training.lr"),
     ("infinite l2", SMALL, ("{name: logreg}", "{name: logreg, l2: .inf}"), "tracks[0].model.l2"),
@@ -116,7 +116,7 @@ def test_numbers_stay_easy_to_write(tmp_path, capsys) -> None:
     """Strict numbers still take an integer for a float and YAML 1.2 exponents such as 1e-3 and 6.0e1 (YAML 1.1
     reads both as strings)."""
     text = DPSGD.replace("lr: 0.1", "lr: 1e-1").replace("epsilons: [4]", "epsilons: [4, 1e1, 2.5e0, .5e1]").replace(
-        "timeout: 10", "timeout: 6.0e1")
+        "timeout: 120", "timeout: 6.0e1")
     path = write_scenario(tmp_path / "fine.yaml", text)
     assert main(["validate", str(path)]) == 0, capsys.readouterr().err
 

@@ -30,7 +30,7 @@ from arena.pipeline.sandbox import ERROR_CHARS, TRACEBACK_CHARS, Limits, printab
 from arena.pipeline.scenario import ScenarioError
 from arena.pipeline.store import SECRET_ENV, RunStore
 from arena.plugins import registries
-from tests.conftest import TEST_SECRET
+from tests.conftest import TEST_SECRET, UID_SPAN
 from tests.pipeline.sandbox import hostile_attacks as hostile
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
@@ -75,9 +75,9 @@ def install(site: Path, mp: pytest.MonkeyPatch, dist: str, module: str, source: 
 
 
 def sandbox_processes(*mentions: str) -> list[str]:
-    """Processes (zombies too) of a sandbox user, or whose command line or working directory mentions one of
+    """Processes (zombies too) of a sandbox user of this test process's range, or whose command line or working directory mentions one of
     ``mentions``."""
-    base = Limits().uid_base
+    base = Limits.from_env().uid_base
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
@@ -90,7 +90,7 @@ def sandbox_processes(*mentions: str) -> list[str]:
                 cwd = os.readlink(f"/proc/{entry}/cwd")
             except OSError:
                 cwd = ""
-            if uid >= base or any(m in cmdline or m in cwd for m in mentions):
+            if base <= uid < base + UID_SPAN or any(m in cmdline or m in cwd for m in mentions):
                 found.append(f"pid {entry} uid {uid}: {cmdline[:120]!r} in {cwd!r}")
     return found
 
@@ -254,7 +254,7 @@ def test_a_setsid_daemon_dies_with_its_matchup_and_harms_no_other(runs: Runs) ->
     daemons = runs.observed("daemon")
     assert len(daemons) == 2, "a daemon started in each run"
     for d in daemons:
-        assert d["uid"] >= Limits().uid_base, "the daemon runs as its attack's own user"
+        assert d["uid"] >= Limits.from_env().uid_base, "the daemon runs as its attack's own user"
         assert not Path(f"/proc/{d['pid']}").exists(), f"daemon {d['pid']} outlived its matchup"
 
 

@@ -8,6 +8,7 @@ from arena.pipeline.sandbox import Limits, clip_text, printable
 
 
 def test_limits_come_from_the_environment_with_suffixes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ARENA_SANDBOX_UID_BASE", raising=False)  # the suite's workers set their own
     assert Limits.from_env() == Limits()
     monkeypatch.setenv("ARENA_SANDBOX_MESSAGE_BYTES", "2M")
     monkeypatch.setenv("ARENA_SANDBOX_QUERY_ROWS", "1000")
