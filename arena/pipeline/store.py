@@ -17,11 +17,9 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from safetensors.torch import load as safetensors_load
-from safetensors.torch import save_file
 
 from arena._version import __version__
 from arena.engine.seeds import challenger_seed as challenger_seed  # re-exported: the secret's seed, beside it
@@ -39,6 +37,9 @@ SECRET_ENV = "ARENA_RUN_SECRET"
 SECRET_BYTES = 32
 DIGEST = "sha256"
 
+if TYPE_CHECKING:  # torch loads where tensors are written or read as tensors: reading rows and draws needs none
+    import torch
+
 
 class RunDirError(Exception):
     """The run directory cannot be used: another run holds it, or it is not an arena run directory."""
@@ -53,8 +54,9 @@ def content_key(obj: object) -> str:
 def tensor_digest(*tensors: torch.Tensor | np.ndarray) -> str:
     """Hash of tensor contents, shapes and dtypes."""
     h = hashlib.sha256()
+    torch = sys.modules.get("torch")  # a tensor exists only where torch is loaded
     for t in tensors:
-        a = t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
+        a = t.detach().cpu().numpy() if torch is not None and isinstance(t, torch.Tensor) else np.asarray(t)
         h.update(f"{a.dtype}{a.shape}".encode())
         h.update(np.ascontiguousarray(a).tobytes())
     return h.hexdigest()[:24]
@@ -72,14 +74,30 @@ def _atomic_write(path: Path, write: Callable[[str], object]) -> None:
             os.unlink(tmp)
 
 
+def _sha256(parts: dict[str, tuple[str, tuple[int, ...], bytes]]) -> str:
+    """SHA-256 over each entry's name, dtype (as torch names it), shape and bytes, in name order."""
+    h = hashlib.sha256()
+    for name in sorted(parts):
+        dtype, shape, data = parts[name]
+        h.update(f"{name}|{dtype}|{shape}|".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
 def tensors_sha256(tensors: dict[str, torch.Tensor]) -> str:
     """SHA-256 over every tensor's name, dtype, shape and bytes, in name order: what a cache entry must still hold."""
-    h = hashlib.sha256()
-    for name in sorted(tensors):
-        t = tensors[name].detach().cpu().contiguous()
-        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()
+    import torch
+
+    flat = {name: t.detach().cpu().contiguous() for name, t in tensors.items()}
+    return _sha256({name: (str(t.dtype), tuple(t.shape), t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+                    for name, t in flat.items()})
+
+
+def arrays_sha256(arrays: dict[str, np.ndarray]) -> str:
+    """``tensors_sha256`` of the same entries read as numpy arrays, without torch (whose dtype of numpy's ``float64``
+    is ``torch.float64``, and so on): how an entry is verified where torch is not loaded."""
+    return _sha256({name: (f"torch.{a.dtype.name}", tuple(int(n) for n in a.shape), np.ascontiguousarray(a).tobytes())
+                    for name, a in arrays.items()})
 
 
 def warn(message: str) -> None:
@@ -138,6 +156,19 @@ class TensorCache:
 
     def get(self, kind: str, key: str) -> dict[str, torch.Tensor] | None:
         """The entry's tensors, or None when it is absent, unreadable, truncated or fails its digest (warned)."""
+        from safetensors.torch import load
+
+        return self._read(kind, key, load, tensors_sha256)
+
+    def get_arrays(self, kind: str, key: str) -> dict[str, np.ndarray] | None:
+        """``get`` as numpy arrays, verified the same way, without importing torch (an entry whose dtype numpy
+        lacks, bfloat16 say, is unreadable here)."""
+        from safetensors.numpy import load
+
+        return self._read(kind, key, load, arrays_sha256)
+
+    def _read(self, kind: str, key: str, load: Callable[[bytes], dict[str, Any]],
+              digest: Callable[[dict[str, Any]], str]) -> dict[str, Any] | None:
         path = self.path(kind, key)
         if not path.exists() and not path.is_symlink():
             return None
@@ -147,11 +178,11 @@ class TensorCache:
                 data = f.read()
             meta = _safetensors_metadata(data)
             expected = meta.get(DIGEST)
-            tensors = safetensors_load(data)
+            tensors = load(data)
         except Exception as exc:  # noqa: BLE001 - any failure to read a cache file means: compute it again
             warn(f"{path}: unreadable cache entry ({type(exc).__name__}: {exc}); computing it again")
             return None
-        if expected is None or tensors_sha256(tensors) != expected:
+        if expected is None or digest(tensors) != expected:
             warn(f"{path}: cache entry fails its {DIGEST} check (corrupted or altered); computing it again")
             return None
         secret = self.secret()
@@ -175,6 +206,8 @@ class TensorCache:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
     def put(self, kind: str, key: str, tensors: dict[str, torch.Tensor]) -> None:
+        from safetensors.torch import save_file
+
         flat = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
         digest = {DIGEST: tensors_sha256(flat)}
         secret = self.secret()
@@ -340,17 +373,22 @@ class RunStore:
     def load_arrays(self, key: str) -> dict[str, torch.Tensor] | None:
         return self.artifacts.get(key, "arrays")
 
+    def read_arrays(self, key: str) -> dict[str, np.ndarray] | None:
+        """``load_arrays`` as numpy arrays, without importing torch (what the audit and the report read)."""
+        return self.artifacts.get_arrays(key, "arrays")
+
     def save_draws(self, key: str, draws: dict[str, np.ndarray]) -> None:
         """Keep one matchup's bootstrap draws of its metrics (drawn once, when it was scored) beside its arrays, so
         that a leaderboard reads them instead of resampling the scores again."""
         if draws:
+            import torch
+
             self.artifacts.put(key, "bootstrap", {k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.float64))
                                                   for k, v in draws.items()})
 
     def load_draws(self, key: str) -> dict[str, np.ndarray] | None:
         """The bootstrap draws ``save_draws`` kept (metric → draws), None where the matchup saved none."""
-        saved = self.artifacts.get(key, "bootstrap")
-        return None if saved is None else {k: v.numpy() for k, v in saved.items()}
+        return self.artifacts.get_arrays(key, "bootstrap")
 
     def write_json(self, name: str, obj: object) -> None:
         text = json.dumps(obj, indent=2, sort_keys=True, default=str)

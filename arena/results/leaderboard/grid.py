@@ -45,6 +45,8 @@ def metric_grid(info: MetricInfo, groups: Groups, defenses: list[str], attacks: 
     none."""
     name = info.name
     grid = MetricGrid.empty(info, defenses, attacks)
+    row, column = {d: i for i, d in enumerate(defenses)}, {a: j for j, a in enumerate(attacks)}
+    means, cells = grid.means.to_numpy(copy=True), grid.cells.to_numpy(copy=True)  # filled here, framed once
     for (d, a), group in groups.items():
         ok = [r for r in group if r["status"] == "ok" and name in (r.get("metrics") or {})]
         if not ok:
@@ -52,15 +54,17 @@ def metric_grid(info: MetricInfo, groups: Groups, defenses: list[str], attacks: 
         values = [r["metrics"][name] for r in ok]
         if any(v is None or not resolvable(name, r["metrics"].get("n_nonmembers")) for v, r in zip(values, ok)):
             grid.not_resolvable.add((d, a))
-            grid.cells.loc[d, a] = NOT_RESOLVABLE
+            cells[row[d], column[a]] = NOT_RESOLVABLE
             continue
         values = [float(v) for v in values]
         mu, sd = mean_std(values)
-        grid.means.loc[d, a] = mu
-        grid.cells.loc[d, a] = f"{mu:.3f} ± {sd:.3f} (n={len(values)})"
+        means[row[d], column[a]] = mu
+        cells[row[d], column[a]] = f"{mu:.3f} ± {sd:.3f} (n={len(values)})"
         grid.seeds[d, a] = len(values)
         draws = resampler.of(name, ok) if resampler is not None and len(values) < MIN_T_SEEDS else None
         grid.intervals[d, a] = cell_interval(values, draws, info.bounds)
+    grid.means = pd.DataFrame(means, index=grid.means.index, columns=grid.means.columns)
+    grid.cells = pd.DataFrame(cells, index=grid.cells.index, columns=grid.cells.columns)
     return grid
 
 
