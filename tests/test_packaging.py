@@ -1,11 +1,12 @@
 """The wheel ships every package: ``tool.setuptools.packages`` lists each folder of ``arena`` that holds Python
 modules or templates (a package left out installs in editable mode, through the source tree, and is missing from
-a wheel), and each data folder has its package data; building the wheel prints no warning of setuptools."""
+a wheel), and each folder of templates has them as its package data."""
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 

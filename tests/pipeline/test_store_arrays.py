@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from arena.pipeline.store import TensorCache, arrays_sha256, tensors_sha256
+from arena.pipeline.tensorcache import TensorCache, arrays_sha256, tensors_sha256
 
 ENTRY = {"f64": torch.randn(5, 3, dtype=torch.float64), "f32": torch.randn(4).float(), "f16": torch.randn(2).half(),
          "i64": torch.arange(4), "u8": torch.tensor([1, 200], dtype=torch.uint8), "bool": torch.tensor([True, False]),
