@@ -280,16 +280,23 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from arena.plugins import PluginLoadError
-    from arena.registry import RegistryError
-
     handlers = {"run": cmd_run, "validate": cmd_validate, "leaderboard": cmd_leaderboard, "report": cmd_report,
                 "plugins": cmd_plugins, "publish": cmd_publish, "evaluate": cmd_evaluate}
     try:
         return handlers[args.command](args)
-    except (PluginLoadError, RegistryError) as exc:
+    except Exception as exc:
+        if not _plugin_error(exc):
+            raise
         print(f"plugin error: {exc}", file=sys.stderr)
         return EXIT_INPUT
+
+
+def _plugin_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a ``PluginLoadError`` or ``RegistryError``: only a command that loaded the plugins can
+    raise one, so a command that reads rows alone (``arena leaderboard``) never imports the plugin machinery."""
+    kinds = tuple(getattr(sys.modules[module], name) for module, name in
+                  (("arena.plugins", "PluginLoadError"), ("arena.registry", "RegistryError")) if module in sys.modules)
+    return isinstance(exc, kinds)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,9 @@ def scenario(quick: bool, folder: Path) -> Path:
     spec["seeds"] = spec["seeds"][:1]
     for track in spec["tracks"]:
         track["training"]["epochs"] = 2
+        for defense in track["defenses"]:  # a defense's own recipe (DP-SGD's) is cut too
+            if "epochs" in defense.get("training", {}):
+                defense["training"]["epochs"] = 2
         for attack in track["attacks"]:
             if "shadows" in attack:
                 attack["shadows"] = 4

@@ -14,13 +14,17 @@ FPR_LEVELS = (0.1, 0.01, 0.001)
 
 @dataclass(frozen=True)
 class Metric:
-    """A named score of one game, with its direction (for the attacker) and the range its values can take."""
+    """A named score of one game, with its direction (for the attacker) and the range its values can take.
+    ``trials``: for a proportion of independent trials (a success rate over targets), the metric of the same
+    outcome holding their number (``n_targets``): the leaderboard's interval is then the exact binomial one over
+    the trials pooled across seeds (Clopper–Pearson), never a t-interval that two equal seeds shrink to a point."""
 
     name: str
     game: str
     higher_is_better: bool
     description: str
     bounds: tuple[float, float] = (-math.inf, math.inf)
+    trials: str | None = None
 
 
 def tpr_key(fpr: float) -> str:

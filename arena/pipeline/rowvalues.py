@@ -61,6 +61,8 @@ def _metric_info_problem(info: dict[Any, Any]) -> str | None:
             return f"'metric_info.{name}.bounds' is not two finite numbers or nulls"
         if None not in bounds and bounds[0] > bounds[1]:
             return f"'metric_info.{name}.bounds' is not ordered"
+        if "trials" in entry and not _strings(entry["trials"]):
+            return f"'metric_info.{name}.trials' is not a metric's name"
     return None
 
 

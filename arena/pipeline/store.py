@@ -7,26 +7,25 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import hmac
 import json
 import os
-import stat
-import struct
-import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-from safetensors.torch import load as safetensors_load
-from safetensors.torch import save_file
 
 from arena._version import __version__
 from arena.engine.seeds import challenger_seed as challenger_seed  # re-exported: the secret's seed, beside it
+from arena.pipeline.files import RunDirError as RunDirError  # re-exported: the store's error
+from arena.pipeline.files import _atomic_write as _atomic_write  # re-exported: the site's pages are written so too
+from arena.pipeline.files import open_regular, warn
 from arena.pipeline.row import row_problem
 from arena.pipeline.rowvalues import value_problem
+from arena.pipeline.tensorcache import TensorCache as TensorCache  # re-exported: the cache, beside its store
+from arena.pipeline.tensorcache import tensor_digest as tensor_digest
 
 RESULTS = "results.jsonl"
 REJECTED = "results.rejected.jsonl"
@@ -37,54 +36,15 @@ LOCK = ".arena-lock"
 SECRET = ".arena-secret"
 SECRET_ENV = "ARENA_RUN_SECRET"
 SECRET_BYTES = 32
-DIGEST = "sha256"
 
-
-class RunDirError(Exception):
-    """The run directory cannot be used: another run holds it, or it is not an arena run directory."""
+if TYPE_CHECKING:
+    import torch
 
 
 def content_key(obj: object) -> str:
     """Stable hash of a JSON-serialisable description (keys sorted)."""
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
-
-
-def tensor_digest(*tensors: torch.Tensor | np.ndarray) -> str:
-    """Hash of tensor contents, shapes and dtypes."""
-    h = hashlib.sha256()
-    for t in tensors:
-        a = t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
-        h.update(f"{a.dtype}{a.shape}".encode())
-        h.update(np.ascontiguousarray(a).tobytes())
-    return h.hexdigest()[:24]
-
-
-def _atomic_write(path: Path, write: Callable[[str], object]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def tensors_sha256(tensors: dict[str, torch.Tensor]) -> str:
-    """SHA-256 over every tensor's name, dtype, shape and bytes, in name order: what a cache entry must still hold."""
-    h = hashlib.sha256()
-    for name in sorted(tensors):
-        t = tensors[name].detach().cpu().contiguous()
-        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()
-
-
-def warn(message: str) -> None:
-    """One line on stderr: what the arena noticed and what it does about it."""
-    print(f"warning: {message}", file=sys.stderr)
 
 
 def parse_secret(text: str, source: str) -> bytes:
@@ -94,93 +54,6 @@ def parse_secret(text: str, source: str) -> bytes:
         raise RunDirError(f"{source}: a run secret is {2 * SECRET_BYTES} hexadecimal digits "
                           f"({SECRET_BYTES} bytes), got {len(text)} characters")
     return bytes.fromhex(text)
-
-
-def open_regular(path: Path, flags: int, mode: int = 0o600) -> int:
-    """A file descriptor on ``path`` opened with ``O_NOFOLLOW`` and (for the open itself) ``O_NONBLOCK``, so a
-    symbolic link is refused and a FIFO cannot hang us; anything but a regular file is refused (``RunDirError``)."""
-    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise RunDirError(f"{path}: not a regular file; refusing to use it")
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _safetensors_metadata(data: bytes) -> dict[str, str]:
-    """The ``__metadata__`` of a safetensors file's header (8-byte little-endian length, then JSON)."""
-    (length,) = struct.unpack("<Q", data[:8])
-    if length > len(data) - 8:
-        raise ValueError("header longer than the file")
-    meta = json.loads(data[8 : 8 + length]).get("__metadata__") or {}
-    return meta if isinstance(meta, dict) else {}
-
-
-def entry_mac(secret: bytes, kind: str, key: str, digest: str) -> str:
-    """HMAC-SHA256 with the run secret over (kind, key, tensors' digest): what binds an entry to its place."""
-    return hmac.new(secret, json.dumps([kind, key, digest]).encode(), hashlib.sha256).hexdigest()
-
-
-class TensorCache:
-    """Tensors stored by content key as safetensors files (never pickles) with their SHA-256 in the file's
-    metadata; writes are atomic, reads verified (a damaged entry is a miss, so it is computed again)."""
-
-    def __init__(self, root: Path, secret: Callable[[], bytes | None] | None = None) -> None:
-        self.root = Path(root)
-        self.secret = secret or (lambda: None)
-        """The run secret authenticating entries (HMAC over kind, key and digest); None: entries unauthenticated."""
-
-    def path(self, kind: str, key: str) -> Path:
-        return self.root / kind / f"{key}.safetensors"
-
-    def get(self, kind: str, key: str) -> dict[str, torch.Tensor] | None:
-        """The entry's tensors, or None when it is absent, unreadable, truncated or fails its digest (warned)."""
-        path = self.path(kind, key)
-        if not path.exists() and not path.is_symlink():
-            return None
-        try:
-            fd = open_regular(path, os.O_RDONLY)
-            with os.fdopen(fd, "rb") as f:
-                data = f.read()
-            meta = _safetensors_metadata(data)
-            expected = meta.get(DIGEST)
-            tensors = safetensors_load(data)
-        except Exception as exc:  # noqa: BLE001 - any failure to read a cache file means: compute it again
-            warn(f"{path}: unreadable cache entry ({type(exc).__name__}: {exc}); computing it again")
-            return None
-        if expected is None or tensors_sha256(tensors) != expected:
-            warn(f"{path}: cache entry fails its {DIGEST} check (corrupted or altered); computing it again")
-            return None
-        secret = self.secret()
-        if secret is not None and not hmac.compare_digest(str(meta.get("mac", "")),
-                                                          entry_mac(secret, kind, key, expected)):
-            warn(f"{path}: cache entry not authenticated by this run's secret (moved or forged); computing it again")
-            return None
-        return tensors
-
-    @contextlib.contextmanager
-    def lock(self, kind: str, key: str) -> Iterator[None]:
-        """Exclusive lock on one entry across processes, so concurrent workers train it once; a dead holder's
-        lock is released by the operating system."""
-        path = self.root / ".locks" / kind / f"{key}.lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-
-    def put(self, kind: str, key: str, tensors: dict[str, torch.Tensor]) -> None:
-        flat = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
-        digest = {DIGEST: tensors_sha256(flat)}
-        secret = self.secret()
-        if secret is not None:
-            digest["mac"] = entry_mac(secret, kind, key, digest[DIGEST])
-        _atomic_write(self.path(kind, key), lambda tmp: save_file(flat, tmp, metadata=digest))
 
 
 @dataclass
@@ -340,17 +213,22 @@ class RunStore:
     def load_arrays(self, key: str) -> dict[str, torch.Tensor] | None:
         return self.artifacts.get(key, "arrays")
 
+    def read_arrays(self, key: str) -> dict[str, np.ndarray] | None:
+        """``load_arrays`` as numpy arrays, without importing torch (what the audit and the report read)."""
+        return self.artifacts.get_arrays(key, "arrays")
+
     def save_draws(self, key: str, draws: dict[str, np.ndarray]) -> None:
         """Keep one matchup's bootstrap draws of its metrics (drawn once, when it was scored) beside its arrays, so
         that a leaderboard reads them instead of resampling the scores again."""
         if draws:
+            import torch
+
             self.artifacts.put(key, "bootstrap", {k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.float64))
                                                   for k, v in draws.items()})
 
     def load_draws(self, key: str) -> dict[str, np.ndarray] | None:
         """The bootstrap draws ``save_draws`` kept (metric → draws), None where the matchup saved none."""
-        saved = self.artifacts.get(key, "bootstrap")
-        return None if saved is None else {k: v.numpy() for k, v in saved.items()}
+        return self.artifacts.get_arrays(key, "bootstrap")
 
     def write_json(self, name: str, obj: object) -> None:
         text = json.dumps(obj, indent=2, sort_keys=True, default=str)

@@ -21,11 +21,12 @@ from arena.contracts.arrays import ArrayLoader as ArrayLoader  # re-exported for
 from arena.engine.seeds import split_seed as split_seed  # re-exported for the games' rules
 from arena.pipeline.store import RunStore
 from arena.privacy.binomial import clopper_pearson as clopper_pearson  # re-exported for the games' rules
-from arena.privacy.tradeoff import eps_delta_line
 
 
 def scaled(epsilon: float, p: float, delta: float) -> float:
     """min(1, e^ε·p + δ) (``arena.privacy.tradeoff.eps_delta_line``) in the argument order the games' rules use."""
+    from arena.privacy.tradeoff import eps_delta_line  # scipy.stats with it: a board that reads findings needs none
+
     return eps_delta_line(epsilon, delta, p)
 
 
@@ -140,12 +141,7 @@ def audit_rows(rows: Sequence[Mapping[str, Any]], arrays: ArrayLoader,
 
 def saved_arrays(store: RunStore) -> ArrayLoader:
     """The loader of a run directory's per-matchup arrays (as numpy), None for a matchup that saved none."""
-
-    def load(key: str) -> Mapping[str, Any] | None:
-        saved = store.load_arrays(key)
-        return None if saved is None else {k: v.numpy() for k, v in saved.items()}
-
-    return load
+    return store.read_arrays
 
 
 def audit_store(store: RunStore, rows: list[dict[str, Any]]) -> Audit:

@@ -79,8 +79,7 @@ class Merged:
             if key not in self.sources:
                 return None
             i, source = self.sources[key]
-            saved = stores[i].load_arrays(source)
-            return None if saved is None else {k: v.numpy() for k, v in saved.items()}
+            return stores[i].read_arrays(source)
 
         return load
 

@@ -96,13 +96,15 @@ class ReconstructionView(View):
 
 
 METRICS = (
-    Metric("success_rate", "reconstruction", True, "fraction of targets reconstructed closer than the oracle", UNIT),
+    Metric("success_rate", "reconstruction", True, "fraction of targets reconstructed closer than the oracle", UNIT,
+           trials="n_targets"),
     Metric("mse_mean", "reconstruction", False, "mean squared error between reconstruction and target", NON_NEGATIVE),
     Metric("mse_median", "reconstruction", False, "median squared error between reconstruction and target",
            NON_NEGATIVE),
     Metric("oracle_mse_mean", "reconstruction", False, "mean MSE of the nearest point the adversary holds",
            NON_NEGATIVE),
-    Metric("label_accuracy", "reconstruction", True, "fraction of targets whose label was recovered", UNIT),
+    Metric("label_accuracy", "reconstruction", True, "fraction of targets whose label was recovered", UNIT,
+           trials="n_targets"),
 )
 
 

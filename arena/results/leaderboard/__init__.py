@@ -8,9 +8,11 @@ shown beside it (AUC for membership); the rows record both (``primary_metric``, 
 mean ± standard deviation over seeds. Each mean carries a 95 % interval: with fewer than ``MIN_T_SEEDS`` seeds a
 percentile bootstrap by the game over each seed's challenge points (``RESAMPLES`` draws, seeded by the matchup key,
 drawn once when the matchup was scored and saved beside its row), or none where there are no draws (never a
-t-interval from two or three seeds); from ``MIN_T_SEEDS`` seeds on, the Student-t interval over seeds; the header
-says which. A TPR at an FPR that the non-members cannot
-resolve (1/n_nonmembers > FPR) is ``n/r``, never a number. Matchups the DP audit flags are marked VIOLATION.
+t-interval from two or three seeds); from ``MIN_T_SEEDS`` seeds on, the Student-t interval over seeds; for a
+proportion of trials that declares them (a reconstruction success rate over its targets), the exact binomial
+interval over the trials pooled across seeds, whatever their number; the header says which. A TPR at an FPR that
+the non-members cannot resolve (1/n_nonmembers > FPR) is ``n/r``, never a number. Matchups the DP audit flags are
+marked VIOLATION.
 
 The modules, one job each: ``rows`` (what a board reads from rows), ``intervals`` (the statistics of a cell),
 ``resample`` (bootstrap draws by the game), ``grid`` (one metric over the grid), ``rankings``, ``board`` (a track's
@@ -27,6 +29,7 @@ from arena.results.leaderboard.intervals import (
     MIN_T_SEEDS,
     RESAMPLES,
     Interval,
+    binomial_interval,
     bootstrap_interval,
     cell_interval,
     mean_interval,
@@ -50,7 +53,8 @@ from arena.results.leaderboard.rows import (
 
 __all__ = [
     "CONFIDENCE", "MIN_T_SEEDS", "NOT_RESOLVABLE", "RESAMPLES", "DrawLoader", "GameMetrics", "Interval",
-    "MetricGrid", "MetricInfo", "Resampler", "TrackBoard", "bootstrap_interval", "build", "cell_interval",
+    "MetricGrid", "MetricInfo", "Resampler", "TrackBoard", "binomial_interval", "bootstrap_interval", "build",
+    "cell_interval",
     "claimed_epsilons", "fpr_level", "game_metrics", "interval_table", "known_metrics", "latest_rows", "long_rows",
     "mean_interval", "mean_std", "metric_infos", "no_interval", "rank_by_of", "rank_metric", "rankings",
     "render_csv", "render_json", "render_table", "resolvable", "saved_draws", "track_board",

@@ -5,7 +5,9 @@ The ranking metric is the one asked for (``--metric`` or the scenario's ``rank_b
 its game's default ranking metric, else its primary metric (both as the rows record them); the primary metric is
 shown beside it. Intervals: from ``MIN_T_SEEDS`` seeds on, t-intervals over seeds; below, the bootstrap draws of
 the game (``Resampler``: saved when each matchup was scored, or recomputed from its saved scores) where they hold
-the metric, and otherwise no interval, never a t-interval from two or three seeds; the header says which.
+the metric, and otherwise no interval, never a t-interval from two or three seeds; a proportion of trials that
+declares them (a reconstruction success rate over its targets), the binomial interval over the trials pooled
+across seeds, whatever their number; the header says which.
 """
 
 from __future__ import annotations
@@ -135,6 +137,9 @@ def _interval_method(main: MetricGrid, metric: str, n_seeds: int, resampler: Res
     if methods <= {"t"}:
         return f"95% t-intervals of the means over seeds ({n_seeds} seeds)"
     parts = []
+    if "binomial" in methods:
+        parts.append(f"exact binomial (Clopper–Pearson) intervals of {metric} over its trials "
+                     f"({main.info.trials}) pooled across seeds")
     if "bootstrap" in methods:
         parts.append(f"percentile bootstrap over challenge points ({resampler.resamples} resamples of each seed's "
                      f"scores by its game, {resampler.source}, seeded by the matchup; mean over seeds) where a "

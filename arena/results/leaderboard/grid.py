@@ -1,6 +1,6 @@
-"""One metric over a track's defense × attack grid: each cell's mean ± sd over ok seeds, its interval, or ``n/r``
-where the sample cannot resolve the metric (a value the game left null, or a TPR at an FPR finer than
-1/n_nonmembers)."""
+"""One metric over a track's defense × attack grid: each cell's mean ± sd over ok seeds, its interval (binomial over
+the pooled trials for a proportion that declares them), or ``n/r`` where the sample cannot resolve the metric (a
+value the game left null, or a TPR at an FPR finer than 1/n_nonmembers)."""
 
 from __future__ import annotations
 
@@ -45,6 +45,8 @@ def metric_grid(info: MetricInfo, groups: Groups, defenses: list[str], attacks: 
     none."""
     name = info.name
     grid = MetricGrid.empty(info, defenses, attacks)
+    row, column = {d: i for i, d in enumerate(defenses)}, {a: j for j, a in enumerate(attacks)}
+    means, cells = grid.means.to_numpy(copy=True), grid.cells.to_numpy(copy=True)  # filled here, framed once
     for (d, a), group in groups.items():
         ok = [r for r in group if r["status"] == "ok" and name in (r.get("metrics") or {})]
         if not ok:
@@ -52,16 +54,31 @@ def metric_grid(info: MetricInfo, groups: Groups, defenses: list[str], attacks: 
         values = [r["metrics"][name] for r in ok]
         if any(v is None or not resolvable(name, r["metrics"].get("n_nonmembers")) for v, r in zip(values, ok)):
             grid.not_resolvable.add((d, a))
-            grid.cells.loc[d, a] = NOT_RESOLVABLE
+            cells[row[d], column[a]] = NOT_RESOLVABLE
             continue
         values = [float(v) for v in values]
         mu, sd = mean_std(values)
-        grid.means.loc[d, a] = mu
-        grid.cells.loc[d, a] = f"{mu:.3f} ± {sd:.3f} (n={len(values)})"
+        means[row[d], column[a]] = mu
+        cells[row[d], column[a]] = f"{mu:.3f} ± {sd:.3f} (n={len(values)})"
         grid.seeds[d, a] = len(values)
-        draws = resampler.of(name, ok) if resampler is not None and len(values) < MIN_T_SEEDS else None
-        grid.intervals[d, a] = cell_interval(values, draws, info.bounds)
+        trials = _trials(info, ok)
+        draws = (resampler.of(name, ok) if resampler is not None and len(values) < MIN_T_SEEDS and trials is None
+                 else None)
+        grid.intervals[d, a] = cell_interval(values, draws, info.bounds, trials)
+    grid.means = pd.DataFrame(means, index=grid.means.index, columns=grid.means.columns)
+    grid.cells = pd.DataFrame(cells, index=grid.cells.index, columns=grid.cells.columns)
     return grid
+
+
+def _trials(info: MetricInfo, rows: list[dict[str, Any]]) -> list[int] | None:
+    """Each row's number of trials of a proportion (``info.trials``), or None unless the metric declares them and
+    every row records a positive whole number."""
+    if info.trials is None:
+        return None
+    counts = [r["metrics"].get(info.trials) for r in rows]
+    if all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in counts):
+        return counts
+    return None
 
 
 def unresolvable_warnings(track: str, grids: dict[str, MetricGrid], groups: Groups) -> list[str]:

@@ -1,7 +1,10 @@
 """The statistics of a cell: the mean over seeds with its sample standard deviation, and its 95 % interval: the
 Student-t interval over seeds from ``MIN_T_SEEDS`` seeds on, below that a percentile bootstrap of the mean from
 each seed's resampled metric, and no interval at all (``no_interval``, saying why) where neither applies: a
-t-interval from two or three seeds is no measurement (one from 2 seeds multiplies the spread by 12.7)."""
+t-interval from two or three seeds is no measurement (one from 2 seeds multiplies the spread by 12.7). A
+proportion of independent trials (a reconstruction success rate over its targets) gets the exact binomial
+interval over the trials pooled across seeds whatever the number of seeds (``binomial_interval``): seeds that
+agree, or a rate of 0, never give a zero-width interval."""
 
 from __future__ import annotations
 
@@ -22,8 +25,8 @@ CONFIDENCE = 0.95
 @dataclass(frozen=True)
 class Interval:
     """A mean over seeds and its two-sided 95% interval: ``method`` "t" (Student-t over seeds; NaN ends for a single
-    seed), "bootstrap" (percentile bootstrap over challenge points) or "none" (NaN ends: too few seeds for a
-    t-interval and no bootstrap draws)."""
+    seed), "bootstrap" (percentile bootstrap over challenge points), "binomial" (Clopper–Pearson over the trials
+    pooled across seeds) or "none" (NaN ends: too few seeds for a t-interval and no bootstrap draws)."""
 
     mean: float
     low: float
@@ -72,6 +75,18 @@ def bootstrap_interval(mean: float, draws: Sequence[np.ndarray], bounds: tuple[f
     return Interval(mean, max(float(low), bounds[0]), min(float(high), bounds[1]), len(draws), "bootstrap")
 
 
+def binomial_interval(values: Sequence[float], trials: Sequence[int], confidence: float = CONFIDENCE) -> Interval:
+    """The mean over seeds of a proportion with the exact (Clopper–Pearson) interval of its successes over the
+    trials pooled across seeds: seed i's ``values[i]`` of ``trials[i]`` trials is ``round(values[i]·trials[i])``
+    successes (``arena.privacy.binomial``)."""
+    from arena.privacy.binomial import clopper_pearson  # scipy.stats with it, only for a board of proportions
+
+    successes = sum(round(v * n) for v, n in zip(values, trials))
+    low, high = clopper_pearson(successes, sum(trials), confidence)
+    return Interval(float(np.mean(np.asarray(values, dtype=np.float64))), float(low), float(high), len(values),
+                    "binomial")
+
+
 def no_interval(values: Sequence[float]) -> Interval:
     """The mean of ``values`` without an interval (``method`` "none"): fewer than ``MIN_T_SEEDS`` seeds and no
     bootstrap draws."""
@@ -79,9 +94,13 @@ def no_interval(values: Sequence[float]) -> Interval:
 
 
 def cell_interval(values: Sequence[float], draws: Sequence[np.ndarray] | None,
-                  bounds: tuple[float, float] = (-math.inf, math.inf)) -> Interval:
-    """A cell's interval: t over seeds from ``MIN_T_SEEDS`` seeds on, else the bootstrap of ``draws`` (each seed's
-    draws of the metric), else none."""
+                  bounds: tuple[float, float] = (-math.inf, math.inf),
+                  trials: Sequence[int] | None = None) -> Interval:
+    """A cell's interval: binomial over the pooled ``trials`` (each seed's number of trials, for a proportion),
+    else t over seeds from ``MIN_T_SEEDS`` seeds on, else the bootstrap of ``draws`` (each seed's draws of the
+    metric), else none."""
+    if trials is not None:
+        return binomial_interval(values, trials)
     if len(values) >= MIN_T_SEEDS:
         return mean_interval(list(values), bounds)
     if draws is not None:

@@ -39,12 +39,14 @@ def resolvable(metric: str, n_nonmembers: int | None) -> bool:
 @dataclass(frozen=True)
 class MetricInfo:
     """How to read a metric: its direction for the attacker and its range; ``declared`` False when neither the
-    rows nor the registry know it (a count, say), when it is shown but read as 'higher' by default."""
+    rows nor the registry know it (a count, say), when it is shown but read as 'higher' by default; ``trials``: the
+    metric counting the independent trials of a proportion (its interval is then binomial), else None."""
 
     name: str
     higher_is_better: bool = True
     bounds: tuple[float, float] = (-math.inf, math.inf)
     declared: bool = False
+    trials: str | None = None
 
 
 def metric_infos(rows: list[dict[str, Any]]) -> dict[str, MetricInfo]:
@@ -60,7 +62,9 @@ def metric_infos(rows: list[dict[str, Any]]) -> dict[str, MetricInfo]:
             if name not in infos and isinstance(info, Mapping):
                 low, high = (list(info.get("bounds") or [None, None]) + [None, None])[:2]
                 bounds = (-math.inf if low is None else float(low), math.inf if high is None else float(high))
-                infos[name] = MetricInfo(name, bool(info.get("higher_is_better", True)), bounds, True)
+                trials = info.get("trials")
+                infos[name] = MetricInfo(name, bool(info.get("higher_is_better", True)), bounds, True,
+                                         trials if isinstance(trials, str) else None)
         for name, value in (r.get("metrics") or {}).items():
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
             if name not in names and (value is None or number):
@@ -70,7 +74,7 @@ def metric_infos(rows: list[dict[str, Any]]) -> dict[str, MetricInfo]:
     for n in missing:
         if n in declared:
             m = declared[n]
-            infos[n] = MetricInfo(n, m.higher_is_better, tuple(m.bounds), True)
+            infos[n] = MetricInfo(n, m.higher_is_better, tuple(m.bounds), True, getattr(m, "trials", None))
     return {n: infos.get(n, MetricInfo(n)) for n in names}
 
 
