@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Literal, cast
 
 import torch
@@ -167,10 +167,14 @@ def honours_problem(cls: type) -> str | None:
 
 @dataclass(frozen=True)
 class Fit:
-    """The trained parameters of K models (stacked, by module name), and the privacy claim covering each (or None)."""
+    """The trained parameters of K models (stacked, by module name), and the privacy claim covering each (or None).
+
+    ``answering``: tensors stacked over the K models (leading axis K) that an inference-time defense's ``answer``
+    reads besides the model's output (e.g. its own membership classifier); cached and released with the models."""
 
     state: State
     claim: Claim | None
+    answering: State = field(default_factory=dict)
 
     @classmethod
     def of(cls, ensemble: Ensemble, claim: Claim | None = None) -> Fit:
@@ -211,6 +215,15 @@ class Defense:
         """Problems with this configuration for a training set of ``n_train`` records, as (field, message)."""
         return []
 
+    answers_queries: ClassVar[bool] = False
+    """True for an inference-time defense: every query answer of its released models (and of shadow models it
+    trains) goes through ``answer``; white-box access (``parameters``) still sees the model itself."""
+
     def fit(self, task: FitTask) -> Fit:
         """Train the K models of ``task``."""
         raise NotImplementedError
+
+    def answer(self, logits: torch.Tensor, answering: State) -> torch.Tensor:
+        """The logits [K, n, C] the released models answer for their raw ``logits`` [K, n, C], given the fit's
+        ``answering`` tensors (rows of the same K models); only called when ``answers_queries``."""
+        return logits
