@@ -122,3 +122,12 @@ class StackedMLP(torch.nn.Module):
 def model_seeds(task: FitTask, tag: str) -> list[int]:
     """One seed per model for a defense's auxiliary randomness, from the model's train seed and ``tag``."""
     return [derive_seed(int(s), tag) % 2**63 for s in task.train_seeds.tolist()]
+
+
+def row_hash(logits: torch.Tensor, buckets: int) -> torch.Tensor:
+    """[K, n] a deterministic bucket in [0, buckets) for each output row (its values, rounded to float32)."""
+    bits = logits.to(torch.float32).contiguous().view(torch.int32).to(torch.int64)
+    weights = torch.arange(1, bits.shape[-1] + 1, dtype=torch.int64, device=bits.device) * 0x9E3779B1
+    mixed = (bits * weights).sum(-1)
+    mixed = (mixed ^ (mixed >> 29)) * 0x3F58476D1CE4E5B9 & 0x7FFFFFFFFFFFFFFF
+    return (mixed ^ (mixed >> 32)) % buckets
