@@ -54,7 +54,7 @@ class LabelSmoothing(Defense):
 
 class EarlyStoppingParams(PluginParams):
     holdout: float = fraction(0.2, "fraction of the training set held out to watch the loss on (not trained on)")
-    patience: PositiveInt = Field(default=3, le=10_000, description="epochs without a better held-out loss to stop")
+    patience: PositiveInt = Field(default=5, le=10_000, description="epochs without a better held-out loss to stop")
 
 
 class EarlyStopping(Defense):

@@ -80,5 +80,7 @@ def test_every_defense_plays_and_memguard_leaves_label_only_scores_alone(tmp_pat
     auc = frame.set_index(["defense", "attack"])["auc"]
     # MemGuard trains exactly as nonprivate and never changes a label: the label-only attack sees the same model
     assert auc[("memguard", "label-only")] == pytest.approx(auc[("nonprivate", "label-only")], abs=1e-12)
+    # ... while the probability-based attack, whose queries the parent answers through MemGuard, sees other scores
+    assert auc[("memguard", "threshold-mia")] != auc[("nonprivate", "threshold-mia")]
     utility = frame.set_index(["defense", "attack"])["utility"]
     assert utility[("memguard", "threshold-mia")] == pytest.approx(utility[("nonprivate", "threshold-mia")])
