@@ -22,6 +22,7 @@ class AugMultDPSGD(DPSGD):
     name = "dpsgd-augmult"
     Params = AugMultParams
     params: AugMultParams
+    requires = frozenset({"augment"})
 
     def train_private(self, task: FitTask, noise: DPNoise) -> dict[str, torch.Tensor]:
         return train_augmult(task.arch, task.X, task.y, task.recipe, task.init_seeds, task.train_seeds, noise,

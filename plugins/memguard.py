@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, PositiveInt
 
-from arena import Defense, Fit, FitTask, Models, PluginParams, hookimpl, train
+from arena import RECIPE_FIELDS, Defense, Fit, FitTask, Models, PluginParams, hookimpl, train
 from arena_plugins.defense_kit import StackedMLP, fraction, model_seeds, row_hash, rows, split
 
 _COIN = 1 << 20
@@ -76,6 +76,7 @@ class MemGuard(Defense):
     name = "memguard"
     Params = MemGuardParams
     params: MemGuardParams
+    honours = RECIPE_FIELDS - {"solver"}
     answers_queries = True
 
     def fit(self, task: FitTask) -> Fit:

@@ -154,7 +154,8 @@ class FitTask:
 
 
 def honours_problem(cls: type) -> str | None:
-    """Why a defense class's ``honours`` is not a set of recipe fields, or None (checked at registration)."""
+    """Why a defense class's ``honours`` is not a set of recipe fields, or its ``requires`` not a set of fields it
+    honours, or None (checked at registration)."""
     honours = getattr(cls, "honours", RECIPE_FIELDS)
     if not isinstance(honours, (set, frozenset)) or not all(isinstance(f, str) for f in honours):
         return f"declares honours = {honours!r}: a frozenset of recipe fields ({', '.join(sorted(RECIPE_FIELDS))})"
@@ -162,6 +163,9 @@ def honours_problem(cls: type) -> str | None:
     if unknown:
         return (f"declares honours with unknown recipe fields {', '.join(map(repr, unknown))}; known: "
                 f"{', '.join(sorted(RECIPE_FIELDS))}")
+    requires: object = getattr(cls, "requires", frozenset())
+    if not isinstance(requires, (set, frozenset)) or not requires <= honours:
+        return f"declares requires = {requires!r}: a frozenset of the recipe fields it honours"
     return None
 
 
@@ -215,6 +219,9 @@ class Defense:
         """Problems with this configuration for a training set of ``n_train`` records, as (field, message)."""
         return []
 
+    requires: ClassVar[frozenset[str]] = frozenset()
+    """Recipe fields that must be in effect for this defense (e.g. ``augment`` for augmentation multiplicity): a
+    scenario that leaves one at its neutral value is refused when validated, naming the field."""
     answers_queries: ClassVar[bool] = False
     """True for an inference-time defense: every query answer of its released models (and of shadow models it
     trains) goes through ``answer``; white-box access (``parameters``) still sees the model itself."""

@@ -7,9 +7,11 @@ import pytest
 import torch
 from pydantic import ValidationError
 
+from arena.contracts.spec import TrainingSpec
 from arena.engine.augment import Augment
 from arena.engine.functional import clipped_sum
 from arena.engine.multiplicity import averaged_clipped_sum
+from arena.pipeline.honours import unmet
 from arena_plugins.augmult import AugMultDPSGD, AugMultParams
 from arena_plugins.defenses import DPSGD, DPSGDParams
 from tests.plugins.tiny_tasks import assert_alone_equals_batched, digits_task
@@ -17,7 +19,7 @@ from tests.plugins.tiny_tasks import assert_alone_equals_batched, digits_task
 DP = {"epsilons": [4.0], "delta": 1e-3, "clip": 1.0}
 
 
-def _task():  # noqa: ANN202
+def _task():
     return digits_task("cnn", n=40, epochs=2, augment=Augment(crop=1, flip=True))
 
 
@@ -66,6 +68,15 @@ def test_claim_is_dpsgds_and_multiplicity_one_is_dpsgd() -> None:
 @pytest.mark.slow
 def test_augmult_trains_alone_as_in_a_batch() -> None:
     assert_alone_equals_batched(AugMultDPSGD(AugMultParams(**DP, multiplicity=3)), _task())
+
+
+def test_a_scenario_without_augmentation_is_refused_at_its_field() -> None:
+    plain = TrainingSpec(epochs=2, lr=0.1)
+    (problem,) = unmet("s.yaml", "tracks[0]", 1, AugMultDPSGD, plain, 0.0)
+    assert problem.startswith("s.yaml: tracks[0].training.augment: defense 'dpsgd-augmult' (tracks[0].defenses[1])")
+    assert unmet("s.yaml", "tracks[0]", 1, AugMultDPSGD, TrainingSpec(epochs=2, lr=0.1, augment={"flip": True}),
+                 0.0) == []
+    assert unmet("s.yaml", "tracks[0]", 0, DPSGD, plain, 0.0) == []
 
 
 def test_augmult_needs_augmentation() -> None:

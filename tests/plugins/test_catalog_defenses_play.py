@@ -28,6 +28,7 @@ BAD = {
 @pytest.mark.subprocess
 def test_bad_values_exit_2_naming_the_field(tmp_path: Path) -> None:
     defenses = "\n".join(f"      - {{name: {name}, {bad}}}" for name, (bad, _) in BAD.items())
+    defenses += "\n      - {name: dpsgd-augmult, epsilons: [4], delta: 1.0e-3}"  # valid, but no augmentation
     scenario = write_scenario(tmp_path / "bad.yaml", f"""\
 name: bad
 seeds: [0]
@@ -50,6 +51,8 @@ tracks:
     for i, (name, (_, field)) in enumerate(BAD.items()):
         assert f"tracks[0].defenses[{i}]{'.' + field if field else ''}" in text, (name, text)
     assert "excluded (3) must be below submodels (3)" in text
+    assert (f"tracks[0].training.augment: defense 'dpsgd-augmult' (tracks[0].defenses[{len(BAD)}]) needs "
+            "training.augment in effect") in text
 
 
 TOURNAMENT = {

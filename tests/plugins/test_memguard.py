@@ -61,7 +61,7 @@ def test_answers_keep_every_label_and_change_confidences(fitted: tuple) -> None:
     assert torch.equal(LabelOnly(guarded.select(0)).predict(X), LabelOnly(raw.select(0)).predict(X))
     torch.testing.assert_close(p.sum(-1), torch.ones(len(X), dtype=p.dtype))
     changed = (p - p_raw).abs().sum(-1) > 1e-6
-    assert 0.1 < float(changed.double().mean())
+    assert float(changed.double().mean()) > 0.1
     tiny = Models(task.arch, fit.state, Answering(MemGuard(MemGuardParams(budget=1e-6)).answer, fit.answering))
     assert float(((tiny.predict_proba(X)[0] - p_raw).abs().sum(-1) > 1e-6).double().mean()) < 0.02
 
