@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from arena.engine.batching import steps_and_rate
     from arena.engine.dense import Dense, Layers, to_state
     from arena.engine.laplace import l1_from_l2, laplace, laplace_scale
+    from arena.engine.multiplicity import train_augmult
     from arena.engine.newton import design, fit_logreg
     from arena.engine.newton import gradient as logreg_gradient
     from arena.engine.output_perturbation import clip_rows, fit_penalised, l2_sensitivity
@@ -109,6 +110,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "EvaluationInputError": ("arena.games.membership.evaluate", "EvaluationInputError"),
     # Helpers plugins need: training, privacy accounting, data, shadow pools, canaries
     "train": ("arena.engine.trainer", "train"),
+    "train_augmult": ("arena.engine.multiplicity", "train_augmult"),
     "Recipe": ("arena.engine.recipe", "Recipe"),
     "DPNoise": ("arena.engine.recipe", "DPNoise"),
     "steps_and_rate": ("arena.engine.batching", "steps_and_rate"),

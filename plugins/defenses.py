@@ -99,8 +99,7 @@ class DPSGD(EpsilonSweep):
             raise ValueError("dpsgd trains by noisy gradient steps; solver 'newton' does not apply")
         steps, q = steps_and_rate(task.n, task.recipe)
         sigma, achieved = calibrate_noise(self.target_epsilon(), q, steps, self.params.delta, self.params.accountant)
-        noise = DPNoise(clip=self.params.clip, noise_multiplier=sigma)
-        state = train(task.arch, task.X, task.y, task.recipe, task.init_seeds, task.train_seeds, dp=noise)
+        state = self.train_private(task, DPNoise(clip=self.params.clip, noise_multiplier=sigma))
         claim = Claim(
             epsilon=achieved,
             delta=self.params.delta,
@@ -112,6 +111,10 @@ class DPSGD(EpsilonSweep):
             mechanism="DP-SGD, Poisson-subsampled Gaussian, add/remove",
         )
         return Fit(state, claim)
+
+    def train_private(self, task: FitTask, noise: DPNoise) -> dict[str, torch.Tensor]:
+        """The K models trained by the engine's DP-SGD at ``noise`` (a variant changes how, not the mechanism)."""
+        return train(task.arch, task.X, task.y, task.recipe, task.init_seeds, task.train_seeds, dp=noise)
 
 
 class OutputPerturbationParams(PluginParams):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Literal, cast
 
 import torch
@@ -154,7 +154,8 @@ class FitTask:
 
 
 def honours_problem(cls: type) -> str | None:
-    """Why a defense class's ``honours`` is not a set of recipe fields, or None (checked at registration)."""
+    """Why a defense class's ``honours`` is not a set of recipe fields, or its ``requires`` not a set of fields it
+    honours, or None (checked at registration)."""
     honours = getattr(cls, "honours", RECIPE_FIELDS)
     if not isinstance(honours, (set, frozenset)) or not all(isinstance(f, str) for f in honours):
         return f"declares honours = {honours!r}: a frozenset of recipe fields ({', '.join(sorted(RECIPE_FIELDS))})"
@@ -162,15 +163,22 @@ def honours_problem(cls: type) -> str | None:
     if unknown:
         return (f"declares honours with unknown recipe fields {', '.join(map(repr, unknown))}; known: "
                 f"{', '.join(sorted(RECIPE_FIELDS))}")
+    requires: object = getattr(cls, "requires", frozenset())
+    if not isinstance(requires, (set, frozenset)) or not requires <= honours:
+        return f"declares requires = {requires!r}: a frozenset of the recipe fields it honours"
     return None
 
 
 @dataclass(frozen=True)
 class Fit:
-    """The trained parameters of K models (stacked, by module name), and the privacy claim covering each (or None)."""
+    """The trained parameters of K models (stacked, by module name), and the privacy claim covering each (or None).
+
+    ``answering``: tensors stacked over the K models (leading axis K) that an inference-time defense's ``answer``
+    reads besides the model's output (e.g. its own membership classifier); cached and released with the models."""
 
     state: State
     claim: Claim | None
+    answering: State = field(default_factory=dict)
 
     @classmethod
     def of(cls, ensemble: Ensemble, claim: Claim | None = None) -> Fit:
@@ -211,6 +219,18 @@ class Defense:
         """Problems with this configuration for a training set of ``n_train`` records, as (field, message)."""
         return []
 
+    requires: ClassVar[frozenset[str]] = frozenset()
+    """Recipe fields that must be in effect for this defense (e.g. ``augment`` for augmentation multiplicity): a
+    scenario that leaves one at its neutral value is refused when validated, naming the field."""
+    answers_queries: ClassVar[bool] = False
+    """True for an inference-time defense: every query answer of its released models (and of shadow models it
+    trains) goes through ``answer``; white-box access (``parameters``) still sees the model itself."""
+
     def fit(self, task: FitTask) -> Fit:
         """Train the K models of ``task``."""
         raise NotImplementedError
+
+    def answer(self, logits: torch.Tensor, answering: State) -> torch.Tensor:
+        """The logits [K, n, C] the released models answer for their raw ``logits`` [K, n, C], given the fit's
+        ``answering`` tensors (rows of the same K models); only called when ``answers_queries``."""
+        return logits

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import torch
 
@@ -13,24 +14,55 @@ from arena.engine.ensemble import logits
 
 
 @dataclass(frozen=True)
+class Answering:
+    """An inference-time defense's post-processing of the K models' outputs: ``fn(logits [K, n, C], tensors)``,
+    with ``tensors`` stacked over the same K models."""
+
+    fn: Callable[[torch.Tensor, State], torch.Tensor]
+    tensors: State = field(default_factory=dict)
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        return self.fn(logits, {k: v.to(logits.device) for k, v in self.tensors.items()})
+
+    def select(self, sl: slice) -> Answering:
+        return Answering(self.fn, {k: v[sl] for k, v in self.tensors.items()})
+
+
+@dataclass(frozen=True)
 class Models:
-    """K trained models of one architecture: their parameters and buffers stacked along a leading model axis."""
+    """K trained models of one architecture: their parameters and buffers stacked along a leading model axis.
+    ``answering``: an inference-time defense's post-processing, applied to every output (``logits`` and all that
+    derives from it); the parameters are the model's own."""
 
     arch: Architecture
     state: State
+    answering: Answering | None = field(default=None, compare=False)
+
+    @classmethod
+    def cat(cls, parts: Sequence[Models]) -> Models:
+        """The models of ``parts`` (one architecture, one answering function) stacked in order."""
+        state = {name: torch.cat([m.state[name] for m in parts]) for name in parts[0].state}
+        first = parts[0].answering
+        answering = None if first is None else Answering(first.fn, {
+            name: torch.cat([m.answering.tensors[name] for m in parts if m.answering is not None])
+            for name in first.tensors})
+        return cls(parts[0].arch, state, answering)
 
     @property
     def k(self) -> int:
         return next(iter(self.state.values())).shape[0]
 
     def logits(self, X: torch.Tensor) -> torch.Tensor:
-        """Logits [K, n, C] for flat records X [n, d] (shared) or [K, n, d] (one set per model)."""
+        """Logits [K, n, C] for flat records X [n, d] (shared) or [K, n, d] (one set per model), as answered (through
+        the defense's ``answering`` when it has one)."""
         dense = self.arch.dense
         dtype = next(iter(self.state.values())).dtype
         with torch.no_grad():
             if dense is not None:  # the hand path: same function, faster than vmap for small dense nets
-                return forward(dense, to_layers(self.state), X.to(dtype))
-            return logits(self.arch, self.state, X.to(dtype))
+                raw = forward(dense, to_layers(self.state), X.to(dtype))
+            else:
+                raw = logits(self.arch, self.state, X.to(dtype))
+            return raw if self.answering is None else self.answering(raw)
 
     def predict_proba(self, X: torch.Tensor) -> torch.Tensor:
         return torch.softmax(self.logits(X), dim=-1)
@@ -46,7 +78,9 @@ class Models:
         return (self.logits(X).argmax(-1) == y).to(torch.float64).mean(-1)
 
     def select(self, index: int) -> Models:
-        return Models(self.arch, {k: v[index : index + 1] for k, v in self.state.items()})
+        sl = slice(index, index + 1)
+        return Models(self.arch, {k: v[sl] for k, v in self.state.items()},
+                      None if self.answering is None else self.answering.select(sl))
 
     def flat(self) -> torch.Tensor:
         """[K, P]: each model's trainable parameters, flattened in module order."""

@@ -53,3 +53,12 @@ def unhonoured(source: str, where: str, j: int, cls: type[Defense], ref: EntryRe
         problems.append(f"{source}: {at}: defense {cls.name!r} ({entry}) does not honour {field} = {shown!r} "
                         f"(it follows only: {honoured}); {fix}")
     return problems
+
+
+def unmet(source: str, where: str, j: int, cls: type[Defense], training: TrainingSpec, l2: float) -> list[str]:
+    """One problem per recipe field the defense entry ``j`` requires (``Defense.requires``) that its effective
+    ``training`` leaves at its neutral value."""
+    asked = in_effect(training, l2)
+    return [f"{source}: {where}.training.{name}: defense {cls.name!r} ({where}.defenses[{j}]) needs "
+            f"training.{name} in effect; set it in the track's or this entry's training"
+            for name in sorted(getattr(cls, "requires", frozenset())) if name not in asked]

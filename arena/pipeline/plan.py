@@ -21,7 +21,7 @@ from arena.contracts.defense import Defense
 from arena.contracts.game import Game
 from arena.contracts.spec import GameSpec, PluginRef, Scenario, Track, TrainingOverride, TrainingSpec
 from arena.engine.architecture import Architecture, for_per_example_clipping, group_norm_problem
-from arena.pipeline.honours import unhonoured
+from arena.pipeline.honours import unhonoured, unmet
 from arena.pipeline.labels import Labelled, assign, flatten
 from arena.pipeline.limits import too_many
 from arena.pipeline.provenance import Provenance, provenance, track_provenance
@@ -354,6 +354,7 @@ def _check_track(
             problems.append(f"{source}: {where}.model: model {track.model.name!r}: {why}, so defense {cls.name!r} "
                             f"({prefix}) cannot clip per-example gradients; use a GroupNorm model (e.g. norm: group)")
         problems.extend(unhonoured(source, where, j, cls, ref, training, arch.l2 if arch is not None else 0.0))
+        problems.extend(unmet(source, where, j, cls, training, arch.l2 if arch is not None else 0.0))
         code = provenance(regs.defenses.entry(cls.name))
         recipe = training.model_dump(mode="json")
         for config in cls.expand(params):

@@ -16,7 +16,7 @@ import torch
 
 from arena.contracts.defense import Claim, Defense, FitTask
 from arena.contracts.procedure import Chunk
-from arena.contracts.release import Models
+from arena.contracts.release import Answering, Models
 from arena.engine.architecture import Architecture
 from arena.engine.recipe import Recipe
 from arena.pipeline.store import TensorCache, content_key, tensor_digest
@@ -24,6 +24,7 @@ from arena.pipeline.store import TensorCache, content_key, tensor_digest
 Solver = Literal["auto", "gradient", "newton"]
 Device = Literal["cpu", "cuda", "auto"]
 _STATE = "state."
+_ANSWERING = "answering."
 GPU_SHARE = 0.25
 """Fraction of a GPU each task of a ``cuda`` track requests: four matchups or pool chunks share one GPU."""
 
@@ -158,6 +159,7 @@ class TrainingProcedure:
         fit = self.defense.fit(task)
         self.stats.trained += X.shape[0]
         tensors = {f"{_STATE}{name}": t.detach().cpu().contiguous() for name, t in fit.state.items()}
+        tensors.update({f"{_ANSWERING}{name}": t.detach().cpu().contiguous() for name, t in fit.answering.items()})
         if fit.claim is not None:
             tensors["claim"] = torch.frombuffer(bytearray(json.dumps(fit.claim.as_dict()).encode()), dtype=torch.uint8)
         return self._models(tensors), fit.claim, tensors
@@ -169,7 +171,11 @@ class TrainingProcedure:
         if sorted(state) != sorted(order):
             raise ValueError(f"defense {self.defense.name!r} returned tensors {sorted(state)}, "
                              f"the model has {sorted(order)}")
-        return Models(self.arch, {k: state[k] for k in order})
+        answering = None
+        if self.defense.answers_queries:
+            answering = Answering(self.defense.answer, {
+                k[len(_ANSWERING):]: v for k, v in tensors.items() if k.startswith(_ANSWERING)})
+        return Models(self.arch, {k: state[k] for k in order}, answering)
 
     @staticmethod
     def _claim(tensors: dict[str, torch.Tensor]) -> Claim | None:

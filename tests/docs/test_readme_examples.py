@@ -107,8 +107,8 @@ def test_the_plain_pytorch_defense_trains_each_model_alone() -> None:
 def test_the_plain_pytorch_defense_plays_a_scenario(plugin_dist, tmp_path: Path) -> None:
     _install(plugin_dist, "arena_smooth")
     (row,) = _play(tmp_path, _membership("{name: digits}", "{name: mlp, hidden: [16]}",
-                                         "[{name: label-smoothing, smoothing: 0.2}]", "[{name: threshold-mia}]"))
-    assert row["defense"] == "label-smoothing" and row["claim"] is None
+                                         "[{name: smooth-labels, smoothing: 0.2}]", "[{name: threshold-mia}]"))
+    assert row["defense"] == "smooth-labels" and row["claim"] is None
     assert row["utility"] > 0.5  # digits from 60 records: far above the 0.1 of chance
 
 

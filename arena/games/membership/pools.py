@@ -87,5 +87,4 @@ def train_pool(view, k: int, data: PoolData = "challenge") -> ShadowPool:  # noq
     size = view.train.chunk
     chunks = [(X[s : s + size], y[s : s + size], init[s : s + size], train[s : s + size]) for s in range(0, k, size)]
     parts = view.train.train_chunks(chunks)
-    state = {name: torch.cat([m.state[name] for m in parts]) for name in parts[0].state}
-    return ShadowPool(Models(parts[0].arch, state), plan.challenge_in)
+    return ShadowPool(Models.cat(parts), plan.challenge_in)
