@@ -75,8 +75,8 @@ def install(site: Path, mp: pytest.MonkeyPatch, dist: str, module: str, source: 
 
 
 def sandbox_processes(*mentions: str) -> list[str]:
-    """Processes (zombies too) of a sandbox user of this test process's range, or whose command line or working directory mentions one of
-    ``mentions``."""
+    """Processes (zombies too) of a sandbox user of this worker's range, or whose command line or working directory
+    mentions one of ``mentions``."""
     base = Limits.from_env().uid_base
     found = []
     for entry in os.listdir("/proc"):
