@@ -140,7 +140,7 @@ class _ScenarioLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: i
         return super().construct_mapping(node, deep)
 
 
-class _TooLong(Exception):
+class _TooLong(Exception):  # noqa: N818 - a signal inside the parser, never raised to a caller
     """A list in the file longer than ``MAX_ITEMS`` (raised while composing, before the rest is read)."""
 
     def __init__(self, field: str, mark: yaml.Mark | None) -> None:
