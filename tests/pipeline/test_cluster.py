@@ -3,10 +3,14 @@ written; the driver's watchdog; the reaper of a local cluster (``arena.pipeline.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -105,3 +109,79 @@ def test_the_reaper_kills_what_a_killed_driver_started_and_stands_down_when_told
             if cluster._started(int(pidfile.read_text() or 0)) is not None:
                 os.kill(int(pidfile.read_text()), 9)
     assert reaper.STAND_DOWN == b"q"
+
+
+SLEEPER = '''
+import os, time
+
+import numpy as np
+
+from arena import Attack, MembershipGuess, hookimpl
+
+
+class Sleeper(Attack):
+    name = "sleeper"
+    game = "membership"
+    threat_model = frozenset({"query"})
+
+    def run(self, view):
+        open(os.path.join(os.environ["SLEEPER_DIR"], f"started.{os.getpid()}"), "w").close()
+        time.sleep(300)
+        n = len(view.challenge_y)
+        return MembershipGuess(scores=np.zeros(n), decisions=np.zeros(n, dtype=bool))
+
+
+@hookimpl
+def register_attacks(register):
+    register(Sleeper)
+'''
+
+
+def session_processes(sid: int, pids: list[int]) -> list[str]:
+    """Processes of the session ``sid`` (zombies left out: they have ended), and those of ``pids`` still running."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_bytes()
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")[:100]
+            except OSError:
+                continue
+            fields = stat[stat.rindex(b")") + 2:].split()
+            if fields[0] not in (b"Z", b"X") and (int(fields[3]) == sid or int(entry) in pids):
+                found.append(f"{entry}: {cmd.decode(errors='replace')}")
+    return found
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_arena_run_killed_under_ray_leaves_no_process_10_seconds_later(plugin_dist, tmp_path: Path) -> None:
+    """``arena run`` on a local Ray cluster, killed with SIGKILL while two attacks run: 10 s later no process of
+    its session (Ray's head, agents and workers, the fork servers) and no attack's process remains."""
+    plugin_dist("arena-sleeper", "arena_sleeper", SLEEPER)
+    notes = Path(tempfile.mkdtemp(prefix="arena-sleeper-"))
+    notes.chmod(0o777)
+    path = tmp_path / "s.yaml"
+    path.write_text(textwrap.dedent(SCENARIO.replace("seeds: [0]", "seeds: [0, 1]\ntimeout: 600")
+                                    .replace("threshold-mia", "sleeper")))
+    env = {**os.environ, "SLEEPER_DIR": str(notes)}
+    driver = subprocess.Popen([sys.executable, "-m", "arena.cli", "run", str(path), "--out", str(tmp_path / "run"),
+                               "--workers", "2", "--no-report"], env=env, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 400
+        while len(list(notes.glob("started.*"))) < 2:
+            assert driver.poll() is None and time.monotonic() < deadline, "the run ended before its attacks ran"
+            time.sleep(0.2)
+        attacks = [int(p.suffix[1:]) for p in notes.glob("started.*")]
+        assert session_processes(driver.pid, attacks), "the run's processes are there"
+        driver.kill()
+        driver.wait()
+        killed = time.monotonic()
+        while (left := session_processes(driver.pid, attacks)) and time.monotonic() - killed < 10:
+            time.sleep(0.2)
+        assert left == [], left
+    finally:
+        with contextlib.suppress(OSError):
+            os.killpg(driver.pid, signal.SIGKILL)
+        shutil.rmtree(notes, ignore_errors=True)

@@ -26,9 +26,9 @@ def _declared(cls: Any) -> dict[str, Any]:
         return {"name": ref.name, "game": ref.game, "threat_model": sorted(ref.threat_model),
                 "version": ref.version, "entry": ref.entry, "refused": None}
     except TypeError as exc:  # planned as refused: the plan names the attribute
-        name = getattr(cls, "name", None)
+        name, game = getattr(cls, "name", None), getattr(cls, "game", None)
         return {"name": name if isinstance(name, str) and name else f"{cls.__module__}.{cls.__qualname__}",
-                "game": "", "threat_model": [], "version": "1",
+                "game": game if isinstance(game, str) and game else "(refused)", "threat_model": [], "version": "1",
                 "entry": f"{cls.__module__}:{cls.__qualname__}", "refused": str(exc)}
 
 

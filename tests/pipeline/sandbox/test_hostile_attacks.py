@@ -306,6 +306,19 @@ def test_output_and_errors_are_escaped_and_capped(runs: Runs) -> None:
     assert text.count("matchups ") >= 1 and "FAILED digits-mlp" in text, "the arena's own lines are all there"
 
 
+def test_an_attack_holds_no_descriptor_of_the_arenas(runs: Runs) -> None:
+    """Its standard streams, its own pipe, and import directories (read-only) only: no file of the run directory,
+    no socket of the fork server or of another attack; what it wrote into them reached nobody (the honest rows
+    are unchanged: the first test)."""
+    at_chance(runs.hostile[hostile.FdTricks.name])
+    (seen,) = runs.observed("fd-tricks")
+    targets = list(seen["held"].values())
+    assert not [t for t in targets if str(runs.base) in t], targets
+    assert sum(t.startswith("socket:") for t in targets) <= 1, f"its own pipe only: {targets}"
+    assert all(t.startswith(("socket:", "pipe:", "anon_inode:", "/")) for t in targets), targets
+    assert all(os.path.isdir(t) or t in ("/dev/null",) for t in targets if t.startswith("/")), targets
+
+
 def test_no_process_of_the_runs_remains(runs: Runs) -> None:
     assert runs.left == [], runs.left
     assert runs.ray_left == [], runs.ray_left
