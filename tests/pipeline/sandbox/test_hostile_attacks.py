@@ -75,23 +75,28 @@ def install(site: Path, mp: pytest.MonkeyPatch, dist: str, module: str, source: 
 
 
 def sandbox_processes(*mentions: str) -> list[str]:
-    """Processes (zombies too) of a sandbox user, or whose command line or working directory mentions one of
-    ``mentions``."""
+    """Running processes (not zombies, which have ended) whose command line or working directory mentions one of
+    ``mentions`` (the run directory, the notes folder), and those of a sandbox user whose environment does (every
+    attack's names the notes folder): the attacks of other test sessions on the machine are not counted."""
     base = Limits().uid_base
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, StopIteration, ValueError):
             status = Path(f"/proc/{entry}/status").read_text()
+            if next(line for line in status.splitlines() if line.startswith("State:")).split()[1] in ("Z", "X"):
+                continue
             uid = int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            environ = Path(f"/proc/{entry}/environ").read_bytes().decode(errors="replace")
             try:
                 cwd = os.readlink(f"/proc/{entry}/cwd")
             except OSError:
                 cwd = ""
-            if uid >= base or any(m in cmdline or m in cwd for m in mentions):
-                found.append(f"pid {entry} uid {uid}: {cmdline[:120]!r} in {cwd!r}")
+            if any(m in cmdline or m in cwd or (uid >= base and m in environ) for m in mentions):
+                found.append(f"pid {entry} uid {uid}{' (sandbox user)' if uid >= base else ''}: {cmdline[:120]!r} "
+                             f"in {cwd!r}")
     return found
 
 
