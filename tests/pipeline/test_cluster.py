@@ -153,18 +153,29 @@ def session_processes(sid: int, pids: list[int]) -> list[str]:
     return found
 
 
+def niceness(pids: list[int]) -> list[int]:
+    """The nice value of each process (``/proc/<pid>/stat``'s 19th field)."""
+    out = []
+    for pid in pids:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+        out.append(int(stat[stat.rindex(b")") + 2:].split()[16]))
+    return out
+
+
 @pytest.mark.ray
 @pytest.mark.slow
 def test_arena_run_killed_under_ray_leaves_no_process_10_seconds_later(plugin_dist, tmp_path: Path) -> None:
     """``arena run`` on a local Ray cluster, killed with SIGKILL while two attacks run: 10 s later no process of
-    its session (Ray's head, agents and workers, the fork servers) and no attack's process remains."""
+    its session (Ray's head, agents and workers, the fork servers) and no attack's process remains. Its workers,
+    and the attacks they start, ran at the driver's priority (Ray's default adds 15)."""
     plugin_dist("arena-sleeper", "arena_sleeper", SLEEPER)
     notes = Path(tempfile.mkdtemp(prefix="arena-sleeper-"))
     notes.chmod(0o777)
     path = tmp_path / "s.yaml"
     path.write_text(textwrap.dedent(SCENARIO.replace("seeds: [0]", "seeds: [0, 1]\ntimeout: 600")
                                     .replace("threshold-mia", "sleeper")))
-    env = {**os.environ, "SLEEPER_DIR": str(notes)}
+    env = {k: v for k, v in os.environ.items() if k != cluster.NICENESS_ENV}  # the arena's own choice
+    env["SLEEPER_DIR"] = str(notes)
     driver = subprocess.Popen([sys.executable, "-m", "arena.cli", "run", str(path), "--out", str(tmp_path / "run"),
                                "--workers", "2", "--no-report"], env=env, start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -175,6 +186,8 @@ def test_arena_run_killed_under_ray_leaves_no_process_10_seconds_later(plugin_di
             time.sleep(0.2)
         attacks = [int(p.suffix[1:]) for p in notes.glob("started.*")]
         assert session_processes(driver.pid, attacks), "the run's processes are there"
+        own = os.nice(0)
+        assert niceness(attacks) == [own, own], "the workers (and so their attacks) at the arena's priority, not 15"
         driver.kill()
         driver.wait()
         killed = time.monotonic()
