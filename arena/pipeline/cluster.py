@@ -1,9 +1,10 @@
 """The Ray cluster a run plays on: joined (``--address``) before the run directory is touched, or started here, and
 every worker process of the run ending with the driver.
 
-``connect(address)`` joins a cluster before anything is written: an address that cannot be reached, or that no
-Ray cluster answers (a wrong port, a cluster that refuses this client), is a ``ScenarioError`` worded as such
-(``arena run`` exits 2). ``session`` gives the run its cluster: the one ``connect`` joined, else a new local one
+``connect(address)`` joins a cluster before anything is written: an address that refuses or does not accept a
+connection within ``CONNECT_SECONDS``, or where Ray's ``init`` fails (no cluster found, one that refuses this
+client), is a ``ScenarioError`` worded as such (``arena run`` exits 2). (A port that accepts connections but is
+no Ray cluster is left to Ray, which retries for a while before it fails.) ``session`` gives the run its cluster: the one ``connect`` joined, else a new local one
 (never one found running), shut down at the end. A local cluster's workers run at the arena's own priority
 (``worker_niceness`` 0 rather than Ray's 15, unless ``RAY_worker_niceness`` says otherwise): a matchup's timeout
 is wall-clock time, so workers that every other process on the machine may starve would fail matchups that
