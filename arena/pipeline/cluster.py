@@ -4,11 +4,13 @@ every worker process of the run ending with the driver.
 ``connect(address)`` joins a cluster before anything is written: an address that refuses or does not accept a
 connection within ``CONNECT_SECONDS``, or where Ray's ``init`` fails (no cluster found, one that refuses this
 client), is a ``ScenarioError`` worded as such (``arena run`` exits 2). (A port that accepts connections but is
-no Ray cluster is left to Ray, which retries for a while before it fails.) ``session`` gives the run its cluster: the one ``connect`` joined, else a new local one
-(never one found running), shut down at the end. A local cluster's workers run at the arena's own priority
-(``worker_niceness`` 0 rather than Ray's 15, unless ``RAY_worker_niceness`` says otherwise): a matchup's timeout
-is wall-clock time, so workers that every other process on the machine may starve would fail matchups that
-``--serial`` plays in time (Ray's job supervisor does the same for its jobs).
+no Ray cluster is left to Ray, which retries for a while before it fails.)
+
+``session`` gives the run its cluster: the one ``connect`` joined, else a new local one (never one found running),
+shut down at the end. A local cluster's workers run at the arena's own priority (``worker_niceness`` 0 rather
+than Ray's 15, unless ``RAY_worker_niceness`` says otherwise): a matchup's timeout is wall-clock time, so workers
+that every other process on the machine may starve would fail matchups that ``--serial`` plays in time (Ray's job
+supervisor does the same for its jobs).
 
 When the driver dies, however it dies, Ray ends the head processes of the local cluster it started, but its agents
 and workers may outlive it for up to a minute, and with a worker the training, the fork server and the attack it
