@@ -173,7 +173,10 @@ def test_an_attack_plugins_bad_parameters_are_refused_with_file_and_field(plugin
     assert err == [f"{path}: tracks[0].attacks[0].bias: Input should be less than 1",
                    f"{path}: tracks[0].attacks[1].typo: Extra inputs are not permitted"], err
     assert not out.exists(), "nothing written"
-    assert "arena_hostile_plugins" not in sys.modules
+    assert main(["plugins"]) == 0
+    listing = capsys.readouterr().out
+    assert "hostile-at-import        from arena-hostile-plugins 1.0" in listing, listing
+    assert "arena_hostile_plugins" not in sys.modules, "neither validated nor listed here"
     sandboxed(seen(notes, "import"))
     with pytest.raises(ScenarioError):  # the plan itself, as the API raises it
         from arena.pipeline.plan import plan
