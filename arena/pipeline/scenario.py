@@ -107,7 +107,7 @@ class _ScenarioLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: i
     def resolve(self, kind: type, value: str | None, implicit: tuple[bool, bool]) -> str:
         """Plain decimal integers (most of a large file) skip the resolver's list of patterns; same tags."""
         # A scalar node's value is always a string (None is for sequences and mappings).
-        if kind is yaml.ScalarNode and implicit[0]:
+        if kind is yaml.ScalarNode and implicit[0] and value is not None:
             if _DECIMAL.match(value):
                 return "tag:yaml.org,2002:int"
             if ":" in value and _SEXAGESIMAL.match(value):
