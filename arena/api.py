@@ -366,11 +366,12 @@ def run(
     Writes the report unless ``report=False``. ``fresh``: discard the run directory's cache of trained models and
     play every matchup again.
 
-    Raises ``ScenarioError`` (all problems of invalid input, before any work), ``arena.pipeline.store.RunDirError`` (a
-    directory the arena did not write, or one another run holds), ``OSError`` (an unwritable directory) and
-    ``KeyboardInterrupt`` (finished matchups are kept; run again to resume).
+    Raises ``ScenarioError`` (all problems of invalid input, an ``address`` where no Ray cluster answers, before
+    any work), ``arena.pipeline.store.RunDirError`` (a directory the arena did not write, or one another run
+    holds), ``OSError`` (an unwritable directory) and ``KeyboardInterrupt`` (finished matchups are kept; run again
+    to resume).
     """
-    from arena.pipeline import tournament
+    from arena.pipeline import cluster, tournament
     from arena.pipeline.plan import plan
     from arena.pipeline.store import RunDirError, RunStore
 
@@ -389,6 +390,8 @@ def run(
         problems = rank_by_problems(p.scenarios)
         if problems:
             raise ScenarioError(problems)
+    if address and not serial:  # joined before anything is written: a bad address is an input problem
+        cluster.connect(address, verbose=verbose)
     store.check_ours()
     store.root.mkdir(parents=True, exist_ok=True)
     with store.lock():

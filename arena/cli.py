@@ -263,6 +263,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
+    import arena.pipeline  # noqa: F401 - installs the sandbox's catalog: attack-only plugins are listed from there
     from arena.plugins import registries
 
     regs = registries()

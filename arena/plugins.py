@@ -5,7 +5,9 @@ from __future__ import annotations
 import functools
 import importlib.metadata as md
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pluggy
 
@@ -17,11 +19,24 @@ from arena.contracts.game import Game
 from arena.contracts.metric import Metric
 from arena.contracts.model import Model
 from arena.contracts.view import View, view_capabilities, view_items
-from arena.registry import Registry
+from arena.registry import Registry, RegistryError
 
 ENTRY_POINT_GROUP = "arena"
 BUILTIN_DISTRIBUTION = "privacy-arena"
 RESTRICT_ENV = "ARENA_LOAD_PLUGINS"
+
+
+Catalog = Callable[[list[md.EntryPoint]], "dict[str, dict[str, Any]] | None"]
+"""What the attack sandbox (``arena.pipeline.sandbox.catalog``) makes of third-party entry points, each loaded in
+a sandboxed process: per ``distribution:name``, the hooks it implements (``kinds``), its attacks' declarations
+read statically (``attacks``) or why it failed (``error``, ``registry_error``); None: load them all here."""
+_catalog: list[Catalog] = []
+
+
+def set_catalog(catalog: Catalog) -> None:
+    """Install the attack sandbox's catalog (done by ``arena.pipeline.sandbox`` when it is imported): from then on
+    a third-party entry point that registers attacks only is never imported in this process."""
+    _catalog[:] = [catalog]
 
 
 class PluginLoadError(Exception):
@@ -69,15 +84,30 @@ def _entry_points() -> list[md.EntryPoint]:
     return sorted(found, key=lambda ep: (ep.dist.name if ep.dist else "", ep.name))
 
 
-def load_plugins() -> tuple[pluggy.PluginManager, tuple[PluginInfo, ...]]:
-    """Import every allowed entry point of the ``arena`` group and register it; unknown hooks are load errors."""
+def load_plugins() -> tuple[pluggy.PluginManager, tuple[PluginInfo, ...], dict[str, list[dict[str, Any]]]]:
+    """Import every allowed entry point of the ``arena`` group and register it; unknown hooks are load errors.
+    With a catalog installed (``set_catalog``), a third-party entry point that implements ``register_attacks``
+    alone is not imported here: its attacks' declarations come back from the sandbox (third value, by plugin)."""
     pm = pluggy.PluginManager("arena")
     pm.add_hookspecs(hookspecs)
     infos = []
-    for ep in _entry_points():
+    eps = _entry_points()
+    outside = [ep for ep in eps if (ep.dist.name if ep.dist else "").lower() != BUILTIN_DISTRIBUTION]
+    seen = _catalog[0](outside) if _catalog and outside else None
+    sandboxed: dict[str, list[dict[str, Any]]] = {}
+    for ep in eps:
         dist = ep.dist.name if ep.dist else "unknown"
         version = ep.dist.version if ep.dist else "unknown"
         plugin_name = f"{dist}:{ep.name}"
+        found = (seen or {}).get(plugin_name)
+        if found is not None and found.get("error"):
+            raise PluginLoadError(found["error"])
+        if found is not None and set(found["kinds"]) <= {"register_attacks"}:  # attack code: the sandbox's only
+            if found.get("registry_error"):
+                raise RegistryError(found["registry_error"])
+            sandboxed[plugin_name] = found["attacks"]
+            infos.append(PluginInfo(plugin_name, ep.value, dist, version))
+            continue
         try:
             module = ep.load()
             pm.register(module, name=plugin_name)
@@ -90,7 +120,23 @@ def load_plugins() -> tuple[pluggy.PluginManager, tuple[PluginInfo, ...]]:
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
         raise PluginLoadError(f"{exc} (no such hook in arena.hookspecs: check the spelling)") from exc
-    return pm, tuple(infos)
+    return pm, tuple(infos), sandboxed
+
+
+def sandboxed_attack(declared: dict[str, Any]) -> type[Attack]:
+    """A stand-in for an attack class that only the sandbox imports, built from its declarations alone: ``name``,
+    ``game``, ``threat_model``, ``version`` and where the class is (its ``__module__`` and ``__qualname__``, so
+    the sandbox imports the real one); ``refused``: why its declarations cannot be planned (else None)."""
+    module, _, qualname = declared["entry"].partition(":")
+    return type(qualname.rpartition(".")[2] or "Attack", (Attack,), {
+        "name": declared["name"], "game": declared["game"], "threat_model": frozenset(declared["threat_model"]),
+        "version": declared["version"], "__module__": module, "__qualname__": qualname, "sandboxed": True,
+        "refused": declared.get("refused"), "__doc__": "(imported only in the attack sandbox)"})
+
+
+def is_sandboxed(cls: object) -> bool:
+    """Whether ``cls`` is a stand-in (``sandboxed_attack``) for an attack that only the sandbox imports."""
+    return isinstance(cls, type) and cls.__dict__.get("sandboxed") is True
 
 
 def _fill(pm: pluggy.PluginManager, hook_name: str, registry: Registry, infos: dict[str, PluginInfo]) -> None:
@@ -129,7 +175,7 @@ def _game_problem(cls: type[Game]) -> str | None:
 
 def build_registries() -> Registries:
     """Load plugins and fill one registry per kind."""
-    pm, infos = load_plugins()
+    pm, infos, sandboxed = load_plugins()
     by_name = {i.name: i for i in infos}
     regs = Registries(
         games=Registry("game", Game, check=_game_problem),
@@ -148,6 +194,11 @@ def build_registries() -> Registries:
     _fill(pm, "register_models", regs.models, by_name)
     _fill(pm, "register_defenses", regs.defenses, by_name)
     _fill(pm, "register_attacks", regs.attacks, by_name)
+    for plugin, declared in sandboxed.items():
+        info = by_name[plugin]
+        for attack in declared:
+            regs.attacks.add(sandboxed_attack(attack), plugin=plugin, distribution=info.distribution,
+                             version=info.version)
     _fill(pm, "register_metrics", regs.metrics, by_name)
     return regs
 

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from pydantic import BaseModel, ValidationError
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from arena.contracts.dataset import Dataset, available_memory
 from arena.contracts.defense import Defense
@@ -24,11 +22,13 @@ from arena.engine.architecture import Architecture, for_per_example_clipping, gr
 from arena.pipeline.honours import unhonoured, unmet
 from arena.pipeline.labels import Labelled, assign, flatten
 from arena.pipeline.limits import too_many
+from arena.pipeline.modelsize import TRAINING_MEMORY_FACTOR, TooLarge, model_bytes
 from arena.pipeline.provenance import Provenance, provenance, track_provenance
+from arena.pipeline.sandbox.catalog import validate as validate_attacks
 from arena.pipeline.sandbox.static import static_attack
-from arena.pipeline.scenario import ScenarioError, parse_scenario, pydantic_problems
+from arena.pipeline.scenario import ScenarioError, error_problems, parse_scenario, pydantic_problems
 from arena.pipeline.store import content_key
-from arena.plugins import Registries, registries
+from arena.plugins import Registries, is_sandboxed, registries
 from arena.registry import UnknownNameError
 
 
@@ -149,58 +149,6 @@ def architecture(track: Track, dataset: Dataset, per_example: bool = False) -> A
     return for_per_example_clipping(arch) if per_example else arch
 
 
-TRAINING_MEMORY_FACTOR = 4
-"""Bytes of training memory per byte of a model's tensors: the weights, their gradients, the optimiser's momentum
-and the per-example work (activations, clipped gradients), counted conservatively low."""
-
-
-class _TooLarge(Exception):  # noqa: N818 - a signal inside the guard, never raised to a caller
-    """A model build asked for more real memory than its track could ever train with."""
-
-
-class _AllocationGuard(TorchDispatchMode):
-    """Refuses, before it happens, any allocation by a factory op (``empty``, ``zeros``, ``randn``, ``new_empty``,
-    ...) that would take the real (not ``meta``) memory allocated under it past ``limit`` bytes."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__()
-        self.limit, self.total = limit, 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        kwargs = kwargs or {}
-        size = _factory_bytes(func, args, kwargs)
-        if size:
-            self.total += size
-            if self.total > self.limit:
-                raise _TooLarge(self.total)
-        return func(*args, **kwargs)
-
-
-def _factory_bytes(func, args, kwargs) -> int:  # noqa: ANN001
-    """Bytes of real memory a factory op is about to allocate; 0 for other ops and for ``meta`` tensors."""
-    schema = func._schema
-    name = schema.name.split("::")[-1]
-    tensors = [a for a in schema.arguments if a.type.kind() == "TensorType"]
-    if tensors and not name.startswith("new_"):
-        return 0  # computes from tensors it is given (a view, an in-place initialiser): bounded by them
-    values = {a.name: (args[i] if i < len(args) else kwargs.get(a.name, a.default_value if a.has_default_value()
-                                                                     else None))
-              for i, a in enumerate(schema.arguments)}
-    size = values.get("size")
-    if not isinstance(size, (list, tuple)):
-        return 0
-    device = values.get("device")
-    if device is None and tensors:
-        device = getattr(args[0], "device", None)
-    if device is not None and torch.device(device).type == "meta":
-        return 0
-    dtype = values.get("dtype")
-    if dtype is None:
-        dtype = getattr(args[0], "dtype", None) if tensors else torch.get_default_dtype()
-    itemsize = dtype.itemsize if isinstance(dtype, torch.dtype) else 8
-    return math.prod(int(s) for s in size) * itemsize
-
-
 def _models_at_once(track: Track, regs: Registries) -> tuple[int, str]:
     """How many copies of the model one training call holds at least, and why: ``pool_chunk`` when an attack of
     the track is granted ``training`` (it trains shadow pools, ``pool_chunk`` models per call), else one."""
@@ -213,22 +161,6 @@ def _models_at_once(track: Track, regs: Registries) -> tuple[int, str]:
             return track.pool_chunk, f" x {track.pool_chunk} models at once (pool_chunk: attack {ref.name!r} " \
                                      "trains shadow models)"
     return 1, ""
-
-
-def _model_bytes(arch: Architecture, limit: int) -> int:
-    """Bytes of the model's parameters and buffers, counted without allocating them: built on the ``meta`` device,
-    or, for a model whose construction needs real tensors, built for real under a guard that stops it before it
-    allocates more than ``limit`` bytes (``_TooLarge``)."""
-    try:
-        with _AllocationGuard(limit), torch.device("meta"):
-            module = arch.build()
-    except _TooLarge:
-        raise
-    except Exception:  # noqa: BLE001 - e.g. .item() on a meta tensor: count a real build, but within the limit
-        with _AllocationGuard(limit):
-            module = arch.build()
-    tensors = [*module.parameters(), *module.buffers()]
-    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def _check_model(
@@ -245,8 +177,8 @@ def _check_model(
     copies, why = _models_at_once(track, regs)
     try:
         arch = architecture(track, dataset)
-        size = _model_bytes(arch, have // (TRAINING_MEMORY_FACTOR * copies))
-    except _TooLarge as exc:
+        size = model_bytes(arch, have // (TRAINING_MEMORY_FACTOR * copies))
+    except TooLarge as exc:
         size = exc.args[0]
     except Exception as exc:  # noqa: BLE001 - a plugin's build failure is a problem with this track's model
         problems.append(f"{cannot}: {exc}")
@@ -310,8 +242,42 @@ def _game_spec(source: str, prefix: str, track: Track, game: type[Game], problem
         return None
 
 
+def _sandbox_key(name: str, options: dict[str, Any]) -> str:
+    return json.dumps([name, options], sort_keys=True, default=repr)
+
+
+def sandboxed_params(parsed: list[tuple[Path, Scenario]], regs: Registries) -> dict[str, dict[str, Any]]:
+    """The parameters of every attack of the scenarios that only the sandbox imports, validated there, all in one
+    sandboxed process (``arena.pipeline.sandbox.catalog.validate``): by ``_sandbox_key``, its answer."""
+    asked: dict[str, tuple[str, str, dict[str, Any]]] = {}
+    for _, scenario in parsed:
+        for track in scenario.tracks:
+            for ref in track.attacks:
+                cls = regs.attacks.get(ref.name) if ref.name in regs.attacks else None
+                if cls is not None and is_sandboxed(cls) and not cls.__dict__.get("refused"):
+                    asked[_sandbox_key(ref.name, ref.options)] = (ref.name, static_attack(cls).entry, ref.options)
+    return dict(zip(asked, validate_attacks(list(asked.values())), strict=True))
+
+
+def _sandbox_checked(source: str, prefix: str, ref: PluginRef, cls: type[Any], answers: dict[str, dict[str, Any]],
+                     problems: list[str]) -> dict[str, Any] | None:
+    """A sandboxed attack's parameters as the sandbox validated them (JSON form), else its problems."""
+    if cls.__dict__.get("refused"):
+        problems.append(f"{source}: {prefix}.name: attack {ref.name!r}: {cls.__dict__['refused']}")
+        return None
+    answer = answers.get(_sandbox_key(ref.name, ref.options), {})
+    if isinstance(answer.get("params"), dict):
+        return answer["params"]
+    if isinstance(answer.get("errors"), list):
+        problems.extend(error_problems(source, prefix, answer["errors"]))
+    else:
+        problems.append(f"{source}: {prefix}.name: attack {ref.name!r}: {answer.get('refused', 'not validated')}")
+    return None
+
+
 def _check_track(
-    source: str, where: str, track: Track, regs: Registries, problems: list[str], local: bool = True
+    source: str, where: str, track: Track, regs: Registries, problems: list[str], local: bool = True,
+    sandboxed: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[Track, Dataset | None, list[DefenseConfig], list[AttackConfig]]:
     """Check one track; append problems; return what the plan needs when it is sound: the track with its game's
     spec validated, its dataset, its defense and attack configurations."""
@@ -383,8 +349,12 @@ def _check_track(
         except TypeError as exc:
             problems.append(f"{source}: {prefix}.name: attack {ref.name!r}: {exc}")
             continue
-        params = _plugin_params(source, prefix, ref, cls, problems) if cls else None
-        if params is None or info is None:
+        if info is not None and is_sandboxed(cls):  # its Params ran in the sandbox (``sandboxed_params``)
+            dumped = _sandbox_checked(source, prefix, ref, cls, sandboxed or {}, problems)
+        else:
+            params = _plugin_params(source, prefix, ref, cls, problems) if cls else None
+            dumped = None if params is None else params.model_dump(mode="json")
+        if dumped is None or info is None:
             continue
         if info.game not in regs.games:
             problems.append(f"{source}: {prefix}.name: attack {info.name!r} declares game = {info.game!r}: "
@@ -396,7 +366,6 @@ def _check_track(
             missing = ", ".join(sorted(info.threat_model - game.capabilities))
             problems.append(f"{source}: {prefix}.name: attack {info.name!r} needs {missing}, "
                             f"which the {game.name!r} game does not grant")
-        dumped = params.model_dump(mode="json")
         code = provenance(regs.attacks.entry(info.name), module=info.entry.partition(":")[0], version=info.version)
         attacks.append(AttackConfig(info.name, dumped, info.version, "", info.threat_model, code))
         named.append(Labelled(info.name, flatten(dumped), None, j, ref.label))
@@ -427,10 +396,12 @@ def plan(paths: list[Path], local: bool = True) -> Plan:
     for path, scenario in parsed:
         if names.count(scenario.name) > 1:
             problems.append(f"{path}: name: scenario name {scenario.name!r} is used by more than one file")
+    sandboxed = sandboxed_params(parsed, regs)  # no attack plugin's code runs here
     matchups: list[Matchup] = []
     for path, scenario in parsed:
         for i, track in enumerate(scenario.tracks):
-            track, dataset, defenses, attacks = _check_track(str(path), f"tracks[{i}]", track, regs, problems, local)
+            track, dataset, defenses, attacks = _check_track(str(path), f"tracks[{i}]", track, regs, problems, local,
+                                                             sandboxed)
             if dataset is None:
                 continue
             fingerprint = dataset.fingerprint()

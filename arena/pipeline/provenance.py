@@ -97,11 +97,30 @@ def _origin(name: str) -> Path | None:
     path = getattr(module, "__file__", None) if module is not None else None
     if path is None:
         try:
-            spec = importlib.util.find_spec(name)
+            spec = _find_spec(name)
         except (ImportError, ValueError, AttributeError):
             return None
         path = spec.origin if spec is not None else None
     return Path(path) if path and str(path).endswith(".py") and Path(path).is_file() else None
+
+
+def _find_spec(name: str) -> Any:
+    """The spec of module ``name``, found along the import path without importing anything, not even its parent
+    packages (an attack's package is imported only in the sandbox: its ``__init__`` must not run here)."""
+    from importlib.machinery import PathFinder
+
+    spec, search = None, None
+    parts = name.split(".")
+    for i in range(len(parts)):
+        part = ".".join(parts[: i + 1])
+        loaded = sys.modules.get(part)
+        spec = getattr(loaded, "__spec__", None) if loaded is not None else PathFinder.find_spec(part, search)
+        if spec is None:
+            return None
+        search = spec.submodule_search_locations
+        if search is None and i < len(parts) - 1:
+            return None
+    return spec
 
 
 def _is_package(name: str, origin: Path) -> bool:

@@ -36,8 +36,14 @@ def field_path(loc: tuple[Any, ...]) -> str:
 
 def pydantic_problems(source: str, prefix: str, exc: ValidationError) -> list[str]:
     """One line per pydantic error: 'file: field.path: message'."""
+    return error_problems(source, prefix, exc.errors())
+
+
+def error_problems(source: str, prefix: str, errors: Any) -> list[str]:
+    """``pydantic_problems`` for errors as ``ValidationError.errors()`` lists them (dicts of ``loc``, ``msg``,
+    ``type``, ``input``), e.g. as they came back from the sandbox's validation of an attack's parameters."""
     problems = []
-    for err in exc.errors():
+    for err in errors:
         path = field_path(err["loc"])
         full = f"{prefix}.{path}" if prefix and path != "(top level)" else (prefix or path)
         problems.append(f"{source}: {full}: {err['msg']}{_bool_hint(err)}")

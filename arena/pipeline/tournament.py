@@ -5,11 +5,9 @@ Rows are appended to results.jsonl as matchups finish, so a killed run resumes w
 
 from __future__ import annotations
 
-import logging
 import multiprocessing
 import multiprocessing.context
 import multiprocessing.process
-import os
 import shutil
 import signal
 import sys
@@ -18,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-from arena.pipeline import sandbox
+from arena.pipeline import cluster, sandbox
 from arena.pipeline.execute import base_row, play_matchup, train_release
 from arena.pipeline.plan import Matchup, Plan
 from arena.pipeline.procedure import gpu_request
@@ -188,92 +186,87 @@ def run_ray(
     catching every exception while it trains), the release is stopped with it (``ray.cancel(force=True)`` kills
     its worker, freeing the CPU for the rest of the run) and its other matchups fail at once.
 
-    Without ``address`` a new local Ray instance is started (never one found running on this machine); Ray's own
-    start-up warnings reach the terminal only when ``verbose``."""
+    The cluster is ``arena.pipeline.cluster.session``'s: the one at ``address`` (joined by ``cluster.connect``
+    before the run directory was touched), else a new local one (never one found running on this machine); Ray's
+    own start-up warnings reach the terminal only when ``verbose``. Every task's worker ends when this process
+    does (``cluster.watch_driver``)."""
+    with cluster.session(address, workers, verbose=verbose):
+        _play_on_ray(todo, store, on_row, on_start=on_start, workers=workers, timeout=timeout, retries=retries)
+
+
+def _play_on_ray(todo: list[Matchup], store: RunStore, on_row: Callable[[dict], None], *,
+                 on_start: Callable[[int], None], workers: int | None, timeout: Callable[[Matchup], float],
+                 retries: int) -> None:
+    """``run_ray``'s scheduling, on the cluster it joined or started."""
     import ray
 
-    started_here = not ray.is_initialized()
-    if started_here:
-        level = logging.INFO if verbose else logging.ERROR
-        logging.getLogger("ray").setLevel(level)
-        if address:
-            ray.init(address=address, log_to_driver=verbose, logging_level=level)
-        else:
-            ray.init(
-                address="local",
-                num_cpus=workers or os.cpu_count(),
-                include_dashboard=False,
-                log_to_driver=verbose,
-                logging_level=level,
-                object_store_memory=128 * 1024 * 1024,
-            )
-    try:
-        release_task = ray.remote(num_cpus=1, max_retries=retries)(_release_or_error)
-        # (ray's stubs type retry_exceptions as a bool; its documented list of exception classes is accepted)
-        matchup_task = ray.remote(num_cpus=1, max_retries=retries,  # a fork server's death is a worker's
-                                  retry_exceptions=[sandbox.ServerDied])(_play_after)  # type: ignore[call-overload]
-        gpus = {m.track.device: gpu_request(m.track.device) for m in todo}
-        limit = workers or int(ray.available_resources().get("CPU", 1)) or 1
-        run_dir = str(store.root)
-        queue = [m for group in _by_release(todo).values() for m in group]
-        releases: dict[str, Any] = {}  # release key -> its task, submitted with its first matchup
-        stopped: set[str] = set()  # releases stopped because a matchup timed out waiting for them
+    release_task = ray.remote(num_cpus=1, max_retries=retries)(_release_or_error)
+    # (ray's stubs type retry_exceptions as a bool; its documented list of exception classes is accepted)
+    matchup_task = ray.remote(num_cpus=1, max_retries=retries,  # a fork server's death is a worker's
+                              retry_exceptions=[sandbox.ServerDied])(_play_after)  # type: ignore[call-overload]
+    gpus = {m.track.device: gpu_request(m.track.device) for m in todo}
+    limit = workers or int(ray.available_resources().get("CPU", 1)) or 1
+    run_dir = str(store.root)
+    driver = cluster.this_driver()  # each worker ends its process when this one ends
+    queue = [m for group in _by_release(todo).values() for m in group]
+    releases: dict[str, Any] = {}  # release key -> its task, submitted with its first matchup
+    stopped: set[str] = set()  # releases stopped because a matchup timed out waiting for them
 
-        def release(m: Matchup) -> Any:
-            if m.release_key not in releases:
-                task = release_task.options(num_gpus=gpus[m.track.device])
-                releases[m.release_key] = task.remote(m, run_dir)
-            return releases[m.release_key]
+    def release(m: Matchup) -> Any:
+        if m.release_key not in releases:
+            task = release_task.options(num_gpus=gpus[m.track.device])
+            releases[m.release_key] = task.remote(m, run_dir, driver)
+        return releases[m.release_key]
 
-        def stopped_row(m: Matchup, seconds: float) -> dict[str, Any]:
-            return failed_row(m, f"timeout: its release did not finish within {timeout(m):g}s", seconds)
+    def stopped_row(m: Matchup, seconds: float) -> dict[str, Any]:
+        return failed_row(m, f"timeout: its release did not finish within {timeout(m):g}s", seconds)
 
-        running: dict[Any, tuple[Matchup, float]] = {}
-        while queue or running:
-            while queue and len(running) < limit:
-                m = queue.pop(0)
-                if m.release_key in stopped:
-                    on_row(stopped_row(m, 0.0))
-                    continue
-                task = matchup_task.options(num_gpus=gpus[m.track.device])
-                running[task.remote(m, run_dir, release(m))] = (m, time.monotonic())
-            if not running:
+    running: dict[Any, tuple[Matchup, float]] = {}
+    while queue or running:
+        while queue and len(running) < limit:
+            m = queue.pop(0)
+            if m.release_key in stopped:
+                on_row(stopped_row(m, 0.0))
                 continue
-            on_start(len(running))
-            ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
-            for ref in ready:
-                m, t0 = running.pop(ref)
-                try:
-                    row = ray.get(ref)
-                except Exception as exc:  # noqa: BLE001 - a worker died after its retries, or its release was stopped
-                    seconds = time.monotonic() - t0
-                    row = (stopped_row(m, seconds) if m.release_key in stopped else
-                           failed_row(m, f"worker died: {type(exc).__name__}: {exc}", seconds))
-                on_row(row)
-            now = time.monotonic()
-            for ref, (m, t0) in list(running.items()):
-                if now - t0 > timeout(m):
-                    ray.cancel(ref, force=True)
-                    running.pop(ref)
-                    own = releases[m.release_key]
-                    if m.release_key not in stopped and not ray.wait([own], timeout=0)[0]:
-                        ray.cancel(own, force=True)
-                        stopped.add(m.release_key)
-                    on_row(failed_row(m, f"timeout: exceeded {timeout(m):g}s", now - t0))
-    finally:
-        if started_here:
-            ray.shutdown()
+            task = matchup_task.options(num_gpus=gpus[m.track.device])
+            running[task.remote(m, run_dir, release(m), driver)] = (m, time.monotonic())
+        if not running:
+            continue
+        on_start(len(running))
+        ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
+        for ref in ready:
+            m, t0 = running.pop(ref)
+            try:
+                row = ray.get(ref)
+            except Exception as exc:  # noqa: BLE001 - a worker died after its retries, or its release was stopped
+                seconds = time.monotonic() - t0
+                row = (stopped_row(m, seconds) if m.release_key in stopped else
+                       failed_row(m, f"worker died: {type(exc).__name__}: {exc}", seconds))
+            on_row(row)
+        now = time.monotonic()
+        for ref, (m, t0) in list(running.items()):
+            if now - t0 > timeout(m):
+                ray.cancel(ref, force=True)
+                running.pop(ref)
+                own = releases[m.release_key]
+                if m.release_key not in stopped and not ray.wait([own], timeout=0)[0]:
+                    ray.cancel(own, force=True)
+                    stopped.add(m.release_key)
+                on_row(failed_row(m, f"timeout: exceeded {timeout(m):g}s", now - t0))
 
 
-def _release_or_error(matchup: Matchup, run_dir: str) -> dict[str, Any]:
+def _release_or_error(matchup: Matchup, run_dir: str, driver: cluster.Driver | None) -> dict[str, Any]:
     """Prefetch the release; an exception is left for the matchups to report as their own failure."""
+    cluster.watch_driver(driver)
     try:
         return train_release(matchup, run_dir)
     except Exception as exc:  # noqa: BLE001
         return {"error": repr(exc)}
 
 
-def _play_after(matchup: Matchup, run_dir: str, release: dict[str, Any]) -> dict[str, Any]:
+def _play_after(matchup: Matchup, run_dir: str, release: dict[str, Any],
+                driver: cluster.Driver | None) -> dict[str, Any]:
+    cluster.watch_driver(driver)
     return play_matchup(matchup, run_dir)
 
 

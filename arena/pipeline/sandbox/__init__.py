@@ -40,9 +40,14 @@ rebuilt only as a guess class the game declares (``guess_types(game)``). An exce
 capped and escaped), which fails the matchup; the fork server's death under it is ``ServerDied``, the arena's
 fault, played again like a worker's death.
 
+Third-party plugins that register attacks only are never imported by the arena either: ``catalog`` imports them
+in a sandboxed process, which answers what they register (their attacks' declarations, read statically), and
+validates their attacks' parameters (pydantic's errors come back as data, for the plan to report).
+
 The package, by side: ``static`` (the attack as the arena knows it), ``wire`` (the message format both sides
-speak), ``limits`` (quotas, process limits, escaping), ``parent`` (the arena's side: the process started and
-served, ``AttackProcess``, ``run_attack``), ``server`` (how the attack's process starts and ends: the fork
+speak), ``limits`` (quotas, process limits, escaping), ``catalog`` (third-party plugins listed and
+attacks' parameters validated, in the sandbox), ``parent`` (the arena's side: the process started and served,
+``AttackProcess``, ``run_attack``), ``server`` (how the attack's process starts and ends: the fork
 server, or a fresh interpreter), ``child`` (the attack's process: limits, the user change, the attack built, the
 proxies, the guess sent back).
 """

@@ -370,19 +370,24 @@ def main(fd: int, *, parent: int | None = None) -> None:
         _die_with_parent(parent)
         torch.set_num_threads(1)
         # from here on, the attack's code runs
-        cls = attack_class(boot["attack"])
-        attack = cls(cls.Params.model_validate(boot["attack"]["params"]))
-        track = None if boot.get("track") is None else pickle.loads(boot["track"])  # may import a plugin's module
-        skip = attack.skip_reason(track) if track is not None else None
-        if skip is not None and not isinstance(skip, str):
-            raise TypeError(f"skip_reason returned {type(skip).__name__}, not a str or None")
-        conn.send_bytes(encode({"op": "ready", "skip": None if skip is None else str.__str__(skip)}, {}))
-        try:
-            data = conn.recv_bytes()
-        except EOFError:  # no view: the arena is done with this attack
-            data = None
-        if data is not None:
-            message = guess_message(attack.run(_view(conn, pickle.loads(data))))
+        if boot.get("task") is not None:  # plugins to list or parameters to validate: one answer, then exit
+            from arena.pipeline.sandbox.tasks import answer
+
+            message = encode({"op": "answer", "answer": answer(boot["task"], attack_class)}, {})
+        else:
+            cls = attack_class(boot["attack"])
+            attack = cls(cls.Params.model_validate(boot["attack"]["params"]))
+            track = None if boot.get("track") is None else pickle.loads(boot["track"])  # may import a plugin's module
+            skip = attack.skip_reason(track) if track is not None else None
+            if skip is not None and not isinstance(skip, str):
+                raise TypeError(f"skip_reason returned {type(skip).__name__}, not a str or None")
+            conn.send_bytes(encode({"op": "ready", "skip": None if skip is None else str.__str__(skip)}, {}))
+            try:
+                data = conn.recv_bytes()
+            except EOFError:  # no view: the arena is done with this attack
+                data = None
+            if data is not None:
+                message = guess_message(attack.run(_view(conn, pickle.loads(data))))
     except BaseException as exc:  # noqa: BLE001 - sys.exit, KeyboardInterrupt: all the attack's failure
         fail(exc)
     else:

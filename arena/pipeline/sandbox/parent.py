@@ -186,7 +186,7 @@ class AttackProcess:
 
     def __init__(self, attack: AttackRef | type, *, params: dict[str, Any] | None = None, track: Any = None,
                  guesses: tuple[type, ...] | None = None, timeout: float | None = None,
-                 limits: Limits | None = None) -> None:
+                 limits: Limits | None = None, task: dict[str, Any] | None = None) -> None:
         self.attack = attack if isinstance(attack, AttackRef) else attack_ref(attack, params)
         self.name = self.attack.name
         self.guesses = guess_types() if guesses is None else guesses
@@ -195,14 +195,16 @@ class AttackProcess:
         self.skip: str | None = None
         self._ready = False
         self._trained = self._cached_bytes = 0
-        modules = sorted({self.attack.entry.partition(":")[0], *(g.__module__ for g in self.guesses)})
+        modules = sorted({self.attack.entry.partition(":")[0], *(g.__module__ for g in self.guesses),
+                          *(["arena.pipeline.sandbox.tasks"] if task is not None else [])})
         own = [m for m in modules if server.own_module(m)]
         env = server.child_env()
         boot = pickle.dumps({"modules": own, "env": env, "path": env["PYTHONPATH"].split(os.pathsep),
                              "limits": self.limits.rlimits(),
                              # its own pickle, loaded only after the user change: it may name a plugin's classes
                              "track": None if track is None else pickle.dumps(track),
-                             "attack": {"name": self.name, "entry": self.attack.entry, "params": self.attack.params}})
+                             "attack": {"name": self.name, "entry": self.attack.entry, "params": self.attack.params},
+                             "task": task})
         ours, theirs = socket.socketpair()
         out_r, out_w = os.pipe()
         try:
@@ -282,6 +284,13 @@ class AttackProcess:
                 raise AttackFailed(f"attack {self.name!r}: skip_reason gave a {type(skip).__name__}")
             self.skip, self._ready = (None if skip is None else clip_text(skip, ERROR_CHARS)), True
         return self.skip
+
+    def answer(self) -> Any:
+        """The answer of a sandboxed task (``task``: ``arena.pipeline.sandbox.catalog``), as JSON data."""
+        header, _ = self._next()
+        if header.get("op") != "answer":
+            raise AttackFailed(f"{self.name}: its process spoke out of turn ({clip_text(header.get('op'), 50)!r})")
+        return header.get("answer")
 
     def run(self, view: Any) -> Any:
         """``attack.run(view)`` in the attack's process; its guess, rebuilt as one of ``guesses``."""

@@ -1,7 +1,7 @@
 """Hostile attacks, written as a plugin author would against the public API, each trying one route around the
 sandbox: into the arena's process (pickling hooks, descriptors, ``__init__``), past its threat model, into other
-matchups (patched scoring, daemons, signals, fork bombs), at the arena's resources (huge queries and training
-requests, the shared cache) and at its output (escape sequences, huge text, its standard streams).
+matchups (patched scoring, daemons, signals, fork bombs, file descriptors), at the arena's resources (huge queries
+and training requests, the shared cache) and at its output (escape sequences, huge text, its standard streams).
 
 Each returns a guess without information (constant scores: AUC 0.5) unless its route yields the membership, in
 which case it returns that (AUC 1). What each process observed is written into ``$HOSTILE_DIR`` (a directory
@@ -315,6 +315,36 @@ class Output(Hostile):
         raise ValueError(ESCAPES + "E" * 20_000_000)
 
 
+class FdTricks(Hostile):
+    """Looks through every descriptor it holds for one of the arena's (the run directory's files, the fork
+    server's socket, another attack's pipe) and writes to each that is not its own standard stream or pipe."""
+
+    name = "hostile-fd-tricks"
+
+    def run(self, view):
+        held, wrote = {}, []
+        for fd in sorted(int(n) for n in os.listdir("/proc/self/fd")):
+            try:
+                held[fd] = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+        for fd, target in held.items():
+            if fd > 2 and not target.startswith("/") and fd != _conn_fd():
+                with contextlib.suppress(OSError):
+                    os.write(fd, b"\0" * 64)
+                    wrote.append(target)
+        note("fd-tricks", {"held": held, "wrote": wrote})
+        return blank(view)
+
+
+def _conn_fd() -> int:
+    """The descriptor of this attack's own pipe to the arena (its proxies hold it)."""
+    import gc
+    from multiprocessing.connection import Connection
+
+    return next((c.fileno() for c in gc.get_objects() if isinstance(c, Connection) and not c.closed), -1)
+
+
 class SlowFirst(Hostile):
     """Honest but slow on its first try (the test kills the fork server under it), quick on the next."""
 
@@ -330,7 +360,7 @@ class SlowFirst(Hostile):
 
 
 ALL = (PickleHook, InitPatch, Widen, ScorePatch, Daemon, Stopper, ForkBomb, QueryFlood, TrainFlood, CacheFlood,
-       Output)
+       Output, FdTricks)
 UNPLANNABLE = (NameDescriptor, ThreatSet)
 
 

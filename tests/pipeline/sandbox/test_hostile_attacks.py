@@ -30,7 +30,7 @@ from arena.pipeline.sandbox import ERROR_CHARS, TRACEBACK_CHARS, Limits, printab
 from arena.pipeline.scenario import ScenarioError
 from arena.pipeline.store import SECRET_ENV, RunStore
 from arena.plugins import registries
-from tests.conftest import TEST_SECRET, UID_SPAN
+from tests.conftest import TEST_SECRET
 from tests.pipeline.sandbox import hostile_attacks as hostile
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
@@ -75,23 +75,28 @@ def install(site: Path, mp: pytest.MonkeyPatch, dist: str, module: str, source: 
 
 
 def sandbox_processes(*mentions: str) -> list[str]:
-    """Processes (zombies too) of a sandbox user of this worker's range, or whose command line or working directory
-    mentions one of ``mentions``."""
-    base = Limits.from_env().uid_base
+    """Running processes (not zombies, which have ended) whose command line or working directory mentions one of
+    ``mentions`` (the run directory, the notes folder), and those of a sandbox user whose environment does (every
+    attack's names the notes folder): the attacks of other test sessions on the machine are not counted."""
+    base = Limits.from_env().uid_base  # a pytest-xdist worker sets its own
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, StopIteration, ValueError):
             status = Path(f"/proc/{entry}/status").read_text()
+            if next(line for line in status.splitlines() if line.startswith("State:")).split()[1] in ("Z", "X"):
+                continue
             uid = int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            environ = Path(f"/proc/{entry}/environ").read_bytes().decode(errors="replace")
             try:
                 cwd = os.readlink(f"/proc/{entry}/cwd")
             except OSError:
                 cwd = ""
-            if base <= uid < base + UID_SPAN or any(m in cmdline or m in cwd for m in mentions):
-                found.append(f"pid {entry} uid {uid}: {cmdline[:120]!r} in {cwd!r}")
+            if any(m in cmdline or m in cwd or (uid >= base and m in environ) for m in mentions):
+                found.append(f"pid {entry} uid {uid}{' (sandbox user)' if uid >= base else ''}: {cmdline[:120]!r} "
+                             f"in {cwd!r}")
     return found
 
 
@@ -306,6 +311,19 @@ def test_output_and_errors_are_escaped_and_capped(runs: Runs) -> None:
     assert text.count("matchups ") >= 1 and "FAILED digits-mlp" in text, "the arena's own lines are all there"
 
 
+def test_an_attack_holds_no_descriptor_of_the_arenas(runs: Runs) -> None:
+    """Its standard streams, its own pipe, and import directories (read-only) only: no file of the run directory,
+    no socket of the fork server or of another attack; what it wrote into them reached nobody (the honest rows
+    are unchanged: the first test)."""
+    at_chance(runs.hostile[hostile.FdTricks.name])
+    (seen,) = runs.observed("fd-tricks")
+    targets = list(seen["held"].values())
+    assert not [t for t in targets if str(runs.base) in t], targets
+    assert sum(t.startswith("socket:") for t in targets) <= 1, f"its own pipe only: {targets}"
+    assert all(t.startswith(("socket:", "pipe:", "anon_inode:", "/")) for t in targets), targets
+    assert all(os.path.isdir(t) or t in ("/dev/null",) for t in targets if t.startswith("/")), targets
+
+
 def test_no_process_of_the_runs_remains(runs: Runs) -> None:
     assert runs.left == [], runs.left
     assert runs.ray_left == [], runs.ray_left
@@ -320,7 +338,12 @@ def test_the_suite_stays_modest(runs: Runs) -> None:
     print(f"seconds: {runs.seconds}; cache growth {runs.cache_growth} bytes; results.jsonl {runs.results_bytes} bytes")
     for name in ("fork-bomb", "stop", "daemon", "init-patch", "cache-flood"):
         print(name, runs.observed(name))
-    assert sum(runs.seconds.values()) < 240, runs.seconds
+    # wall time, on a machine that other jobs may load: no route holds its matchup near its timeout (240 s), and
+    # the three runs stay well below what a run of hanging routes would take
+    slow = {key: row["seconds"] for rows in (runs.hostile, runs.ray) for key, row in rows.items()
+            if row["seconds"] > 120}
+    assert not slow, slow
+    assert sum(runs.seconds.values()) < 900, runs.seconds
 
 
 # --- where the arena held the attack, the routes worked: the game's process, the attack's own object ---
