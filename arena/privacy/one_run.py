@@ -66,11 +66,12 @@ def one_run_p_value(m: int, r: int, v: int, epsilon: float, delta: float = 0.0) 
     return float(one_run_p_values(m, r, v, np.asarray(epsilon), delta))
 
 
-def one_run_epsilon_from_counts(m: int, r: int, v: int, alpha: float = ALPHA, delta: float = 0.0) -> float:
+def one_run_epsilon_from_counts(m: int, r: int, v: int, alpha: float = ALPHA, delta: float = 0.0,
+                                tol: float = 1e-6) -> float:
     """A largest ε whose p-value is at most α: every (ε′, δ)-DP mechanism with ε′ ≤ ε is then rejected at level α
     ((ε′, δ)-DP implies (ε, δ)-DP, so the p-value of ε bounds it too), so no monotonicity of the p-value is needed.
 
-    δ = 0: closed form logit(Beta⁻¹(α; v, r − v + 1)) (clipped at 0). δ > 0: bisection to 1e-6 between 0 and the
+    δ = 0: closed form logit(Beta⁻¹(α; v, r − v + 1)) (clipped at 0). δ > 0: bisection to ``tol`` between 0 and the
     δ = 0 bound (δ only weakens the evidence), keeping the end whose p-value is at most α."""
     if r == 0 or v == 0:
         return 0.0
@@ -83,7 +84,7 @@ def one_run_epsilon_from_counts(m: int, r: int, v: int, alpha: float = ALPHA, de
     lo = 0.0
     if one_run_p_value(m, r, v, hi, delta) <= alpha:
         return hi
-    while hi - lo > 1e-6:
+    while hi - lo > tol:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if one_run_p_value(m, r, v, mid, delta) <= alpha else (lo, mid)
     return lo
