@@ -116,24 +116,13 @@ def largest_rejected_mu(m: int, r: int, v: int, tau: float, hi: float = 64.0, to
 
 
 def gdp_family_epsilon(m: int, r: int, v: int, tau: float, delta: float, tol: float = 1e-7) -> float:
-    """The largest ε whose (ε, δ)-equivalent μ-GDP (μ = ``gdp_mu(ε, δ)``) the test rejects: jax_privacy's
-    ``epsilon_one_run_fdp`` at one threshold; an estimate that assumes a Gaussian trade-off. Bisection on ε."""
-    from arena.privacy.gdp import gdp_mu
+    """The largest ε whose (ε, δ)-equivalent μ-GDP the test rejects: jax_privacy's ``epsilon_one_run_fdp`` at one
+    threshold; an estimate that assumes a Gaussian trade-off. ε(μ, δ) increases with μ, so it is ε at the
+    largest rejected μ (bisection on μ to ``tol``)."""
+    from arena.privacy.gdp import gdp_epsilon
 
-    def rejected(e: float) -> bool:
-        return fdp_rejects(m, r, v, tau, gdp_fbar(gdp_mu(e, delta)))
-
-    if v == 0 or not rejected(1e-9):
-        return 0.0
-    lo, hi = 1e-9, 1.0
-    while rejected(hi):
-        lo, hi = hi, hi * 2
-        if hi > 1e4:
-            return lo
-    while hi - lo > tol:
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if rejected(mid) else (lo, mid)
-    return lo
+    mu = largest_rejected_mu(m, r, v, tau, tol=tol)
+    return gdp_epsilon(mu, delta) if mu > 0 else 0.0
 
 
 @dataclass(frozen=True)
