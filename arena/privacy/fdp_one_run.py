@@ -28,6 +28,7 @@ gives the largest μ rejected and ε(μ, δ) (``gdp_family_epsilon``, jax_privac
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -90,6 +91,7 @@ instead of 6 s of CPU at T = 250); a pessimistic PLD at any discretisation bound
 is only lowered, never raised: the test stays valid, slightly less powerful."""
 
 
+@functools.lru_cache(maxsize=32)  # one curve per claim: every seed and kind of a matchup's claim asks for it
 def claim_fbar(noise_multiplier: float, sample_rate: float, steps: int) -> Fbar:
     """f̄ of DP-SGD as a claim records it (add/remove): μ-GDP with μ = √T/σ at q = 1, else the dual of
     dp_accounting's pessimistic PLD profile."""
