@@ -14,8 +14,9 @@ Per canary kind the verdict's tests, each at α/#tests (Bonferroni, so one test 
 
 Estimates beside them, never a verdict: the held-out Clopper–Pearson bound, the one-threshold Gaussian-DP
 estimate, the f-DP GDP-family estimate. The empirical ε is the largest proved figure; flagged iff it exceeds the
-claimed add/remove ε or the claim's curve is rejected. Each test's false-positive rate is simulated in
-``tests/games/audit/test_verdict.py`` (at most α; power at 2ε reported).
+claimed add/remove ε or the claim's curve is rejected. Each test's false-positive rate is simulated (at most α,
+power at 2ε printed) in ``tests/privacy/test_one_run.py``, ``test_fdp_one_run.py``, ``test_sigma_fit.py`` and
+``tests/games/audit/test_canaries.py``; ``tests/games/audit/test_verdict.py`` checks which tests join.
 """
 
 from __future__ import annotations
