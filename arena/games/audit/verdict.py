@@ -40,10 +40,10 @@ from arena.privacy.sigma_fit import SigmaFit, sigma_fit
 
 
 def mechanism(claim: Mapping[str, Any] | Claim) -> tuple[float, float, int] | None:
-    """(σ, q, T) when the claim records a DP-SGD mechanism that can be accounted, else None."""
+    """(σ, q, T) when the claim records a DP-SGD mechanism that can be accounted at its δ (0 < δ < 1), else None."""
     c = claim.as_dict() if isinstance(claim, Claim) else claim
     sigma, q, steps = c.get("noise_multiplier"), c.get("sample_rate"), c.get("steps")
-    if sigma is None or q is None or not steps:
+    if sigma is None or q is None or not steps or not 0 < float(c.get("delta") or 0.0) < 1:
         return None
     sigma, q, steps = float(sigma), float(q), int(steps)
     return (sigma, q, steps) if math.isfinite(sigma) and sigma > 0 and 0 < q <= 1 and steps > 0 else None
@@ -200,12 +200,12 @@ def verdict_bounds(claim: Mapping[str, Any] | Claim, name: str, scores: np.ndarr
     s, t = scores.reshape(-1), truth.reshape(-1).astype(bool)
     one = one_run_epsilon(s, t, a, delta, seed=seed)
     mech = mechanism(c)
-    fdp = fdp_one_run(s, t, a, delta, claim=curve, seed=seed) if mech is not None and 0 < delta < 1 else None
+    fdp = fdp_one_run(s, t, a, delta, claim=curve, seed=seed) if mech is not None else None
     fit = sigma = None
     if fitted and mech is not None:
         if mech[1] >= 1.0:
             fit = gaussian_bound(s, t, delta, a)
-        elif 0 < delta < 1:
+        else:
             sigma = sigma_fit(s, t, mech[1], mech[2], delta, a)
     return one, fdp, fit, sigma
 
@@ -239,6 +239,6 @@ def analyse(claim: Claim, scores: dict[str, np.ndarray], truths: dict[str, np.nd
             gdp=gdp_estimate(s, t, claim.delta, alpha, seed=seed),
             alpha_bound=a, scores=s, truth=t, fit=fit, fdp=fdp, sigma=sig))
     pld = None
-    if mech is not None and 0 < claim.delta < 1:
+    if mech is not None:
         pld = epsilon_under(mech[0], mech[1], mech[2], claim.delta)
     return CanaryAudit(claim, pld, tuple(kinds), models, alpha, check, fitted)

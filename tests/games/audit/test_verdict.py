@@ -21,7 +21,7 @@ def test_which_tests_join_and_the_bonferroni_factor() -> None:
     sub = {"epsilon": 4.0, "delta": DELTA, "noise_multiplier": 3.5, "sample_rate": Q, "steps": T}
     bare = {"epsilon": 4.0, "delta": DELTA}
     assert mechanism(sub) == (3.5, Q, T) and mechanism(bare) is None
-    assert mechanism({**sub, "noise_multiplier": float("inf")}) is None
+    assert mechanism({**sub, "noise_multiplier": float("inf")}) is None and mechanism({**sub, "delta": 0.0}) is None
     assert fitted_kind(sub, ["gradient", "input"], True) == "gradient"
     assert fitted_kind(sub, ["gradient"], False) is None and fitted_kind(bare, ["gradient"], True) is None
     assert n_tests(sub, ["gradient", "input"], True) == 5  # one-run ×2, f-DP ×2, σ fit
