@@ -224,9 +224,9 @@ def one_run_epsilon(scores: ArrayLike, truth: ArrayLike, alpha: float = ALPHA, d
 
 def one_run_max_certifiable(m: int, grid: Grid, alpha: float, delta: float = 0.0) -> float:
     """The largest one-run bound m canaries can give at level α (α already corrected for the grid, if it is
-    searched): every guess right, at the guess set where that gives most (to 1e-3: a ceiling, not a verdict)."""
+    searched): every guess right, at the guess set where that gives most."""
     r = np.array([kp + km for kp, km in grid])
-    eps, j = _bounds(m, r, r, alpha, delta, tol=1e-3)
+    eps, j = _bounds(m, r, r, alpha, delta)
     return float(eps[j])
 
 
