@@ -6,7 +6,10 @@ DP, trade-off curves and privacy profiles. Game-agnostic: functions of claims, s
 - ``binomial``: Clopper–Pearson intervals, rates of one fixed test → ε lower bound, the most a sample can certify.
 - ``heldout``: the held-out Clopper–Pearson bound (proved for independent trials; the conventional estimate for
   many points scored on one model).
-- ``one_run``: the one-run bound of Steinke, Nasr & Jagielski 2023 (proved from one run).
+- ``one_run``: the one-run bound of Steinke, Nasr & Jagielski 2023 (proved from one run; guess set held out).
+- ``fdp_one_run``: the f-DP one-run test of Mahloujifar, Melis & Chaudhuri 2025 against a whole trade-off curve
+  (proved), and its Gaussian-family ε estimate.
+- ``sigma_fit``: Cohen's d of Dirac canaries bounding Poisson-subsampled DP-SGD's σ from above.
 - ``gdp``: μ ↔ (ε, δ); the one-threshold Gaussian-DP estimate (measured, never a verdict) and the Gaussian-fit bound
   (proved where its hypothesis holds exactly: full-batch white-box gradient canaries; an estimate otherwise).
 - ``tradeoff``: trade-off curves of a claim (f-DP), full-batch DP-SGD's μ, and the PLD privacy profile δ(ε).

@@ -13,12 +13,19 @@ p = e^ε/(1 + e^ε), so the p-value of ε is
 
 and ε_lb = inf{ε ≥ 0 : p-value(ε) > α'}: every ε below it is rejected at level α'. For δ = 0 this has a closed
 form: Pr[Binomial(r, p) ≥ v] = I_p(v, r − v + 1), so p_lo = Beta⁻¹(α'; v, r − v + 1) (the one-sided
-Clopper–Pearson lower bound on the accuracy, ``arena.privacy.binomial.cp_lower``) and ε_lb = logit(p_lo). The
-guesses (k₊, k₋) are searched over a small grid fixed in advance; the search is paid for with a Bonferroni
-correction α' = α/|grid|. Ties at the cut are broken by seeded randomness independent of S (post-processing,
-allowed by the theorem). Applies to any experiment whose secret bits are independent and uniform, for the relation
-a flip of one bit changes: add/remove for canaries inserted or not, replace-one for a pair of which one trains
-(``paired_canaries``: score each pair by the difference of its two scores).
+Clopper–Pearson lower bound on the accuracy, ``arena.privacy.binomial.cp_lower``) and ε_lb = logit(p_lo). With
+δ > 0 the bound is found by bisection (any ε whose p-value is at most α is a valid bound, see
+``one_run_epsilon_from_counts``).
+
+**Guess set.** By default it is chosen on a seeded half of the canaries drawn independently of their bits (the
+best of ``guess_grid``: 0.1 % to 50 % of them, one- and two-sided) and the bound is counted on the other half at
+the full α: no Bonferroni factor, and the 2mδ term is half the whole's (with 65,536 canaries at δ = 1e-5 it is 1.31
+on all of them, which is what held the old fixed grid at α/10 below 4.93 whatever the scores). With an explicit
+grid the best of it on all the canaries is taken at α/|grid| (Bonferroni). Ties at the cut are broken by seeded
+randomness independent of S (post-processing, allowed by the theorem). Applies to any experiment whose secret
+bits are independent and uniform, for the relation a flip of one bit changes: add/remove for canaries inserted
+or not, replace-one for a pair of which one trains (``paired_canaries``: score each pair by the difference of its
+two scores).
 """
 
 from __future__ import annotations
@@ -28,7 +35,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.optimize import brentq
 from scipy.special import expit, logit
 from scipy.stats import binom
 
@@ -42,16 +48,17 @@ Grid = Sequence[tuple[int, int]]
 def one_run_p_values(m: int, r: int, v: int, epsilons: ArrayLike, delta: float = 0.0) -> np.ndarray:
     """Steinke, Nasr & Jagielski 2023: an upper bound on Pr[≥ v of r guesses correct] for an (ε, δ)-DP mechanism
     on m independent uniform canaries: β + 2mδ·max_{1≤i≤v}(Pr[B ≥ v − i] − β)/i with B ~ Binomial(r, e^ε/(1+e^ε))
-    and β = Pr[B ≥ v] (the max term vanishes for δ = 0); at most 1. Vectorised over ``epsilons``."""
+    and β = Pr[B ≥ v] (the max term vanishes for δ = 0); at most 1. Vectorised over ``epsilons``; the window
+    sums Pr[v − i ≤ B < v] are cumulative sums of the pmf (one pass, no tail per i)."""
     if not 0 <= v <= r <= m:
         raise ValueError(f"need 0 <= v <= r <= m, got v={v}, r={r}, m={m}")
-    p = expit(np.asarray(epsilons, np.float64))[..., None]
-    tail = binom.sf(np.arange(v, -1, -1) - 1, r, p)  # Pr[B ≥ v − i] for i = 0..v, along the last axis
-    b = tail[..., 0]
+    p = expit(np.asarray(epsilons, np.float64))
+    b = binom.sf(v - 1, r, p)
     if delta == 0 or v == 0:
         return np.minimum(1.0, b)
-    i = np.arange(1, v + 1)
-    return np.minimum(1.0, b + 2 * m * delta * np.max((tail[..., 1:] - b[..., None]) / i, axis=-1))
+    pmf = binom.pmf(np.arange(v - 1, -1, -1), r, p[..., None])  # Pr[B = v − i] for i = 1..v
+    window = np.cumsum(pmf, axis=-1) / np.arange(1, v + 1)
+    return np.minimum(1.0, b + 2 * m * delta * window.max(axis=-1))
 
 
 def one_run_p_value(m: int, r: int, v: int, epsilon: float, delta: float = 0.0) -> float:
@@ -59,41 +66,39 @@ def one_run_p_value(m: int, r: int, v: int, epsilon: float, delta: float = 0.0) 
     return float(one_run_p_values(m, r, v, np.asarray(epsilon), delta))
 
 
-def one_run_epsilon_from_counts(m: int, r: int, v: int, alpha: float = ALPHA, delta: float = 0.0) -> float:
-    """ε_lb = inf{ε ≥ 0: one_run_p_value(m, r, v, ε, δ) > α}: every smaller ε is rejected at level α.
+def one_run_epsilon_from_counts(m: int, r: int, v: int, alpha: float = ALPHA, delta: float = 0.0,
+                                tol: float = 1e-6) -> float:
+    """A largest ε whose p-value is at most α: every (ε′, δ)-DP mechanism with ε′ ≤ ε is then rejected at level α
+    ((ε′, δ)-DP implies (ε, δ)-DP, so the p-value of ε bounds it too), so no monotonicity of the p-value is needed.
 
-    δ = 0: closed form logit(Beta⁻¹(α; v, r − v + 1)) (clipped at 0). δ > 0: the p-values on a grid of step
-    0.01 up to the δ = 0 bound (δ only weakens the evidence) locate the first ε whose p-value exceeds α, then
-    bisection in that bracket (the p-value is increasing in ε in practice; the grid keeps the answer at the
-    first crossing even if it were not)."""
+    δ = 0: closed form logit(Beta⁻¹(α; v, r − v + 1)) (clipped at 0). δ > 0: bisection to ``tol`` between 0 and the
+    δ = 0 bound (δ only weakens the evidence), keeping the end whose p-value is at most α."""
     if r == 0 or v == 0:
         return 0.0
     if delta == 0:
         q = float(cp_lower(v, r, alpha))
         return max(0.0, float(logit(q))) if q > 0.5 else 0.0
-    upper = one_run_epsilon_from_counts(m, r, v, alpha, 0.0)
-    if upper == 0.0:
+    hi = one_run_epsilon_from_counts(m, r, v, alpha, 0.0)
+    if hi == 0.0 or one_run_p_value(m, r, v, 0.0, delta) > alpha:
         return 0.0
-    grid = np.append(np.arange(0.0, upper, 0.01), upper + 1e-9)
-    above = np.flatnonzero(one_run_p_values(m, r, v, grid, delta) > alpha)
-    if len(above) == 0:  # not reached: the δ = 0 bound is where β alone exceeds α
-        return upper
-    j = int(above[0])
-    if j == 0:
-        return 0.0
-
-    def f(e: float) -> float:
-        return one_run_p_value(m, r, v, e, delta) - alpha
-
-    return float(brentq(f, float(grid[j - 1]), float(grid[j]), xtol=1e-6)) if f(float(grid[j])) > 0 else 0.0
+    lo = 0.0
+    if one_run_p_value(m, r, v, hi, delta) <= alpha:
+        return hi
+    while hi - lo > tol:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if one_run_p_value(m, r, v, mid, delta) <= alpha else (lo, mid)
+    return lo
 
 
-DEFAULT_GUESS_FRACTIONS = (0.01, 0.03, 0.1, 0.3, 0.5)
+DEFAULT_GUESS_FRACTIONS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 0.5)
+"""Guess-set sizes as fractions of the canaries: 0.1 % and 0.3 % reach the few most telling scores of a tight
+mechanism at large ε (with 65,536 canaries the old smallest, 1 %, left ε ≥ 5 unreachable)."""
 
 
 def guess_grid(m: int, fractions: Sequence[float] = DEFAULT_GUESS_FRACTIONS) -> tuple[tuple[int, int], ...]:
     """The default (k₊, k₋) grid for m canaries: for each fraction f, k = max(1, round(f·m)) guessed "in" alone,
-    and k "in" plus k "out" (when 2k ≤ m). Fixed before the scores are seen; its size is the Bonferroni factor."""
+    and k "in" plus k "out" (when 2k ≤ m). Fixed before the scores are seen; its size is the Bonferroni factor
+    (14 for m ≥ 1000)."""
     grid: list[tuple[int, int]] = []
     for f in fractions:
         k = max(1, round(f * m))
@@ -119,9 +124,11 @@ def one_run_counts(scores: np.ndarray, truth: np.ndarray, grid: Grid, seed: int)
 
 @dataclass(frozen=True)
 class OneRunBound:
-    """ε ≥ ``epsilon`` with confidence 1 − ``alpha`` from one run on m canaries (Steinke et al. 2023), at the
-    grid point (k₊, k₋) that gave it: r guesses, v correct. ``max_certifiable``: the bound if every guess of the
-    best grid point were right."""
+    """ε ≥ ``epsilon`` with confidence 1 − ``alpha`` from one run (Steinke et al. 2023) on the ``m`` canaries it
+    was counted on, at the guess set (k₊, k₋) that gave it: r guesses, v correct. ``selection``: how that guess
+    set was chosen ("held-out half": on the other half of the canaries, so ``bonferroni`` = 1; "grid": the best
+    of a fixed grid, paid for by ``bonferroni`` = |grid|). ``max_certifiable``: the most any outcome could certify
+    (every guess right, at the guess set where that gives most): a claim above it cannot be refuted."""
 
     epsilon: float
     alpha: float
@@ -133,60 +140,94 @@ class OneRunBound:
     correct: int
     grid_size: int
     max_certifiable: float
+    selection: str = "held-out half"
+    bonferroni: int = 1
     method: str = "one run (Steinke, Nasr & Jagielski 2023)"
+
+
+def selection_half(n: int, seed: int) -> np.ndarray:
+    """A seeded mask of ⌊n/2⌋ of n canaries, drawn independently of their bits (so the other half's bits stay
+    independent and uniform given everything the guesser uses: the one-run theorem holds on it alone)."""
+    sel = np.zeros(n, bool)
+    sel[np.random.default_rng([seed, 0x5E1]).permutation(n)[: n // 2]] = True
+    return sel
+
+
+def _bounds(m: int, r: np.ndarray, v: np.ndarray, a: float, delta: float, tol: float = 1e-6
+            ) -> tuple[np.ndarray, int]:
+    """Each guess set's bound (δ = 0: closed form, vectorised; δ > 0: only the best found, the others 0) and the
+    index of the best. The δ = 0 bound is an upper bound on the (ε, δ) one, so guess sets are tried in decreasing
+    order of it and the search stops once none can beat the best."""
+    q = cp_lower(v, r, a)
+    with np.errstate(divide="ignore"):
+        pure = np.where(q > 0.5, logit(np.clip(q, 1e-300, 1 - 1e-16)), 0.0)
+    if delta == 0:
+        return pure, int(np.argmax(pure))
+    out, best_j = np.zeros_like(pure), int(np.argmax(pure))
+    for j in np.argsort(-pure, kind="stable"):
+        if pure[j] <= out[best_j]:
+            break
+        out[j] = one_run_epsilon_from_counts(m, int(r[j]), int(v[j]), a, delta, tol)
+        best_j = int(j) if out[j] > out[best_j] else best_j
+    return out, best_j
+
+
+def scale_guess_set(pair: tuple[int, int], n_from: int, n_to: int) -> tuple[int, int]:
+    """A guess set chosen on n_from canaries as the same fractions of n_to."""
+    return tuple(max(1, round(k * n_to / n_from)) if k else 0 for k in pair)  # type: ignore[return-value]
 
 
 def one_run_epsilon_batch(scores: ArrayLike, truth: ArrayLike, alpha: float = ALPHA, delta: float = 0.0,
                           grid: Grid | None = None, seed: int = 0) -> np.ndarray:
-    """One-run ε_lb for R experiments at once (scores (R, m), truth (m,) or (R, m)); δ = 0 is fully vectorised."""
+    """``one_run_epsilon(...).epsilon`` for R experiments at once (scores (R, m), truth (m,) or (R, m))."""
     scores, truth = as_batch(scores, truth, same_counts=False)
-    m = scores.shape[1]
-    grid = tuple(grid) if grid is not None else guess_grid(m)
-    v, r = one_run_counts(scores, truth, grid, seed)
-    a = alpha / len(grid)
-    q = cp_lower(v, r, a)
-    with np.errstate(divide="ignore"):
-        pure = np.where(q > 0.5, logit(np.clip(q, 1e-300, 1 - 1e-16)), 0.0)  # the δ = 0 bounds, (R, |grid|)
-    if delta == 0:
-        return pure.max(axis=-1)
-    return np.array([_best_with_delta(m, r[i], v[i], pure[i], a, delta)[0] for i in range(scores.shape[0])])
-
-
-def _best_with_delta(m: int, r: np.ndarray, v: np.ndarray, pure: np.ndarray, a: float, delta: float
-                     ) -> tuple[float, int]:
-    """The largest (ε, δ) one-run bound over the grid and its index. The δ = 0 bound is an upper bound on it, so
-    grid points are tried in decreasing order of that and the search stops once none can beat the best."""
-    best, best_j = 0.0, int(np.argmax(pure))
-    for j in np.argsort(-pure, kind="stable"):
-        if pure[j] <= best:
-            break
-        e = one_run_epsilon_from_counts(m, int(r[j]), int(v[j]), a, delta)
-        if e > best:
-            best, best_j = e, int(j)
-    return best, best_j
+    return np.array([one_run_epsilon(scores[i], truth[i], alpha, delta, grid, seed).epsilon
+                     for i in range(scores.shape[0])])
 
 
 def one_run_epsilon(scores: ArrayLike, truth: ArrayLike, alpha: float = ALPHA, delta: float = 0.0,
                     grid: Grid | None = None, seed: int = 0) -> OneRunBound:
-    """The one-run bound of Steinke, Nasr & Jagielski 2023 from the scores of m canaries each included with
-    probability ½ (``truth``: 1 = included), maximised over the guess grid with a Bonferroni correction."""
+    """The one-run bound of Steinke, Nasr & Jagielski 2023 from the scores of canaries each included with
+    probability ½ (``truth``: 1 = included). Without ``grid``: the guess set is the best of ``guess_grid`` on a
+    seeded half of the canaries (``selection_half``), and the bound is counted on the other half at level α
+    (m = that half: its 2mδ term is half the whole's). With ``grid``: the best of those fixed guess sets on all
+    the canaries, each at α/|grid| (Bonferroni)."""
     scores, truth = as_batch(scores, truth, same_counts=False)
-    m = scores.shape[1]
-    grid = tuple(grid) if grid is not None else guess_grid(m)
-    if not grid or any(kp < 0 or km < 0 or kp + km > m or kp + km == 0 for kp, km in grid):
-        raise ValueError(f"each guess set needs k+ >= 0, k- >= 0 and 0 < k+ + k- <= m = {m}")
-    v, r = one_run_counts(scores, truth, grid, seed)
-    a = alpha / len(grid)
-    pure = np.array([one_run_epsilon_from_counts(m, int(r[0, j]), int(v[0, j]), a, 0.0) for j in range(len(grid))])
-    if delta == 0:
-        eps, j = float(pure.max()), int(np.argmax(pure))
-    else:
-        eps, j = _best_with_delta(m, r[0], v[0], pure, a, delta)
+    scores, truth = scores[:1], truth[:1]
+    n = scores.shape[1]
+    if grid is not None:
+        grid = tuple(grid)
+        if not grid or any(kp < 0 or km < 0 or kp + km > n or kp + km == 0 for kp, km in grid):
+            raise ValueError(f"each guess set needs k+ >= 0, k- >= 0 and 0 < k+ + k- <= m = {n}")
+        a = alpha / len(grid)
+        v, r = one_run_counts(scores, truth, grid, seed)
+        eps, j = _bounds(n, r[0], v[0], a, delta)
+        return OneRunBound(
+            epsilon=float(eps[j]), alpha=alpha, delta=delta, m=n, k_plus=grid[j][0], k_minus=grid[j][1],
+            guesses=int(r[0, j]), correct=int(v[0, j]), grid_size=len(grid),
+            max_certifiable=one_run_max_certifiable(n, grid, a, delta), selection="grid", bonferroni=len(grid))
+    if n < 4:
+        raise ValueError(f"a held-out one-run bound needs at least 4 canaries, got {n}")
+    sel = selection_half(n, seed)
+    n_sel, n_ev = int(sel.sum()), int((~sel).sum())
+    choices = guess_grid(n_sel)
+    v, r = one_run_counts(scores[:, sel], truth[:, sel], choices, seed)
+    _, j = _bounds(n_sel, r[0], v[0], alpha, delta)
+    pair = scale_guess_set(choices[j], n_sel, n_ev)
+    v, r = one_run_counts(scores[:, ~sel], truth[:, ~sel], (pair,), seed)
+    eps, _ = _bounds(n_ev, r[0], v[0], alpha, delta)
     return OneRunBound(
-        epsilon=eps, alpha=alpha, delta=delta, m=m, k_plus=grid[j][0], k_minus=grid[j][1],
-        guesses=int(r[0, j]), correct=int(v[0, j]), grid_size=len(grid),
-        max_certifiable=one_run_epsilon_from_counts(m, int(r[0, j]), int(r[0, j]), a, delta),
-    )
+        epsilon=float(eps[0]), alpha=alpha, delta=delta, m=n_ev, k_plus=pair[0], k_minus=pair[1],
+        guesses=int(r[0, 0]), correct=int(v[0, 0]), grid_size=len(choices),
+        max_certifiable=one_run_max_certifiable(n_ev, [scale_guess_set(c, n_sel, n_ev) for c in choices], alpha, delta))
+
+
+def one_run_max_certifiable(m: int, grid: Grid, alpha: float, delta: float = 0.0) -> float:
+    """The largest one-run bound m canaries can give at level α (α already corrected for the grid, if it is
+    searched): every guess right, at the guess set where that gives most."""
+    r = np.array([kp + km for kp, km in grid])
+    eps, j = _bounds(m, r, r, alpha, delta)
+    return float(eps[j])
 
 
 def paired_canaries(scores: ArrayLike, truth: ArrayLike, pair: ArrayLike) -> tuple[np.ndarray, np.ndarray]:

@@ -73,6 +73,7 @@ def test_one_run_calibration_on_randomised_response_and_power_at_twice_epsilon()
     assert power > 0.9
 
 
+@pytest.mark.slow
 def test_one_run_with_delta_calibration_on_gaussian_canaries() -> None:
     rng = np.random.default_rng(15)
     R, m, eps = 200, 500, 2.0

@@ -162,7 +162,9 @@ def test_paired_points_get_the_one_run_bound_beside_the_held_out_one() -> None:
     scores = is_member * 3.0 + rng.normal(size=2 * n)
     arrays = {"p": {"scores": scores, "is_member": is_member, "pair": pair}}
     (a,) = audit_rows([claimed_row("p", 1.0)], arrays.get).membership
-    assert a.one_run is not None and a.one_run.m == n and a.one_run.delta == pytest.approx((1 + math.e) * DELTA)
+    # counted on the held-out half of the pairs (the other half chose the guess set)
+    assert a.one_run is not None and a.one_run.m == n - n // 2
+    assert a.one_run.delta == pytest.approx((1 + math.e) * DELTA)
     assert a.one_run.epsilon > 1.0 and "one-run ε ≥" in audit_lines(audit_rows([claimed_row("p", 1.0)], arrays.get))[0]
 
 

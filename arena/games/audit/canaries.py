@@ -45,8 +45,8 @@ only when the release is bit for bit one of them; otherwise it is an estimate an
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -60,11 +60,11 @@ from arena.engine.functional import mean_gradient
 from arena.engine.instruments import AuditInstruments, GradientCanaries, instrumented
 from arena.engine.recipe import Recipe
 from arena.games.audit.claim_check import ClaimCheck, check_claim
-from arena.privacy.accounting import epsilon_under
+from arena.games.audit.verdict import CanaryAudit, KindResult, analyse, flag_batch
 from arena.privacy.binomial import ALPHA
-from arena.privacy.gdp import GaussianBound, GdpEstimate, gaussian_bound, gaussian_flags, gaussian_kind, gdp_estimate
-from arena.privacy.heldout import HeldOutBound, heldout_epsilon
-from arena.privacy.one_run import OneRunBound, one_run_epsilon, one_run_epsilon_batch
+
+__all__ = ["CanaryAudit", "CanaryRun", "CanarySpec", "ClaimCheck", "KindResult", "analyse", "audit", "flag_batch",
+           "train_with_canaries"]  # the statistics live in arena.games.audit.verdict; re-exported for callers
 
 InputKind = Literal["mislabelled", "ood"]
 
@@ -95,118 +95,7 @@ class CanarySpec:
             raise ValueError("need 0 < alpha < 1")
 
 
-@dataclass(frozen=True)
-class KindResult:
-    """One canary kind's scores and statistics at ``alpha_bound`` (α over the verdict's tests): ``one_run``
-    (proved, part of the verdict) and ``fit`` (the Gaussian-fit bound, part of the verdict for the gradient kind
-    of a full-batch claim, an estimate otherwise); ``heldout`` and ``gdp`` (estimates, at the audit's α)."""
-
-    kind: str
-    n_canaries: int
-    included: int
-    one_run: OneRunBound
-    heldout: HeldOutBound
-    gdp: GdpEstimate
-    alpha_bound: float
-    scores: np.ndarray = field(repr=False)
-    truth: np.ndarray = field(repr=False)
-    fit: GaussianBound | None = None
-
-
-@dataclass(frozen=True)
-class CanaryAudit:
-    """The result of one audit: the claim (add/remove), each canary kind's statistics, and the verdict."""
-
-    claim: Claim
-    claim_pld_epsilon: float | None  # the claim's σ, q, steps through the PLD accountant (add/remove)
-    kinds: tuple[KindResult, ...]
-    models: int
-    alpha: float
-    check: ClaimCheck | None = None
-    """What the engine saw the defense run (``check_claim``): every mechanism composed by PLD (add/remove, at the
-    claimed δ; ∞ without noise), a deterministic check of the claim's arithmetic, and whether the release is the
-    state ``train`` returned."""
-    gaussian: str | None = None
-    """The kind whose Gaussian-fit bound is part of the verdict (``gaussian_kind`` of a trained release), None
-    where none is."""
-
-    @property
-    def mechanism_epsilon(self) -> float | None:
-        """The composed PLD ε of the mechanisms the release ran (None where it could not be recomputed)."""
-        return None if self.check is None else self.check.epsilon
-
-    @property
-    def lower_bound(self) -> float:
-        """The empirical ε: the largest of the verdict's bounds (one-run per kind, the Gaussian fit where it
-        applies, each at α over the number of them), so ε ≥ this with confidence 1 − α."""
-        return max(self.bounds().values())
-
-    def bounds(self) -> dict[str, float]:
-        """The verdict's bounds by name (``<kind>.one_run``, ``<kind>.gaussian``)."""
-        out = {f"{k.kind}.one_run": k.one_run.epsilon for k in self.kinds}
-        out |= {f"{k.kind}.gaussian": k.fit.epsilon for k in self.kinds if k.kind == self.gaussian and k.fit}
-        return out
-
-    @property
-    def flagged(self) -> bool:
-        """The claim is refuted at level α: one of the verdict's bounds exceeds the claimed add/remove ε."""
-        return self.lower_bound > self.claim.epsilon
-
-    @property
-    def claim_consistent(self) -> bool:
-        """The mechanism run is as private as claimed (its own accounting; True when it could not be recomputed)."""
-        if self.mechanism_epsilon is None:
-            return True
-        return self.mechanism_epsilon <= self.claim.epsilon * (1 + 1e-6) + 1e-9
-
-    @property
-    def violation(self) -> bool:
-        """Refuted by the canaries (level α) or by recomputing the claim from the mechanism actually run."""
-        return self.flagged or not self.claim_consistent
-
-    def metrics(self) -> dict[str, float | int | bool | str]:
-        out: dict[str, float | int | bool | str] = {
-            "claimed_epsilon": self.claim.epsilon, "delta": self.claim.delta, "models": self.models,
-            "alpha": self.alpha, "empirical_epsilon": self.lower_bound, "flagged": self.flagged,
-            "claim_consistent": self.claim_consistent, "violation": self.violation,
-        }
-        if self.check is not None:
-            out |= {f"mechanism_{k}": v for k, v in self.check.as_dict().items() if v is not None}
-        if self.claim_pld_epsilon is not None:
-            out["claimed_epsilon_pld"] = self.claim_pld_epsilon
-        for k in self.kinds:
-            p = k.kind
-            out |= {
-                f"{p}.canaries": k.n_canaries, f"{p}.included": k.included,
-                f"{p}.one_run_epsilon": k.one_run.epsilon, f"{p}.one_run_alpha": k.alpha_bound,
-                f"{p}.one_run_max_certifiable": k.one_run.max_certifiable,
-                f"{p}.one_run_guesses": k.one_run.guesses, f"{p}.one_run_correct": k.one_run.correct,
-                f"{p}.heldout_epsilon": k.heldout.epsilon, f"{p}.heldout_max_certifiable": k.heldout.max_certifiable,
-                f"{p}.gdp_epsilon": k.gdp.epsilon, f"{p}.gdp_mu_lo": k.gdp.mu_lo,
-            }
-            if k.fit is not None:
-                out |= {f"{p}.gdp_fit_epsilon": k.fit.epsilon, f"{p}.gdp_fit_mu": k.fit.mu_hat,
-                        f"{p}.gdp_fit_mu_lo": k.fit.mu_lo, f"{p}.gdp_fit_se": k.fit.se,
-                        f"{p}.gdp_fit_in_verdict": k.kind == self.gaussian}
-        return out
-
-
 FitFn = Callable[[FitTask], Fit]
-
-
-def flag_batch(kinds: Sequence[tuple[np.ndarray, np.ndarray]], claimed_epsilon: float, delta: float = 0.0,
-               alpha: float = ALPHA, seed: int = 0, gaussian: int | None = None) -> np.ndarray:
-    """The audit's verdict for R experiments at once (the calibration tests simulate it): ``kinds`` holds, per
-    canary kind, scores (R, n) and truths (n,) or (R, n); ``gaussian`` the index of the kind whose Gaussian-fit
-    bound joins the verdict (the gradient kind of a full-batch claim). Flagged iff one of the bounds, each at
-    α/#bounds (Bonferroni), exceeds ``claimed_epsilon``. Returns (R,) booleans."""
-    a = alpha / (len(kinds) + (gaussian is not None))
-    flags = np.zeros(len(np.atleast_2d(kinds[0][0])), dtype=bool)
-    for s, t in kinds:
-        flags |= one_run_epsilon_batch(s, t, a, delta, seed=seed) > claimed_epsilon
-    if gaussian is not None:
-        flags |= gaussian_flags(*kinds[gaussian], claimed_epsilon, delta, a)
-    return flags
 
 
 def _flat(arch: Architecture, state: State) -> torch.Tensor:
@@ -245,18 +134,6 @@ def _input_canaries(X: np.ndarray, y: np.ndarray, n_classes: int, spec: CanarySp
         return X[idx].copy(), wrong.astype(np.int64)
     lo, hi = float(X.min()), float(X.max())
     return g.uniform(lo, hi, (m, X.shape[1])).astype(X.dtype), g.integers(0, n_classes, m).astype(np.int64)
-
-
-def _kind(name: str, scores: np.ndarray, truth: np.ndarray, delta: float, alpha: float, alpha_bound: float,
-          seed: int) -> KindResult:
-    s, t = scores.reshape(-1), truth.reshape(-1).astype(bool)
-    return KindResult(
-        kind=name, n_canaries=len(s), included=int(t.sum()),
-        one_run=one_run_epsilon(s, t, alpha_bound, delta, seed=seed),
-        heldout=heldout_epsilon(s, t, delta, alpha, seed=seed),
-        gdp=gdp_estimate(s, t, delta, alpha, seed=seed),
-        alpha_bound=alpha_bound, scores=s, truth=t, fit=gaussian_bound(s, t, delta, alpha_bound),
-    )
 
 
 @dataclass(frozen=True)
@@ -385,31 +262,6 @@ def run_truths(run: CanaryRun) -> dict[str, np.ndarray]:
     if run.inputs_in is not None:
         out[f"input_{run.input_kind}"] = np.asarray(run.inputs_in, dtype=bool)
     return out
-
-
-def analyse(claim: Claim, scores: dict[str, np.ndarray], truths: dict[str, np.ndarray], models: int,
-            alpha: float = ALPHA, seed: int = 0, check: ClaimCheck | None = None) -> CanaryAudit:
-    """The statistics of an audit from each canary kind's scores and truths (see the module docstring): the
-    verdict's bounds (one-run per kind, the Gaussian fit of the gradient kind of a full-batch claim whose release
-    ``check`` found to be the trained state) each at α/#bounds (Bonferroni), held-out Clopper–Pearson and
-    Gaussian-DP threshold estimates at α. Without a ``check`` the scores are taken as the trained state's."""
-    if not scores or sorted(scores) != sorted(truths):
-        raise ValueError(f"need scores and truths of the same canary kinds, got {sorted(scores)} and {sorted(truths)}")
-    trained = check is None or check.trained_release
-    gaussian = gaussian_kind(claim.sample_rate, list(scores)) if trained else None
-    alpha_bound = alpha / (len(scores) + (gaussian is not None))
-    kinds = []
-    for name in scores:
-        s, t = np.asarray(scores[name], np.float64), np.asarray(truths[name]).astype(bool)
-        if s.shape != t.shape:
-            raise ValueError(f"{name}: scores of shape {s.shape} for truths of shape {t.shape}")
-        if not np.all(np.isfinite(s)):
-            raise ValueError(f"{name}: canary scores contain NaN or infinity")
-        kinds.append(_kind(name, s, t, claim.delta, alpha, alpha_bound, seed))
-    pld = None
-    if claim.noise_multiplier is not None and claim.sample_rate is not None and claim.steps and 0 < claim.delta < 1:
-        pld = epsilon_under(float(claim.noise_multiplier), float(claim.sample_rate), int(claim.steps), claim.delta)
-    return CanaryAudit(claim, pld, tuple(kinds), models, alpha, check, gaussian)
 
 
 def audit(

@@ -54,7 +54,7 @@ from arena.pipeline.procedure import TrainingProcedure
 from arena.pipeline.store import content_key, tensor_digest
 
 KINDS = ("gradient", "input")
-ESTIMATORS = ("eps_one_run", "eps_heldout", "eps_gdp", "eps_gdp_fit")
+ESTIMATORS = ("eps_one_run", "eps_heldout", "eps_gdp", "eps_gdp_fit", "eps_sigma_fit", "eps_fdp_gdp")
 
 
 class AuditGameSpec(GameSpec):
@@ -119,7 +119,8 @@ class AuditView(View):
 
 METRICS = (
     Metric("empirical_epsilon", "audit", True, "empirical ε (95 %): the largest of the verdict's lower bounds (one-run "
-           "per kind; the Gaussian fit of the gradient canaries for a full-batch claim), Bonferroni over them",
+           "per kind; the gradient canaries' Gaussian fit (full batch) or σ fit (subsampled)), Bonferroni over "
+           "them and the f-DP tests of the claim's curve",
            NON_NEGATIVE),
     Metric("eps_one_run", "audit", True, "one-run ε lower bound (Steinke et al. 2023, proved for any mechanism), the "
            "largest over the canary kinds", NON_NEGATIVE),
@@ -130,6 +131,9 @@ METRICS = (
           ("eps_gdp", "Gaussian-DP ε estimate, held-out threshold (Nasr et al. 2023)"),
           ("eps_gdp_fit", "Gaussian-fit ε bound (Nasr et al. 2023): part of the verdict for gradient canaries "
                           "under a full-batch claim, where the scores are exactly Gaussian; an estimate otherwise"),
+          ("eps_sigma_fit", "σ-fit ε bound: Cohen's d bounds the noise of Poisson-subsampled DP-SGD from above; "
+                            "part of the verdict for gradient canaries under a subsampled claim"),
+          ("eps_fdp_gdp", "f-DP one-run ε estimate (Mahloujifar et al. 2025) if the trade-off is Gaussian"),
       )),
 )
 
@@ -150,6 +154,7 @@ def audit_metrics(result: CanaryAudit, input_kind: str) -> dict[str, Any]:
         "mechanism_laplace": None if result.check is None else result.check.laplace,
         "mechanism_unaccounted": None if result.check is None else result.check.unaccounted,
         "claim_consistent": result.claim_consistent, "flagged": result.flagged, "violation": result.violation,
+        "curve_refuted": result.curve_refuted,
         "models": result.models, "alpha": result.alpha, "input_kind": input_kind,
     }
     for k in result.kinds:
@@ -163,6 +168,13 @@ def audit_metrics(result: CanaryAudit, input_kind: str) -> dict[str, Any]:
             f"{p}_eps_gdp_fit": k.fit.epsilon if k.fit else None, f"{p}_gdp_fit_mu": k.fit.mu_hat if k.fit else None,
             f"{p}_gdp_fit_mu_lo": k.fit.mu_lo if k.fit else None, f"{p}_gdp_fit_se": k.fit.se if k.fit else None,
             f"{p}_canaries": k.n_canaries, f"{p}_included": k.included,
+            f"{p}_eps_sigma_fit": k.sigma.epsilon if k.sigma else None,
+            f"{p}_sigma_fit_sigma_hi": k.sigma.sigma_hi if k.sigma else None,
+            f"{p}_sigma_fit_d": k.sigma.d_hat if k.sigma else None,
+            f"{p}_sigma_fit_se": k.sigma.se if k.sigma else None,
+            f"{p}_eps_fdp_gdp": k.fdp.gdp_epsilon if k.fdp else None,
+            f"{p}_fdp_claim_refuted": k.fdp.claim_refuted if k.fdp else None,
+            f"{p}_one_run_m": k.one_run.m,
         }
     return out
 
@@ -320,11 +332,16 @@ class AuditGame(Game):
         notes = [
             f"empirical_epsilon is the largest of the verdict's bounds (confidence {1 - self.spec.alpha:.0%} "
             "jointly): the one-run bound of each kind (Steinke et al. 2023, proved for any mechanism)"
-            + (" and the gradient canaries' Gaussian fit (exact for the white-box canary of full-batch DP-SGD)"
+            + ((" and the gradient canaries' σ fit (Poisson-subsampled DP-SGD's noise bounded from above)"
+                if result.claim.sample_rate is not None and result.claim.sample_rate < 1 else
+                " and the gradient canaries' Gaussian fit (exact for the white-box canary of full-batch DP-SGD)")
                if result.gaussian else "")
-            + "; eps_heldout treats canaries as independent trials; eps_gdp (one threshold)"
+            + "; eps_heldout treats canaries as independent trials; eps_gdp (one threshold), eps_fdp_gdp"
             + ("" if result.gaussian else " and eps_gdp_fit") + " assume a Gaussian trade-off: estimates",
         ]
+        if any(k.fdp is not None and k.fdp.claim_refuted is not None for k in result.kinds):
+            notes.append("the f-DP one-run test (Mahloujifar et al. 2025) checks the scores against the claim's own "
+                         "trade-off curve (its σ, q and steps); a rejection is a violation (curve_refuted)")
         if not run.check.trained_release:
             notes.append("the release is not the state the defense's train call returned (post-processed), so the "
                          "Gaussian fit's hypothesis may fail: it is an estimate here; the one-run bounds speak alone")

@@ -1,14 +1,16 @@
 """The audit game's rule: a violation iff the canaries refute the claim or the claim's own arithmetic fails.
 
-For every ok audit row whose defense claims (ε, δ), the verdict's bounds are recomputed from the saved canary
-scores and bits: the one-run bound of Steinke, Nasr & Jagielski 2023 for each kind and, when the claim is full
-batch (sample rate 1), the gradient canaries' Gaussian-fit bound (exact there, see ``arena.games.audit.canaries``),
-each at α/#bounds (Bonferroni, so one test at level α per matchup, simulated in tests/test_canaries.py). They are
-compared with the claimed **add/remove** ε: a canary is added to or removed from one model's training, so add/remove
-is the relation the game plays. The claim check (the PLD ε of the σ, q and steps the engine really ran, recorded in the
-row's metrics) refutes a claim whose accounting does not match its mechanism, whatever the canaries show. Either
-is a violation and sets exit status 3. The held-out Clopper–Pearson and one-threshold Gaussian-DP figures are
-estimates: shown, never a verdict.
+For every ok audit row whose defense claims (ε, δ), the verdict's tests are recomputed from the saved canary
+scores and bits by ``arena.games.audit.verdict`` (which says which test is proved and when it joins): per kind the
+one-run bound (Steinke, Nasr & Jagielski 2023) and, where the claim records σ, q and T, the f-DP one-run test of
+the claim's own trade-off curve (Mahloujifar, Melis & Chaudhuri 2025); for the gradient canaries of a trained
+release the Gaussian fit (q = 1) or the σ fit (q < 1); each at α/#tests (Bonferroni, one test at level α per
+matchup, simulated in tests/games/audit/test_verdict.py). They are compared with the claimed **add/remove** ε: a
+canary is added to or removed from one model's training, so add/remove is the relation the game plays. The claim
+check (the PLD ε of the σ, q and steps the engine really ran, recorded in the row's metrics) refutes a claim whose
+accounting does not match its mechanism, whatever the canaries show. Either is a violation and sets exit status
+3. The held-out Clopper–Pearson, one-threshold Gaussian-DP and f-DP GDP-family figures are estimates: shown, never
+a verdict.
 """
 
 from __future__ import annotations
@@ -20,9 +22,12 @@ from typing import Any
 
 import numpy as np
 
+from arena.games.audit.verdict import fitted_kind, mechanism, n_tests, verdict_bounds
 from arena.privacy.binomial import ALPHA
-from arena.privacy.gdp import GaussianBound, gaussian_bound, gaussian_kind
-from arena.privacy.one_run import OneRunBound, one_run_epsilon
+from arena.privacy.fdp_one_run import FdpBound, claim_fbar
+from arena.privacy.gdp import GaussianBound
+from arena.privacy.one_run import OneRunBound
+from arena.privacy.sigma_fit import SigmaFit
 from arena.results.audit import ArrayLoader, AuditedMatchup, GameAudit, claimed, identity, split_seed
 
 KINDS = ("gradient", "input")
@@ -30,9 +35,9 @@ KINDS = ("gradient", "input")
 
 @dataclass(frozen=True)
 class CanaryAuditRecord(AuditedMatchup):
-    """One audit matchup against its claim: each kind's one-run bound and, for a full-batch claim, the gradient
-    canaries' Gaussian-fit bound (recomputed from the saved arrays), the estimates reported by the game, the claim
-    check, the verdict."""
+    """One audit matchup against its claim, recomputed from the saved arrays (``arena.games.audit.verdict``):
+    each kind's one-run bound and f-DP test of the claim's curve, the gradient canaries' Gaussian fit (q = 1) or
+    σ fit (q < 1) where it applies; the estimates reported by the game, the claim check, the verdict."""
 
     bounds: tuple[tuple[str, OneRunBound], ...]
     gaussian: GaussianBound | None
@@ -42,17 +47,27 @@ class CanaryAuditRecord(AuditedMatchup):
     mechanism_epsilon: float | None
     noise_free: bool
     claim_consistent: bool
+    fdp: tuple[tuple[str, FdpBound], ...] = ()
+    sigma: SigmaFit | None = None
 
     @property
     def lower_bound(self) -> float:
-        """The empirical ε: the largest of the verdict's bounds."""
-        one_run = max((b.epsilon for _, b in self.bounds), default=0.0)
-        return max(one_run, self.gaussian.epsilon) if self.gaussian else one_run
+        """The empirical ε: the largest of the verdict's figures."""
+        out = max((b.epsilon for _, b in self.bounds), default=0.0)
+        for fit in (self.gaussian, self.sigma):
+            out = max(out, fit.epsilon) if fit is not None else out
+        return out
+
+    @property
+    def curve_refuted(self) -> bool:
+        """The claim's own trade-off curve rejected by a kind's f-DP one-run test."""
+        return any(f.claim_refuted for _, f in self.fdp)
 
     @property
     def flagged(self) -> bool:
-        """Refuted by the canaries: one of the verdict's bounds (each at α/#bounds) above the claimed add/remove ε."""
-        return self.lower_bound > self.claimed_epsilon
+        """Refuted by the canaries: a verdict figure (each test at α/#tests) above the claimed add/remove ε, or
+        the claim's curve rejected."""
+        return self.lower_bound > self.claimed_epsilon or self.curve_refuted
 
     @property
     def violation(self) -> bool:
@@ -65,21 +80,30 @@ def audit_row(row: Mapping[str, Any], saved: Mapping[str, Any]) -> CanaryAuditRe
     metrics = row.get("metrics") or {}
     alpha = float(metrics.get("alpha") or ALPHA)
     kinds = [k for k in KINDS if f"{k}_scores" in saved and f"{k}_truth" in saved]
-    # the Gaussian fit only where the release is the state train returned (the game's claim check records it)
+    # the fits only where the release is the state train returned (the game's claim check records it)
     trained = bool(metrics.get("release_is_trained"))
-    fitted = gaussian_kind((row.get("claim") or {}).get("sample_rate"), kinds) if trained else None
-    a = alpha / (len(kinds) + (fitted is not None))
-    scores = {k: np.asarray(saved[f"{k}_scores"], np.float64).reshape(-1) for k in kinds}
-    truths = {k: np.asarray(saved[f"{k}_truth"]).astype(bool).reshape(-1) for k in kinds}
-    bounds = tuple((k, one_run_epsilon(scores[k], truths[k], a, delta, seed=split_seed(row["key"]))) for k in kinds)
-    gaussian = None if fitted is None else gaussian_bound(scores[fitted], truths[fitted], delta, a)
+    claim = {**(row.get("claim") or {}), "epsilon": eps, "delta": delta}
+    fitted = fitted_kind(claim, kinds, trained)
+    a = alpha / n_tests(claim, kinds, trained)
+    mech = mechanism(claim)
+    curve = claim_fbar(*mech) if mech is not None else None
+    bounds, fdps, gaussian, sigma = [], [], None, None
+    for k in kinds:
+        one, fdp, fit, sig = verdict_bounds(claim, k, np.asarray(saved[f"{k}_scores"], np.float64),
+                                            np.asarray(saved[f"{k}_truth"]).astype(bool), a, k == fitted,
+                                            split_seed(row["key"]), curve)
+        bounds.append((k, one))
+        fdps += [(k, fdp)] if fdp is not None else []
+        gaussian, sigma = gaussian or fit, sigma or sig
     estimates = {f"{k}_{e}": metrics.get(f"{k}_{e}") for k in kinds
-                 for e in ("eps_one_run", "eps_heldout", "eps_gdp", "eps_gdp_fit", "max_certifiable", "canaries")}
+                 for e in ("eps_one_run", "eps_heldout", "eps_gdp", "eps_gdp_fit", "eps_fdp_gdp", "max_certifiable",
+                           "canaries")}
     return CanaryAuditRecord(
-        **identity(row), claimed_epsilon=eps, delta=delta, bounds=bounds, gaussian=gaussian, estimates=estimates,
-        models=int(metrics.get("models") or 0), alpha=alpha, mechanism_epsilon=metrics.get("mechanism_epsilon"),
+        **identity(row), claimed_epsilon=eps, delta=delta, bounds=tuple(bounds), gaussian=gaussian,
+        estimates=estimates, models=int(metrics.get("models") or 0), alpha=alpha,
+        mechanism_epsilon=metrics.get("mechanism_epsilon"),
         noise_free=bool(metrics.get("mechanism_noise_free", False)),
-        claim_consistent=bool(metrics.get("claim_consistent", True)),
+        claim_consistent=bool(metrics.get("claim_consistent", True)), fdp=tuple(fdps), sigma=sigma,
     )
 
 
@@ -91,17 +115,27 @@ def _mechanism(a: CanaryAuditRecord) -> str:
 
 def describe_violation(a: CanaryAuditRecord) -> str:
     parts = []
-    if a.flagged:
+    if a.lower_bound > a.claimed_epsilon:
         k, b = max(a.bounds, key=lambda kb: kb[1].epsilon)
-        g = a.gaussian
-        if g is not None and g.epsilon >= b.epsilon:
+        g, sg = a.gaussian, a.sigma
+        if sg is not None and sg.epsilon >= b.epsilon:
+            parts.append(f"gradient canaries: σ-fit ε ≥ {sg.epsilon:.3f} > claimed add/remove ε = "
+                         f"{a.claimed_epsilon:.3f} ({1 - sg.alpha:.1%} confidence; Cohen's d = {sg.d_hat:.4f} ± "
+                         f"{sg.se:.4f}, so σ ≤ {sg.sigma_hi:.4f} at q = {sg.sample_rate:g}, T = {sg.steps}; "
+                         f"{sg.n_pos} + {sg.n_neg} canaries over {a.models} models)")
+        elif g is not None and g.epsilon >= b.epsilon:
             parts.append(f"gradient canaries: Gaussian-fit ε ≥ {g.epsilon:.3f} > claimed add/remove ε = "
                          f"{a.claimed_epsilon:.3f} ({1 - g.alpha:.1%} confidence; μ̂ = {g.mu_hat:.4f} ± "
                          f"{g.se:.4f}, μ ≥ {g.mu_lo:.4f}, {g.n_pos} + {g.n_neg} canaries over {a.models} models)")
         else:
             parts.append(f"{k} canaries: one-run ε ≥ {b.epsilon:.3f} > claimed add/remove ε = "
                          f"{a.claimed_epsilon:.3f} ({1 - b.alpha:.1%} confidence; {b.correct}/{b.guesses} guesses "
-                         f"correct of {b.m} canaries over {a.models} models)")
+                         f"correct of {b.m} held-out canaries over {a.models} models)")
+    for k, f in a.fdp:
+        if f.claim_refuted:
+            parts.append(f"{k} canaries: the claim's own trade-off curve is rejected by the f-DP one-run test "
+                         f"({1 - f.alpha:.1%} confidence; {f.correct}/{f.guesses} guesses correct of {f.m} "
+                         "held-out canaries)")
     if not a.claim_consistent:
         parts.append(f"the mechanism really run (σ, q, steps) has PLD ε = {_mechanism(a)} > claimed "
                      f"ε = {a.claimed_epsilon:.3f}")
@@ -113,6 +147,10 @@ def describe_audit(a: CanaryAuditRecord) -> str:
                        for k, b in a.bounds)
     if a.gaussian is not None:
         bounds += f", gradient Gaussian-fit ε ≥ {a.gaussian.epsilon:.3f} (μ resolved to ±{a.gaussian.se:.4f})"
+    if a.sigma is not None:
+        bounds += f", gradient σ-fit ε ≥ {a.sigma.epsilon:.3f} (σ ≤ {a.sigma.sigma_hi:.4f})"
+    bounds += "".join(f", {k} f-DP: claim's curve {'rejected' if f.claim_refuted else 'not rejected'} "
+                      f"(GDP estimate ε ≈ {f.gdp_epsilon:.3f})" for k, f in a.fdp)
     verdict = "VIOLATION: " + describe_violation(a) if a.violation else "consistent"
     return (f"{a.defense_label} vs {a.attack} seed {a.seed}: {bounds} vs claimed ε = {a.claimed_epsilon:.3f} "
             f"(mechanism run: {_mechanism(a)}): {verdict}")

@@ -11,6 +11,8 @@ from markupsafe import Markup
 from arena.games.audit.rule import KINDS, _mechanism, fmt_or_dash
 
 ESTIMATORS = (("eps_one_run", "one-run ε ≥ (proved)"), ("eps_gdp_fit", "Gaussian-fit ε ≥"),
+              ("eps_sigma_fit", "σ-fit ε ≥"), ("fdp_claim_refuted", "f-DP: claim's curve rejected"),
+              ("eps_fdp_gdp", "f-DP GDP estimate ε"),
               ("eps_heldout", "held-out CP ε ≥"), ("eps_gdp", "GDP ε (threshold)"),
               ("max_certifiable", "one-run max certifiable"), ("canaries", "canaries"))
 
@@ -30,7 +32,10 @@ def section(ctx: Any) -> Markup:
         for k in kinds:
             for e, _ in ESTIMATORS:
                 v = m.get(f"{k}_{e}")
-                cells.append(v if e == "canaries" and v is not None else fmt_or_dash(v))
+                if isinstance(v, bool):
+                    cells.append("yes" if v else "no")
+                else:
+                    cells.append(v if e == "canaries" and v is not None else fmt_or_dash(v))
         rows.append(cells)
     return ctx.render("canary-audit.html.j2", track=ctx.board.track, headers=headers, rows=rows,
                       tradeoff=ctx.tradeoff(tradeoff_panels(ctx), f"{ctx.board.track}-tradeoff-roc"))
@@ -68,9 +73,14 @@ def audit_section(audit: Any, page: Any) -> Markup:
     for a in records:  # sorted by the rule: violations first
         bounds = "; ".join(f"{k}: {b.epsilon:.3f} ({b.correct}/{b.guesses}, ≤ {b.max_certifiable:.3f})"
                            for k, b in a.bounds)
-        g = a.gaussian
-        fit = "— (subsampled: estimate only)" if g is None else (
-            f"{g.epsilon:.3f} (μ ≥ {g.mu_lo:.4f}; μ̂ = {g.mu_hat:.4f} ± {g.se:.4f})")
+        g, sg = a.gaussian, a.sigma
+        if sg is not None:
+            fit = f"σ fit {sg.epsilon:.3f} (σ ≤ {sg.sigma_hi:.4f}; d = {sg.d_hat:.4f} ± {sg.se:.4f})"
+        elif g is not None:
+            fit = f"{g.epsilon:.3f} (μ ≥ {g.mu_lo:.4f}; μ̂ = {g.mu_hat:.4f} ± {g.se:.4f})"
+        else:
+            fit = "— (no recorded mechanism, or a post-processed release)"
+        fit += "".join(f"; {k} f-DP: curve {'REJECTED' if f.claim_refuted else 'holds'}" for k, f in a.fdp)
         classes.append("violation" if a.violation else "")
         rows.append([a.track, a.defense_label, a.attack, a.seed, fmt(a.claimed_epsilon), f"{a.delta:g}", a.models,
                      fmt(a.lower_bound), bounds, fit, _mechanism(a), "VIOLATION" if a.violation else "consistent"])

@@ -133,7 +133,8 @@ def test_the_game_scores_the_auditor_and_rejects_malformed_guesses(played):
     m = outcome.metrics
     assert m["gradient_canaries"] == 32 and m["input_canaries"] == 24 and m["models"] == 4
     assert m["eps_one_run"] == max(m["gradient_eps_one_run"], m["input_eps_one_run"])
-    assert m["gradient_one_run_alpha"] == pytest.approx(0.05 / 3)  # two one-run bounds and the Gaussian fit
+    # two one-run bounds, two f-DP tests of the claim's curve and the Gaussian fit
+    assert m["gradient_one_run_alpha"] == pytest.approx(0.05 / 5)
     assert m["gaussian_in_verdict"] and m["empirical_epsilon"] == max(m["eps_one_run"], m["gradient_eps_gdp_fit"])
     assert set(outcome.arrays) == {"gradient_scores", "gradient_truth", "input_scores", "input_truth"}
     assert json.dumps(m)  # a result row must serialise

@@ -79,7 +79,8 @@ def test_a_clipped_release_keeps_the_gaussian_fit_out_of_the_verdict():
     X, y = _data()
     a = audit(_defense(ClippedRelease), ARCH, RECIPE, X, y, SPEC)
     assert not a.check.trained_release and a.gaussian is None
-    assert set(a.bounds()) == {"gradient.one_run"} and a.kinds[0].alpha_bound == SPEC.alpha  # one bound, all of α
+    # the one-run bound and the f-DP test of the claim's curve, α/2 each (no fit)
+    assert set(a.bounds()) == {"gradient.one_run"} and a.kinds[0].alpha_bound == SPEC.alpha / 2
     assert a.claim_consistent and not a.violation
     assert not a.metrics()["gradient.gdp_fit_in_verdict"]
 
@@ -94,13 +95,15 @@ def test_clipping_the_scores_of_a_true_claim_fakes_a_violation_that_the_gate_pre
     rng = np.random.default_rng(0)
     truth = rng.random((64, 512)) < 0.5
     scores = np.clip(rng.normal(size=truth.shape) + mu * (truth - 0.5), -mu / 2, mu / 2)
-    claim = Claim(epsilon=eps, delta=DELTA, accountant="test", noise_multiplier=1.0, sample_rate=1.0, steps=1)
+    # a claim whose recorded mechanism is exactly that μ (one full-batch step at σ = 1/μ): its own curve holds too
+    claim = Claim(epsilon=eps, delta=DELTA, accountant="test", noise_multiplier=1 / mu, sample_rate=1.0, steps=1)
     trained = ClaimCheck(eps, 1, 0, 0, True)
     post = ClaimCheck(eps, 1, 0, 0, False)
     naive = analyse(claim, {"gradient": scores}, {"gradient": truth}, 64, check=trained)
     assert naive.gaussian == "gradient" and naive.kinds[0].fit.mu_lo > mu and naive.flagged  # the false violation
     gated = analyse(claim, {"gradient": scores}, {"gradient": truth}, 64, check=post)
     assert gated.gaussian is None and not gated.flagged and not gated.violation
+    assert gated.kinds[0].fdp.claim_refuted is False  # post-processing keeps the f-DP test valid
 
 
 def test_the_check_composes_declared_laplace_draws_and_counts_the_others():
