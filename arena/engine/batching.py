@@ -44,6 +44,9 @@ def _poisson_batch(
     return *_take(X, y, idx), valid
 
 
+MASK_BLOCK = 1 << 18
+"""Poisson draws (steps × models × records) made in one call: at K = 1 a step's draw is mostly fixed cost."""
+
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
 """One step's inputs [K, B, d], labels [K, B] and validity mask [K, B] (None: every row is real)."""
 
@@ -65,14 +68,17 @@ def poisson_batches(
 ) -> Iterator[Batch]:
     """DP-SGD's batches: each point in with probability q at every step, independently (or all of them, q = 1);
     rows where ``present`` [K, n] is False never (the draws of the other rows are unchanged)."""
-    n = X.shape[1]
+    K, n = X.shape[:2]
     steps, q = steps_and_rate(n, recipe)
-    for t in range(steps):
-        if q < 1.0:
-            mask = rng.bernoulli(seeds, rng.stream(rng.Purpose.POISSON, t), n, q)
-            yield _poisson_batch(X, y, mask if present is None else mask & present)
-        else:
+    if q >= 1.0:
+        for _ in range(steps):
             yield X, y, present
+        return
+    block = max(1, min(steps, MASK_BLOCK // max(1, K * n)))
+    for first in range(0, steps, block):
+        ids = [rng.stream(rng.Purpose.POISSON, t) for t in range(first, min(steps, first + block))]
+        for mask in rng.bernoulli(seeds, ids, n, q):  # several steps' masks in one draw, each as drawn alone
+            yield _poisson_batch(X, y, mask if present is None else mask & present)
 
 
 def augmented(

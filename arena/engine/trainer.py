@@ -109,12 +109,27 @@ def _stream(
     return augmented(source, arch, recipe.augment, seeds)
 
 
-def _noise(
-    seeds: rng.Keys, step: int, n_params: int, dtype: torch.dtype, workspace: rng.Workspace | None = None
-) -> torch.Tensor:
-    """[K, P] standard normals of DP-SGD step ``step``, in the module's parameter order; drawn into ``workspace``'s
-    buffers when given (valid until the next step's draw), so that the step allocates no noise-sized memory."""
-    return rng.normal(seeds, rng.stream(rng.Purpose.NOISE, step), n_params, dtype, workspace)
+NOISE_BLOCK = 1 << 17
+"""Normals (steps × models × parameters) one draw of DP-SGD noise makes: several steps at once while that few."""
+
+
+class Noise:
+    """DP-SGD's [K, P] standard normals of each step, in the module's parameter order, each step's exactly as drawn
+    alone (its own stream), drawn several steps per call when K·P is small (a draw's fixed cost is most of it at
+    K = 1) into reused buffers, so that the steps allocate no noise-sized memory."""
+
+    def __init__(self, seeds: rng.Keys, steps: int, n_params: int, dtype: torch.dtype) -> None:
+        self.seeds, self.steps, self.n_params, self.dtype = seeds, steps, n_params, dtype
+        self.block = max(1, min(steps, NOISE_BLOCK // max(1, len(seeds) * n_params)))
+        self.workspace, self.first, self.draws = rng.Workspace(), -1, torch.empty(0)
+
+    def __call__(self, step: int) -> torch.Tensor:
+        """Step ``step``'s normals; valid until a step of the next block is asked for."""
+        if not self.first <= step < self.first + self.draws.shape[0]:
+            self.first = step
+            ids = [rng.stream(rng.Purpose.NOISE, t) for t in range(step, min(self.steps, step + self.block))]
+            self.draws = rng.normal(self.seeds, ids, self.n_params, self.dtype, self.workspace)
+        return self.draws[step - self.first]
 
 
 class HeavyBall:
@@ -153,7 +168,7 @@ def _train_dense(
     optimizer = HeavyBall(layers, [i % 2 == 0 for i in range(len(layers))], recipe, arch.l2)
     seeds = rng.Keys(train_seeds.to(X.device))
     n = X.shape[1]
-    workspace = rng.Workspace()
+    noise = Noise(seeds, steps_and_rate(n, recipe)[0], spec.n_params, X.dtype)
     for t, (Xb, yb, valid) in enumerate(_stream(arch, X, y, recipe, seeds, dp)):
         inputs, out = hand.layer_inputs(spec, layers, Xb)
         if dp is None:
@@ -164,7 +179,7 @@ def _train_dense(
             if valid is not None:
                 dlogits = dlogits * valid.unsqueeze(-1)
             deltas = hand.backprop(spec, layers, inputs, dlogits)
-            z = hand.unflatten_module_order(spec, _noise(seeds, t, spec.n_params, X.dtype, workspace))
+            z = hand.unflatten_module_order(spec, noise(t))
             q = steps_and_rate(n, recipe)[1]
             canary = None
             if dp.canaries is not None:
@@ -189,7 +204,7 @@ def _train_functional(
     seeds = rng.Keys(train_seeds.to(X.device))
     K, n = X.shape[:2]
     per_call = examples_per_call(arch, K, budget, X.dtype)
-    workspace = rng.Workspace()
+    noise = Noise(seeds, steps_and_rate(n, recipe)[0], template.n_params, X.dtype)
     for t, (Xb, yb, valid) in enumerate(_stream(arch, X, y, recipe, seeds, dp)):
         images = Xb.reshape(K, Xb.shape[1], *arch.input_shape)
         if dp is None:
@@ -202,7 +217,7 @@ def _train_functional(
                 flat = dp.canaries.contribution(seeds, t, q, template.n_params, dp.clip, X.dtype, X.device)
                 for k, ck in zip(names, torch.split(flat, sizes, dim=1)):
                     total[k].add_(ck.reshape(total[k].shape))
-            z = torch.split(_noise(seeds, t, template.n_params, X.dtype, workspace), sizes, dim=1)
+            z = torch.split(noise(t), sizes, dim=1)
             grads = [
                 total[k].add_(zk.reshape(total[k].shape), alpha=dp.noise_multiplier * dp.clip).div_(q * n)
                 for k, zk in zip(names, z)
