@@ -47,6 +47,24 @@ def _poisson_batch(
 MASK_BLOCK = 1 << 18
 """Poisson draws (steps × models × records) made in one call: at K = 1 a step's draw is mostly fixed cost."""
 
+def tail_split(valid: torch.Tensor | None, saving: float = 0.1) -> tuple[int, torch.Tensor] | None:
+    """Where to cut a step's padded Poisson batch (``valid`` [K, B], each model's rows first): the rows past the
+    cut then go through a second pass with only the models that have any, (cut, their indices). The cut m
+    minimises the rows computed, K·m + #{count > m}·(B − m); None unless that saves ``saving`` of the K·B rows."""
+    if valid is None or valid.shape[0] < 2:
+        return None
+    K, B = valid.shape
+    counts = sorted(valid.sum(1).tolist())
+    best, cut = K * B, B
+    for i, m in enumerate(counts):
+        tail = K - i - counts[i:].count(m)  # models with more than m rows
+        if m < B and K * m + tail * (B - m) < best:
+            best, cut = K * m + tail * (B - m), m
+    if best > (1 - saving) * K * B:
+        return None
+    return cut, (valid[:, cut:].any(1)).nonzero().squeeze(1)
+
+
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
 """One step's inputs [K, B, d], labels [K, B] and validity mask [K, B] (None: every row is real)."""
 

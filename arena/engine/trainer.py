@@ -9,16 +9,16 @@ tolerance) alone or inside any batch. Dense models (logistic regression, MLPs) t
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Literal
 
 import torch
 
 from arena.engine import dense as hand
-from arena.engine import instruments, rng
+from arena.engine import dpsgd, instruments, rng
 from arena.engine.architecture import Architecture, State
-from arena.engine.batching import Batch, augmented, batches, poisson_batches, steps_and_rate
-from arena.engine.dpsgd import clipped_noisy_gradient
+from arena.engine.batching import Batch, augmented, batches, poisson_batches, steps_and_rate, tail_split
+from arena.engine.dense import Layers
 from arena.engine.ensemble import init_state
 from arena.engine.functional import clipped_sum, examples_per_call, mean_gradient
 from arena.engine.recipe import DPNoise, Recipe
@@ -156,6 +156,22 @@ class HeavyBall:
         return self.params if self.average is None else self.average
 
 
+def _by_sampled_size(
+    clipped: Callable[[list[torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor | None], list[torch.Tensor]],
+    per_model: list[torch.Tensor], Xb: torch.Tensor, yb: torch.Tensor, valid: torch.Tensor | None,
+) -> list[torch.Tensor]:
+    """``clipped(per_model, Xb, yb, valid)``: per-model sums [K, ...] of a step's clipped gradients, in two passes
+    when the padded Poisson batch is worth cutting (``batching.tail_split``): the rows before the cut for every
+    model, the rest for the models that have any. Clipping is per example, so the sums are the same."""
+    split = tail_split(valid)
+    if split is None or valid is None:
+        return clipped(per_model, Xb, yb, valid)
+    cut, idx = split
+    head = clipped(per_model, Xb[:, :cut], yb[:, :cut], valid[:, :cut])
+    tail = clipped([t[idx] for t in per_model], Xb[idx, cut:], yb[idx, cut:], valid[idx, cut:])
+    return [h.index_add_(0, idx, t) for h, t in zip(head, tail)]
+
+
 def _train_dense(
     arch: Architecture, X: torch.Tensor, y: torch.Tensor, recipe: Recipe, state: State,
     train_seeds: torch.Tensor, dp: DPNoise | None, budget: int,
@@ -169,23 +185,29 @@ def _train_dense(
     seeds = rng.Keys(train_seeds.to(X.device))
     n = X.shape[1]
     noise = Noise(seeds, steps_and_rate(n, recipe)[0], spec.n_params, X.dtype)
+    clip = 0.0 if dp is None else dp.clip
+
+    def clipped(ls: list[torch.Tensor], Xs: torch.Tensor, ys: torch.Tensor, vs: torch.Tensor | None) -> Layers:
+        inputs, out = hand.layer_inputs(spec, ls, Xs)
+        dlogits = hand.output_delta(out, ys)
+        if vs is not None:
+            dlogits = dlogits * vs.unsqueeze(-1)
+        return dpsgd.clipped_sum(inputs, hand.backprop(spec, ls, inputs, dlogits), clip)
+
     for t, (Xb, yb, valid) in enumerate(_stream(arch, X, y, recipe, seeds, dp)):
-        inputs, out = hand.layer_inputs(spec, layers, Xb)
         if dp is None:
+            inputs, out = hand.layer_inputs(spec, layers, Xb)
             deltas = hand.backprop(spec, layers, inputs, hand.output_delta(out, yb) / Xb.shape[1])
             grads = hand.sum_gradients(inputs, deltas)
         else:
-            dlogits = hand.output_delta(out, yb)
-            if valid is not None:
-                dlogits = dlogits * valid.unsqueeze(-1)
-            deltas = hand.backprop(spec, layers, inputs, dlogits)
+            sums = clipped(layers, Xb, yb, valid)  # one pass: cutting the padding saves nothing on this path
             z = hand.unflatten_module_order(spec, noise(t))
             q = steps_and_rate(n, recipe)[1]
             canary = None
             if dp.canaries is not None:
                 flat = dp.canaries.contribution(seeds, t, q, spec.n_params, dp.clip, X.dtype, X.device)
                 canary = hand.unflatten_module_order(spec, flat)
-            grads = clipped_noisy_gradient(inputs, deltas, dp.clip, dp.noise_multiplier, z, q * n, canary)
+            grads = dpsgd.noisy_gradient(sums, dp.clip, dp.noise_multiplier, z, q * n, canary)
         optimizer.step(grads)
     return hand.to_state(names, optimizer.result())
 
@@ -205,13 +227,21 @@ def _train_functional(
     K, n = X.shape[:2]
     per_call = examples_per_call(arch, K, budget, X.dtype)
     noise = Noise(seeds, steps_and_rate(n, recipe)[0], template.n_params, X.dtype)
+    clip, kept = (0.0 if dp is None else dp.clip), len(names)
+
+    def clipped(tensors: list[torch.Tensor], Xs: torch.Tensor, ys: torch.Tensor, vs: torch.Tensor | None) -> Layers:
+        ps, bs = dict(zip(names, tensors[:kept])), dict(zip(template.buffers, tensors[kept:]))
+        sums = clipped_sum(arch, ps, bs, Xs, ys, vs, clip, per_call)
+        return [sums[k] for k in names]
+
     for t, (Xb, yb, valid) in enumerate(_stream(arch, X, y, recipe, seeds, dp)):
         images = Xb.reshape(K, Xb.shape[1], *arch.input_shape)
         if dp is None:
             g = mean_gradient(arch, params, buffers, images, yb)
             grads = [g[k] for k in names]
         else:
-            total = clipped_sum(arch, params, buffers, images, yb, valid, dp.clip, per_call)
+            per_model = [params[k] for k in names] + [buffers[k] for k in template.buffers]
+            total = dict(zip(names, _by_sampled_size(clipped, per_model, images, yb, valid)))
             q = steps_and_rate(n, recipe)[1]
             if dp.canaries is not None:
                 flat = dp.canaries.contribution(seeds, t, q, template.n_params, dp.clip, X.dtype, X.device)
