@@ -247,7 +247,10 @@ def _forward(
                          m.dilation, K)
         elif layer.kind == "linear":
             a = h.as_models()
-            z = torch.einsum("bk...f,kof->bk...o", a, w)
+            if a.ndim == 3:  # [B, K, f]: a batched matmul over models, cheaper to dispatch than einsum
+                z = torch.bmm(a.transpose(0, 1), w.mT).transpose(0, 1)
+            else:
+                z = torch.einsum("bk...f,kof->bk...o", a, w)
             if b is not None:
                 z = z + b.view(1, K, *[1] * (a.ndim - 3), -1)
         else:  # group norm: normalise the K·C channels in K·G groups, then each model's affine map

@@ -142,14 +142,15 @@ class HeavyBall:
         self.average = [p.clone() for p in params] if recipe.ema else None
 
     def step(self, grads: list[torch.Tensor]) -> None:
-        for p, g, v, pen in zip(self.params, grads, self.velocity, self.penalised):
-            if pen and self.l2:
-                g = g + self.l2 * p
-            v.mul_(self.recipe.momentum).add_(g)
-            p.add_(v, alpha=-self.recipe.lr)
+        """One update of every tensor, as multi-tensor (``_foreach``) kernels like ``torch.optim.SGD``'s: the same
+        arithmetic as one tensor at a time, in 3 calls instead of 3 per tensor."""
+        grads = [g + self.l2 * p if pen and self.l2 else g for p, g, pen in zip(self.params, grads, self.penalised)]
+        torch._foreach_mul_(self.velocity, self.recipe.momentum)
+        torch._foreach_add_(self.velocity, grads)
+        torch._foreach_add_(self.params, self.velocity, alpha=-self.recipe.lr)
         if self.average is not None:
-            for a, p in zip(self.average, self.params):
-                a.mul_(self.recipe.ema).add_(p, alpha=1.0 - self.recipe.ema)
+            torch._foreach_mul_(self.average, self.recipe.ema)
+            torch._foreach_add_(self.average, self.params, alpha=1.0 - self.recipe.ema)
 
     def result(self) -> list[torch.Tensor]:
         """The released parameters: the moving average when the recipe keeps one, else the last iterate."""
