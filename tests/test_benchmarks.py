@@ -117,3 +117,10 @@ def test_the_synthetic_cifar_batches_train_the_same_on_cuda_as_on_the_cpu():
     section = gpu_check.run(quick=True, repeats=1)
     assert "CUDA not available" not in section.what
     assert all(c.passed for c in section.checks), [(c.name, c.value) for c in section.checks]
+
+
+def test_a_plain_run_leaves_the_gpu_check_to_make_gpu_check():
+    from benchmarks.__main__ import PAIRS, _parser
+
+    default = _parser().parse_args([]).only.split(",")
+    assert "k" in PAIRS and "k" not in default and set(default) == set(PAIRS) - {"k"}
