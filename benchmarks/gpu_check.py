@@ -175,7 +175,10 @@ def run(quick: bool, repeats: int) -> Section:
         section.figures[f"WRN-10-1 {label}: seconds per shadow on {device} ({sizes.records // 2} records, "
                         f"{sizes.epochs} epochs, median of {repeats})"] = f"{per_shadow:.3f}"
     section.figures[f"counter RNG, CPU vs {device}"] = _draws_agree(device)
-    if sizes.timing:
+    if sizes.timing and not cuda:
+        section.figures[f"{SCENARIO.relative_to(ROOT)} extrapolated"] = (
+            "not timed: WRN-16-4 steps at the scenario's pool chunk take far too long on a CPU")
+    elif sizes.timing:
         per_image, hours = _scenario_hours(device, sizes)
         section.figures[f"WRN-16-4 on {device}, seconds per image-epoch per model"] = per_image
         section.figures[f"{SCENARIO.relative_to(ROOT)} extrapolated, one seed, on {device}"] = (
