@@ -19,25 +19,28 @@ ROOT = Path(__file__).resolve().parent.parent
 PAIRS = {
     "a": "benchmarks.bench_batched",
     "b": "benchmarks.bench_dpsgd",
-    "c": "benchmarks.bench_opacus",
     "d": "benchmarks.bench_reconstruction",
     "e": "benchmarks.bench_tournament",
     "f": "benchmarks.bench_memory",
     "g": "benchmarks.bench_engines",
     "h": "benchmarks.bench_pool",
     "i": "benchmarks.bench_postprocess",
+    "j": "benchmarks.bench_tournament_cnn",
+    "k": "benchmarks.gpu_check",
 }
+ON_REQUEST = {"k"}
+"""Pairs a plain ``python -m benchmarks`` leaves out (``--only`` names them): k needs a GPU (``make gpu-check``)."""
 PACKAGES = ("torch", "numpy", "scipy", "scikit-learn", "opacus", "adversarial-robustness-toolbox", "ray")
 PROTOCOL = (
     "Contenders of a pair run side by side in one process (the tournament: one child process per command), "
     "once per repeat, in an order rotated every repeat, after one untimed warm-up call each (except where a "
     "section says otherwise). Each ratio is computed within a repeat; the figure is the median of the "
-    "per-repeat ratios. In-process pairs (a–c, g, h) are timed in CPU time of the benchmark process "
+    "per-repeat ratios. In-process pairs (a, b, g, h) are timed in CPU time of the benchmark process "
     "(`time.process_time`), so that other processes on a shared machine do not inflate one contender; d and the "
-    "commands of e and f are timed wall-clock (`time.perf_counter`). In-process pairs (a–d, g, h) run torch on one "
-    "intra-op thread (`--threads`, default 1): most baselines are single-threaded (scikit-learn's solvers, "
-    "scipy's L-BFGS inside ART, per-model Python loops), so the ratios compare work per core, and one thread "
-    "keeps the figures stable on a shared machine. The commands of e and f run with their defaults, as a "
+    "commands of e, f and j are timed wall-clock (`time.perf_counter`). In-process pairs (a, b, d, g, h) run "
+    "torch on one intra-op thread (`--threads`, default 1): most baselines are single-threaded (scikit-learn's "
+    "solvers, scipy's L-BFGS inside ART, per-model Python loops), so the ratios compare work per core, and one thread "
+    "keeps the figures stable on a shared machine. The commands of e, f and j run with their defaults, as a "
     "user's would."
 )
 
@@ -45,7 +48,8 @@ PROTOCOL = (
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run of every pair, not a measurement")
-    p.add_argument("--only", default=",".join(PAIRS), help="comma-separated pairs to run (default: all)")
+    p.add_argument("--only", default=",".join(k for k in PAIRS if k not in ON_REQUEST),
+                   help="comma-separated pairs to run (default: all but k, the GPU check)")
     p.add_argument("--repeats", type=int, help="repeats per pair (default 3; 1 with --quick)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads in this process (default 1; 0: torch's own choice); child processes keep theirs")

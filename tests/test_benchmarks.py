@@ -56,7 +56,9 @@ def test_quick_run_of_the_pure_python_pairs_writes_a_well_formed_results_file(tm
 
     summary = text.split("## Summary")[1].split("\n## ")[0]
     rows = [line for line in summary.splitlines() if re.match(r"\| [ab] \|", line)]
-    assert len(rows) == 10  # a: 2 MLP, 1 CNN and 3 logistic-regression ratios; b: CNN and MLP at two model counts
+    # a: 2 MLP, 1 CNN and 3 logistic-regression ratios; b at K = 1 and 4: the CNN against a torch loop, its own
+    # non-private epoch (twice) and Opacus (twice), the MLP against a torch loop and its own non-private epoch (twice)
+    assert len(rows) == 14
     checks = re.findall(r"^\| (.+?) \| ([^|]+) \| \*\*([^|*]+)×\*\* \| (>=|<=) ([^|]+)× \| (PASS|\*\*MISS\*\*) \|$",
                         text, flags=re.M)
     assert len(checks) == len(rows)
@@ -89,3 +91,36 @@ def test_sections_not_run_are_carried_over_from_an_earlier_results_file_and_mark
     d_section = text.split("## d. Old")[1]
     assert "Carried over unchanged from `python -m benchmarks` on 2020-01-02" in d_section
     assert "**Missed: old ratio.** because" in d_section
+
+
+@pytest.mark.slow
+def test_the_gpu_check_runs_on_the_cpu_and_writes_its_section(tmp_path):
+    """Without CUDA the check compares the CPU with itself (everything agrees), still through the synthetic CIFAR
+    batches the `cifar10` plugin reads, and says so; its section lands in results.md beside carried ones."""
+    from benchmarks import gpu_check
+
+    section = gpu_check.run(quick=True, repeats=1)
+    assert section.key == "k" and len(section.checks) == 2
+    assert all(c.passed and c.op == "<=" for c in section.checks)
+    assert any("seconds per shadow" in name for name in section.figures)
+    assert "Poisson masks equal: yes" in next(v for k, v in section.figures.items() if "counter RNG" in k)
+    if not __import__("torch").cuda.is_available():
+        assert "CUDA not available" in section.what
+    text = render([section], {"CPU": "test"}, "python -m benchmarks --only k", datetime.now(timezone.utc), 0.1)
+    assert "## k. GPU check" in text and "| k |" in text
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+def test_the_synthetic_cifar_batches_train_the_same_on_cuda_as_on_the_cpu():
+    from benchmarks import gpu_check
+
+    section = gpu_check.run(quick=True, repeats=1)
+    assert "CUDA not available" not in section.what
+    assert all(c.passed for c in section.checks), [(c.name, c.value) for c in section.checks]
+
+
+def test_a_plain_run_leaves_the_gpu_check_to_make_gpu_check():
+    from benchmarks.__main__ import PAIRS, _parser
+
+    default = _parser().parse_args([]).only.split(",")
+    assert "k" in PAIRS and "k" not in default and set(default) == set(PAIRS) - {"k"}

@@ -44,6 +44,27 @@ def _poisson_batch(
     return *_take(X, y, idx), valid
 
 
+MASK_BLOCK = 1 << 18
+"""Poisson draws (steps × models × records) made in one call: at K = 1 a step's draw is mostly fixed cost."""
+
+def tail_split(valid: torch.Tensor | None, saving: float = 0.1) -> tuple[int, torch.Tensor] | None:
+    """Where to cut a step's padded Poisson batch (``valid`` [K, B], each model's rows first): the rows past the
+    cut then go through a second pass with only the models that have any, (cut, their indices). The cut m
+    minimises the rows computed, K·m + #{count > m}·(B − m); None unless that saves ``saving`` of the K·B rows."""
+    if valid is None or valid.shape[0] < 2:
+        return None
+    K, B = valid.shape
+    counts = sorted(valid.sum(1).tolist())
+    best, cut = K * B, B
+    for i, m in enumerate(counts):
+        tail = K - i - counts[i:].count(m)  # models with more than m rows
+        if m < B and K * m + tail * (B - m) < best:
+            best, cut = K * m + tail * (B - m), m
+    if best > (1 - saving) * K * B:
+        return None
+    return cut, (valid[:, cut:].any(1)).nonzero().squeeze(1)
+
+
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
 """One step's inputs [K, B, d], labels [K, B] and validity mask [K, B] (None: every row is real)."""
 
@@ -65,14 +86,17 @@ def poisson_batches(
 ) -> Iterator[Batch]:
     """DP-SGD's batches: each point in with probability q at every step, independently (or all of them, q = 1);
     rows where ``present`` [K, n] is False never (the draws of the other rows are unchanged)."""
-    n = X.shape[1]
+    K, n = X.shape[:2]
     steps, q = steps_and_rate(n, recipe)
-    for t in range(steps):
-        if q < 1.0:
-            mask = rng.bernoulli(seeds, rng.stream(rng.Purpose.POISSON, t), n, q)
-            yield _poisson_batch(X, y, mask if present is None else mask & present)
-        else:
+    if q >= 1.0:
+        for _ in range(steps):
             yield X, y, present
+        return
+    block = max(1, min(steps, MASK_BLOCK // max(1, K * n)))
+    for first in range(0, steps, block):
+        ids = [rng.stream(rng.Purpose.POISSON, t) for t in range(first, min(steps, first + block))]
+        for mask in rng.bernoulli(seeds, ids, n, q):  # several steps' masks in one draw, each as drawn alone
+            yield _poisson_batch(X, y, mask if present is None else mask & present)
 
 
 def augmented(

@@ -28,6 +28,23 @@ def clipped_sum(inputs: list[torch.Tensor], deltas: list[torch.Tensor], clip: fl
     return sum_gradients(inputs, deltas, clip_factors(per_example_grad_norms(inputs, deltas), clip))
 
 
+def noisy_gradient(
+    sums: Layers,
+    clip: float,
+    noise_multiplier: float,
+    noise: Layers,
+    expected_batch_size: float,
+    canary: Layers | None = None,
+) -> Layers:
+    """(clipped sums [+ canary] + noise_multiplier * clip * noise) / expected batch size, as Opacus does, in place
+    in ``sums`` (no parameter-sized temporary). `noise`: standard normals shaped like the parameters. `canary`: an
+    audit's white-box gradient canaries sampled this step, shaped like the parameters, added like examples'
+    gradients."""
+    if canary is not None:
+        sums = [g.add_(c) for g, c in zip(sums, canary)]
+    return [g.add_(z, alpha=noise_multiplier * clip).div_(expected_batch_size) for g, z in zip(sums, noise)]
+
+
 def clipped_noisy_gradient(
     inputs: list[torch.Tensor],
     deltas: list[torch.Tensor],
@@ -37,13 +54,7 @@ def clipped_noisy_gradient(
     expected_batch_size: float,
     canary: Layers | None = None,
 ) -> Layers:
-    """(clipped sum [+ canary] + noise_multiplier * clip * noise) / expected batch size, as Opacus does.
-
-    `noise`: standard normals shaped like the parameters. Padded examples must have zero deltas. `canary`: an
-    audit's white-box gradient canaries sampled this step, shaped like the parameters, added to the clipped sum
-    like examples' gradients. Computed in place in the clipped sums, so no parameter-sized temporary is allocated.
-    """
-    sums = clipped_sum(inputs, deltas, clip)
-    if canary is not None:
-        sums = [g.add_(c) for g, c in zip(sums, canary)]
-    return [g.add_(z, alpha=noise_multiplier * clip).div_(expected_batch_size) for g, z in zip(sums, noise)]
+    """``noisy_gradient`` of the clipped sum of the examples whose layer inputs and deltas are given (padded
+    examples must have zero deltas)."""
+    return noisy_gradient(clipped_sum(inputs, deltas, clip), clip, noise_multiplier, noise, expected_batch_size,
+                          canary)

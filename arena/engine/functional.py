@@ -24,8 +24,24 @@ def _loss_fn(arch: Architecture):  # noqa: ANN202 - a function of (params, buffe
     return loss
 
 
-def mean_gradient(arch: Architecture, params: State, buffers: State, X: torch.Tensor, y: torch.Tensor) -> State:
-    """Per model, the gradient of the mean cross-entropy over its batch: X [K, B, *input_shape], y [K, B]."""
+def mean_gradient(
+    arch: Architecture, params: State, buffers: State, X: torch.Tensor, y: torch.Tensor, method: Method = "auto"
+) -> State:
+    """Per model, the gradient of the mean cross-entropy over its batch: X [K, B, *input_shape], y [K, B].
+
+    ``method`` "auto": a plain layer stack takes the layer-by-layer path of ``arena.engine.ghost`` (the K models'
+    convolutions as one grouped convolution in channels-last memory, no ``vmap``); any other module ``vmap`` over
+    models of ``grad``, except one model alone, which skips ``vmap`` (its fixed cost is most of a small step).
+    "ghost" / "vmap" force a path (equal to float tolerance: the tests compare them)."""
+    plan = arch.template().ghost
+    if method == "ghost" and plan is None:
+        raise ValueError(f"model {arch.model.name!r} is not a stack of layers the layer-by-layer path supports")
+    if plan is not None and method != "vmap":
+        return ghost.mean_gradient(plan, params, X, y)
+    if X.shape[0] == 1 and method == "auto":
+        one = grad(_loss_fn(arch))({k: v[0] for k, v in params.items()}, {k: v[0] for k, v in buffers.items()},
+                                   X[0], y[0])
+        return {k: v.unsqueeze(0) for k, v in one.items()}
     return vmap(grad(_loss_fn(arch)))(params, buffers, X, y)
 
 

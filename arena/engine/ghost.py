@@ -247,7 +247,10 @@ def _forward(
                          m.dilation, K)
         elif layer.kind == "linear":
             a = h.as_models()
-            z = torch.einsum("bk...f,kof->bk...o", a, w)
+            if a.ndim == 3:  # [B, K, f]: a batched matmul over models, cheaper to dispatch than einsum
+                z = torch.bmm(a.transpose(0, 1), w.mT).transpose(0, 1)
+            else:
+                z = torch.einsum("bk...f,kof->bk...o", a, w)
             if b is not None:
                 z = z + b.view(1, K, *[1] * (a.ndim - 3), -1)
         else:  # group norm: normalise the K·C channels in K·G groups, then each model's affine map
@@ -373,6 +376,19 @@ def _accumulate(
             weight += gw.view(weight.shape)
         else:
             weight += torch.einsum("bk...o,bk...f->kof", G * c.view(B, K, *[1] * (G.ndim - 2)), a)
+
+
+def mean_gradient(
+    plan: Plan, params: dict[str, torch.Tensor], X: torch.Tensor, y: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """Non-private training on the same layer-by-layer path, without ``vmap``: per model, the gradient of the mean
+    cross-entropy over its batch. X [K, B, *input], y [K, B]; ``params`` [K, ...]."""
+    weights = {k: v.detach().requires_grad_() for k, v in params.items()}
+    with torch.enable_grad():
+        logits, _ = _forward(plan.layers, weights, X.transpose(0, 1))
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.transpose(0, 1).reshape(-1), reduction="sum")
+        grads = torch.autograd.grad(loss / X.shape[1], list(weights.values()))
+    return dict(zip(weights, grads))
 
 
 def clipped_sum(

@@ -13,6 +13,7 @@ a float32 normal costs half a 64-bit hash; SplitMix64's output on consecutive co
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from enum import IntEnum
 
 import torch
@@ -64,16 +65,18 @@ def _xorshift_(x: torch.Tensor, shift: int, scratch: torch.Tensor) -> None:
     x.bitwise_xor_(scratch.bitwise_and_((1 << (64 - shift)) - 1))
 
 
-def _mix64_(x: torch.Tensor, scratch: torch.Tensor | None = None) -> torch.Tensor:
+def _mix64_(x: torch.Tensor, scratch: torch.Tensor | None = None, last: bool = True) -> torch.Tensor:
     """``mix64`` in place on int64 storage of unsigned words; products wrap mod 2**64 (two's complement, as torch's
     kernels do: the bit-exact reference test would catch a backend that did not). ``scratch``: a tensor like x to
-    reuse, so that a large hash allocates nothing (fresh multi-megabyte temporaries page-fault on every step)."""
+    reuse, so that a large hash allocates nothing (fresh multi-megabyte temporaries page-fault on every step).
+    ``last=False`` stops before the final xorshift (a caller that reads only some bits folds it in itself)."""
     scratch = torch.empty_like(x) if scratch is None else scratch
     _xorshift_(x, 30, scratch)
     x.mul_(_i64(_M1))
     _xorshift_(x, 27, scratch)
     x.mul_(_i64(_M2))
-    _xorshift_(x, 31, scratch)
+    if last:
+        _xorshift_(x, 31, scratch)
     return x
 
 
@@ -90,9 +93,17 @@ class Keys:
     def __len__(self) -> int:
         return self.key.shape[0]
 
-    def stream_keys(self, stream_id: int) -> torch.Tensor:
-        """[K] the key of stream ``stream_id`` of each model."""
-        return _mix64_(self.key ^ _i64(mix64(stream_id)))
+    def stream_keys(self, stream_id: StreamIds) -> torch.Tensor:
+        """[K] the key of stream ``stream_id`` of each model; [S·K] for S stream ids (stream-major)."""
+        if isinstance(stream_id, int):
+            return _mix64_(self.key ^ _i64(mix64(stream_id)))
+        ids = torch.tensor([_i64(mix64(s)) for s in stream_id], dtype=torch.int64, device=self.key.device)
+        return _mix64_((ids.unsqueeze(1) ^ self.key).reshape(-1))
+
+
+StreamIds = int | Sequence[int]
+"""One stream id, or several: a draw from S streams at once returns [S, K, ...], row s·K + k exactly the draw of
+stream s alone (one call instead of S, which at K = 1 is mostly fixed per-call cost)."""
 
 
 Seeds = torch.Tensor | Keys
@@ -129,9 +140,11 @@ def _counters(n: int, device: torch.device, ws: Workspace | None) -> torch.Tenso
     return steps
 
 
-def _hash(seeds: Seeds, stream_id: int, n: int, ws: Workspace | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """([K, n] int64 storage of the 64-bit words 0..n-1 of the stream, distinct within a row; a scratch tensor
-    of the same shape)."""
+def _hash(
+    seeds: Seeds, stream_id: StreamIds, n: int, ws: Workspace | None = None, last: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """([K, n] int64 storage of the 64-bit words 0..n-1 of the stream, distinct within a row, [S·K, n] for S
+    streams; a scratch tensor of the same shape). ``last``: as in ``_mix64_``."""
     if n >= 1 << 62:
         raise ValueError("at most 2**62 draws per stream")
     keys = _keys(seeds).stream_keys(stream_id)
@@ -143,7 +156,13 @@ def _hash(seeds: Seeds, stream_id: int, n: int, ws: Workspace | None = None) -> 
         scratch = ws.get("scratch", shape, torch.int64, keys.device)
     torch.add(keys.unsqueeze(1), _counters(n, keys.device, ws), out=words)
     scratch = torch.empty_like(words) if scratch is None else scratch
-    return _mix64_(words, scratch), scratch
+    return _mix64_(words, scratch, last), scratch
+
+
+def _rows(seeds: Seeds, stream_id: StreamIds) -> tuple[int, ...]:
+    """The leading shape of a draw: (K,) from one stream, (S, K) from S."""
+    K = len(_keys(seeds))
+    return (K,) if isinstance(stream_id, int) else (len(stream_id), K)
 
 
 def bits(seeds: Seeds, stream_id: int, n: int) -> torch.Tensor:
@@ -184,12 +203,12 @@ def uniform(
 
 def normal(
     seeds: Seeds,
-    stream_id: int,
+    stream_id: StreamIds,
     shape: int | tuple[int, ...],
     dtype: torch.dtype = torch.float32,
     workspace: Workspace | None = None,
 ) -> torch.Tensor:
-    """[K, *shape] standard normals by Box–Muller, both outputs used.
+    """[K, *shape] standard normals by Box–Muller, both outputs used ([S, K, *shape] for S stream ids).
 
     With h = ⌈n/2⌉ pairs, pair j gives element j (r cos θ) and element h + j (r sin θ), r = √(−2 ln u₁),
     θ = 2π u₂, u₁ = (k₁ + 1)·2**-b ∈ (0, 1] and u₂ = k₂·2**-b ∈ [0, 1), with b = 24 bits in float32 (k₁, k₂ the top
@@ -201,39 +220,75 @@ def normal(
     n = math.prod(shape)
     h = (n + 1) // 2
     n_bits = _mantissa_bits(dtype) + 1
-    split = n_bits <= 32
-    words, scratch = _hash(seeds, stream_id, h if split else 2 * h, workspace)
-    K = words.shape[0]
-    if workspace is None:
-        out = torch.empty(K, 2, h, dtype=dtype, device=words.device)
+    workspace = Workspace() if workspace is None else workspace
+    if n_bits <= 32:
+        out = _normal_split(_keys(seeds).stream_keys(stream_id), h, n_bits, dtype, workspace)
     else:
-        out = workspace.get("normal", (K, 2, h), dtype, words.device)
-    radius, angle = out[:, 0], out[:, 1]
-    if split:
-        _field(words, 64 - n_bits, n_bits, radius, scratch)
-        _field(words, 32 - n_bits, n_bits, angle, scratch)
-    else:
+        words, scratch = _hash(seeds, stream_id, 2 * h, workspace)
+        out = workspace.get("normal", (words.shape[0], 2, h), dtype, words.device)
+        radius, sine = out[:, 0], out[:, 1]
         _field(words[:, :h], 64 - n_bits, n_bits, radius, scratch[:, :h])
-        _field(words[:, h:], 64 - n_bits, n_bits, angle, scratch[:, h:])
-    radius.add_(1.0).mul_(2.0**-n_bits).log_().mul_(-2.0).sqrt_()
-    angle.mul_(2.0 * math.pi * 2.0**-n_bits)
-    sine = scratch.view(dtype)[:, :h]  # the scratch words are free again: reuse their memory
+        angle = _field(words[:, h:], 64 - n_bits, n_bits, sine, scratch[:, h:])
+        radius.add_(1.0).mul_(2.0**-n_bits).log_().mul_(-2.0).sqrt_()
+        angle.mul_(2.0 * math.pi * 2.0**-n_bits)
+        cosine = scratch.view(dtype)[:, :h]  # the scratch words are free again: reuse their memory
+        torch.cos(angle, out=cosine)
+        angle.sin_().mul_(radius)
+        radius.mul_(cosine)
+    R = out.shape[0]
+    flat = out.view(R, 2 * h)
+    return (flat if n == 2 * h else flat[:, :n]).reshape(*_rows(seeds, stream_id), *shape)
+
+
+_BLOCK = 1 << 16
+"""Pairs of normals (over all rows) that one block of the float32 draw hashes and transforms at a time: its two
+word buffers (1 MiB) stay in cache through the ~20 passes, instead of streaming the whole draw through memory."""
+
+
+def _normal_split(keys: torch.Tensor, h: int, n_bits: int, dtype: torch.dtype, ws: Workspace) -> torch.Tensor:
+    """[R, 2, h] float32 Box–Muller pairs of stream keys [R], in column blocks of ``_BLOCK`` pairs."""
+    R = keys.shape[0]
+    out = ws.get("normal", (R, 2, h), dtype, keys.device)
+    width = min(h, max(1024, _BLOCK // R))
+    words = ws.get("words", (R, width), torch.int64, keys.device)
+    scratch = ws.get("scratch", (R, width), torch.int64, keys.device)
+    counters = _counters(h, keys.device, ws)
+    for start in range(0, h, width):
+        end = min(h, start + width)
+        w, s = words[:, : end - start], scratch[:, : end - start]
+        torch.add(keys.unsqueeze(1), counters[start:end], out=w)
+        _mix64_(w, s, last=False)
+        _box_muller_split(w, s, out[:, 0, start:end], out[:, 1, start:end], n_bits)
+    return out
+
+
+def _box_muller_split(
+    words: torch.Tensor, scratch: torch.Tensor, radius: torch.Tensor, sine: torch.Tensor, n_bits: int
+) -> None:
+    """``normal``'s float32 case in 19 passes over the words (was 24): ``words`` hashed up to the final xorshift
+    x ^= x >>> 31, which leaves k₁ (bits 63..40) unchanged and is folded into k₂ (bits 31..8: x ^ (x >> 31) with
+    an arithmetic shift, whose sign bits land above bit 32); integer fields are converted and scaled in one pass."""
+    mask = (1 << n_bits) - 1
+    torch.bitwise_right_shift(words, 31, out=scratch).bitwise_xor_(words)
+    scratch.bitwise_right_shift_(32 - n_bits).bitwise_and_(mask)  # k₂
+    words.bitwise_right_shift_(64 - n_bits).bitwise_and_(mask)  # k₁
+    torch.add(words, 1, out=radius).mul_(2.0**-n_bits).log_().mul_(-2.0).sqrt_()
+    angle = words.view(radius.dtype)[:, : radius.shape[1]]  # k₁ is read: its memory holds θ now
+    torch.mul(scratch, 2.0 * math.pi * 2.0**-n_bits, out=angle)
     torch.sin(angle, out=sine).mul_(radius)
     radius.mul_(angle.cos_())
-    angle.copy_(sine)
-    flat = out.view(K, 2 * h)
-    return (flat if n == 2 * h else flat[:, :n]).reshape(K, *shape)
 
 
 def bernoulli(
-    seeds: Seeds, stream_id: int, shape: int | tuple[int, ...], p: float
+    seeds: Seeds, stream_id: StreamIds, shape: int | tuple[int, ...], p: float
 ) -> torch.Tensor:
-    """[K, *shape] booleans, True with probability p (to within 2**-53), independent of dtype."""
+    """[K, *shape] booleans, True with probability p (to within 2**-53), independent of dtype ([S, K, *shape] for
+    S stream ids)."""
     shape = _shape(shape)
     threshold = round(p * 2.0**53)
-    words = bits(seeds, stream_id, math.prod(shape))
+    words = _hash(seeds, stream_id, math.prod(shape))[0]
     top = torch.bitwise_right_shift(words, 11, out=words).bitwise_and_((1 << 53) - 1)  # the top 53 bits
-    return (top < threshold).reshape(len(words), *shape)
+    return (top < threshold).reshape(*_rows(seeds, stream_id), *shape)
 
 
 def permutation(seeds: Seeds, stream_id: int, n: int) -> torch.Tensor:

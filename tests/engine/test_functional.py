@@ -10,6 +10,7 @@ from arena.contracts.release import Models
 from arena.engine.architecture import Architecture
 from arena.engine.augment import Augment
 from arena.engine.ensemble import init_state
+from arena.engine.functional import mean_gradient
 from arena.engine.recipe import DPNoise, Recipe
 from arena.engine.trainer import models_per_chunk, train
 from tests.conftest import architecture
@@ -145,3 +146,40 @@ def test_a_batch_norm_cnn_trains_non_privately():
     before, after = (m.loss(X, y).mean(-1) for m in (start, trained))
     assert (after < 0.5 * before).all(), (before, after)
     assert (trained.accuracy(X, y) > 0.6).all()  # chance is 0.25
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["cnn", "cnn-group", "cnn-batch"])
+def test_every_non_private_gradient_path_gives_the_vmap_gradient(model):
+    """The layer-by-layer path (plain stacks) and one model without ``vmap`` (any module) equal ``vmap(grad)``."""
+    arch = _arch(model) if model in MODELS else architecture("cnn", SHAPE, CLASSES, channels=[4], hidden=8,
+                                                             norm="batch")
+    X, y = _data(3, 6, seed=5)
+    state = init_state(arch, torch.tensor([1, 2, 3]), X.dtype)
+    template = arch.template()
+    params, buffers = {k: state[k] for k in template.trainable}, {k: state[k] for k in template.buffers}
+    images = X.reshape(3, 6, *SHAPE)
+    reference = mean_gradient(arch, params, buffers, images, y, method="vmap")
+    _assert_same(mean_gradient(arch, params, buffers, images, y), reference)
+    for k in range(3):
+        alone = mean_gradient(arch, {n: t[k : k + 1] for n, t in params.items()},
+                              {n: t[k : k + 1] for n, t in buffers.items()}, images[k : k + 1], y[k : k + 1])
+        _assert_same(alone, {n: t[k : k + 1] for n, t in reference.items()})
+    if template.ghost is None:
+        with pytest.raises(ValueError, match="layer-by-layer"):
+            mean_gradient(arch, params, buffers, images, y, method="ghost")
+    else:
+        _assert_same(mean_gradient(arch, params, buffers, images, y, method="ghost"), reference)
+
+
+@pytest.mark.slow
+def test_a_module_outside_the_layer_stacks_trains_the_same_alone_or_inside_a_batch():
+    """A batch-norm CNN has no layer-by-layer plan: alone it skips ``vmap``, in a batch it runs under it."""
+    arch = architecture("cnn", SHAPE, CLASSES, channels=[4], hidden=8, norm="batch")
+    assert arch.template().ghost is None
+    X, y = _data(3, 16, seed=6)
+    init, seeds = torch.tensor([5, 6, 7]), torch.tensor([50, 60, 70])
+    batched = train(arch, X, y, SGD, init, seeds)
+    for k in range(3):
+        alone = train(arch, X[k : k + 1], y[k : k + 1], SGD, init[k : k + 1], seeds[k : k + 1])
+        _assert_same({n: t[k : k + 1] for n, t in batched.items()}, alone)

@@ -147,3 +147,16 @@ def test_prepared_keys_draw_exactly_what_raw_seeds_draw():
         assert torch.equal(rng.bernoulli(keys, stream_id, 40, 0.3), rng.bernoulli(SEEDS, stream_id, 40, 0.3))
         assert torch.equal(rng.permutation(keys, stream_id, 40), rng.permutation(SEEDS, stream_id, 40))
     assert torch.equal(rng.bits(keys, 5, 8), rng.bits(keys, 5, 8))  # drawing leaves the prepared keys unchanged
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_draw_from_several_streams_is_each_stream_drawn_alone(dtype):
+    """Several steps' draws in one call (the trainer's noise and Poisson masks) change no number."""
+    keys, ids = rng.Keys(SEEDS), [rng.stream(rng.Purpose.NOISE, t) for t in (0, 3, 7)]
+    for n in (1, 20, 70_001):  # the last one spans several of the float32 draw's column blocks
+        many = rng.normal(keys, ids, n, dtype)
+        assert many.shape == (3, len(SEEDS), n)
+        for s, stream_id in enumerate(ids):
+            assert torch.equal(many[s], rng.normal(SEEDS, stream_id, n, dtype))
+    masks = rng.bernoulli(keys, ids, 50, 0.3)
+    assert all(torch.equal(masks[s], rng.bernoulli(SEEDS, i, 50, 0.3)) for s, i in enumerate(ids))

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from arena.engine import rng
-from arena.engine.batching import steps_and_rate
+from arena.engine import rng, trainer
+from arena.engine.batching import steps_and_rate, tail_split
 from arena.engine.dense import to_layers
 from arena.engine.ensemble import init_state
 from arena.engine.recipe import DPNoise, Recipe
@@ -130,3 +130,33 @@ def test_the_hand_path_is_refused_for_a_model_without_one():
     X, y = torch.rand(1, 4, 16), torch.zeros(1, 4, dtype=torch.int64)
     with pytest.raises(ValueError, match="no hand-written path"):
         train(cnn, X, y, Recipe(epochs=1, lr=0.1), torch.tensor([0]), torch.tensor([0]), engine="dense")
+
+
+def _valid(counts: list[int], B: int) -> torch.Tensor:
+    return torch.arange(B) < torch.tensor(counts).unsqueeze(1)
+
+
+def test_a_padded_poisson_batch_is_cut_where_it_saves_the_most_rows():
+    cut, models = tail_split(_valid([10, 10, 10, 3], 10))  # 4·3 + 3·7 = 33 rows instead of 40
+    assert cut == 3 and models.tolist() == [0, 1, 2]
+    cut, models = tail_split(_valid([2, 10, 2, 2], 10))  # 4·2 + 1·8 = 16 instead of 40
+    assert cut == 2 and models.tolist() == [1]
+    assert tail_split(_valid([9, 10, 10, 10], 10)) is None  # 37 of 40 at best: not worth a second pass
+    assert tail_split(_valid([3], 10)) is None and tail_split(None) is None  # one model: nothing to share
+
+
+@pytest.mark.slow
+def test_cutting_the_padding_of_dp_batches_changes_no_model(monkeypatch):
+    """Clipping is per example, so the second pass over the rows past the cut gives the same clipped sums."""
+    arch = architecture("cnn", (1, 4, 4), 3, channels=[2], hidden=4)
+    g = torch.Generator().manual_seed(3)
+    X, y = torch.rand(6, 40, 16, generator=g, dtype=torch.float64), torch.randint(0, 3, (6, 40), generator=g)
+    recipe, dp, seeds = Recipe(epochs=2, lr=0.1, momentum=0.9, batch_size=6), DPNoise(0.5, 0.7), torch.arange(6)
+    cuts = []
+    monkeypatch.setattr(trainer, "tail_split", lambda v: cuts.append(tail_split(v)) or cuts[-1])
+    cut = train(arch, X, y, recipe, seeds, seeds, dp)
+    assert any(c is not None for c in cuts)  # the seeds give steps worth cutting
+    monkeypatch.setattr(trainer, "tail_split", lambda v: None)
+    whole = train(arch, X, y, recipe, seeds, seeds, dp)
+    for name in whole:
+        torch.testing.assert_close(cut[name], whole[name], rtol=1e-9, atol=1e-9)
