@@ -5,13 +5,13 @@ from __future__ import annotations
 import functools
 import importlib.metadata as md
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pluggy
 
 from arena import hookspecs
+from arena.catalog_slot import installed_catalog
 from arena.contracts.attack import Attack
 from arena.contracts.dataset import DatasetLoader
 from arena.contracts.defense import Defense, honours_problem
@@ -24,19 +24,6 @@ from arena.registry import Registry, RegistryError
 ENTRY_POINT_GROUP = "arena"
 BUILTIN_DISTRIBUTION = "privacy-arena"
 RESTRICT_ENV = "ARENA_LOAD_PLUGINS"
-
-
-Catalog = Callable[[list[md.EntryPoint]], "dict[str, dict[str, Any]] | None"]
-"""What the attack sandbox (``arena.pipeline.sandbox.catalog``) makes of third-party entry points, each loaded in
-a sandboxed process: per ``distribution:name``, the hooks it implements (``kinds``), its attacks' declarations
-read statically (``attacks``) or why it failed (``error``, ``registry_error``); None: load them all here."""
-_catalog: list[Catalog] = []
-
-
-def set_catalog(catalog: Catalog) -> None:
-    """Install the attack sandbox's catalog (done by ``arena.pipeline.sandbox`` when it is imported): from then on
-    a third-party entry point that registers attacks only is never imported in this process."""
-    _catalog[:] = [catalog]
 
 
 class PluginLoadError(Exception):
@@ -86,14 +73,15 @@ def _entry_points() -> list[md.EntryPoint]:
 
 def load_plugins() -> tuple[pluggy.PluginManager, tuple[PluginInfo, ...], dict[str, list[dict[str, Any]]]]:
     """Import every allowed entry point of the ``arena`` group and register it; unknown hooks are load errors.
-    With a catalog installed (``set_catalog``), a third-party entry point that implements ``register_attacks``
+    With a catalog installed (``arena.catalog_slot``), a third-party entry point that implements ``register_attacks``
     alone is not imported here: its attacks' declarations come back from the sandbox (third value, by plugin)."""
     pm = pluggy.PluginManager("arena")
     pm.add_hookspecs(hookspecs)
     infos = []
     eps = _entry_points()
     outside = [ep for ep in eps if (ep.dist.name if ep.dist else "").lower() != BUILTIN_DISTRIBUTION]
-    seen = _catalog[0](outside) if _catalog and outside else None
+    catalog = installed_catalog()
+    seen = catalog(outside) if catalog is not None and outside else None
     sandboxed: dict[str, list[dict[str, Any]]] = {}
     for ep in eps:
         dist = ep.dist.name if ep.dist else "unknown"

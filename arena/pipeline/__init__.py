@@ -1,7 +1,7 @@
 """The run: scenario files planned into matchups, matchups played (in the attack sandbox, serially or on Ray), rows
 stored in the run directory.
 
-Importing it installs the attack sandbox's catalog into the plugin loader (``arena.plugins.set_catalog``): in every
+Importing it installs the attack sandbox's catalog into the plugin loader (``arena.catalog_slot``): in every
 process that plans, plays or reads a run, a third-party plugin that registers attacks only is imported only in the
 sandbox (``arena.pipeline.sandbox.catalog``).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from arena.plugins import set_catalog
+from arena.catalog_slot import set_catalog
 
 
 def _catalog(entry_points: list[Any]) -> Any:

@@ -173,8 +173,11 @@ def _bounds(m: int, r: np.ndarray, v: np.ndarray, a: float, delta: float, tol: f
 
 
 def scale_guess_set(pair: tuple[int, int], n_from: int, n_to: int) -> tuple[int, int]:
-    """A guess set chosen on n_from canaries as the same fractions of n_to."""
-    return tuple(max(1, round(k * n_to / n_from)) if k else 0 for k in pair)  # type: ignore[return-value]
+    """A guess set chosen on n_from canaries as the same fractions of n_to, never more guesses than n_to (rounding
+    up both halves of an all-canaries set of 74 gives 76 of 75)."""
+    kp, km = (max(1, round(k * n_to / n_from)) if k else 0 for k in pair)
+    kp = min(kp, n_to)
+    return kp, min(km, n_to - kp)
 
 
 def one_run_epsilon_batch(scores: ArrayLike, truth: ArrayLike, alpha: float = ALPHA, delta: float = 0.0,

@@ -114,8 +114,8 @@ def toy() -> Dataset:
 
 
 def _noise_off(monkeypatch) -> None:
-    monkeypatch.setattr(defenses, "laplace", lambda seeds, stream, shape, scale: torch.zeros(len(seeds), *shape,
-                                                                                             dtype=torch.float64))
+    monkeypatch.setattr(defenses, "laplace", lambda seeds, stream, shape, scale, **_: torch.zeros(len(seeds), *shape,
+                                                                                                dtype=torch.float64))
 
 
 def test_attack_against_noise_free_output_perturbation_in_the_game(toy: Dataset, monkeypatch) -> None:

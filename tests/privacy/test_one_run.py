@@ -19,6 +19,7 @@ from arena.privacy.one_run import (
     one_run_epsilon_from_counts,
     one_run_p_value,
     paired_canaries,
+    scale_guess_set,
 )
 from tests.privacy.simulate import ALPHA, DELTA, mc_tolerance
 
@@ -115,3 +116,14 @@ def test_paired_canaries_turn_a_replace_one_game_into_one_run_canaries() -> None
     assert np.allclose(diff, [-0.5, 0.1, 0.8]) and first_in.tolist() == [False, True, True]
     with pytest.raises(ValueError, match="exactly one member"):
         paired_canaries(scores, np.array([1, 1, 0, 1, 1, 0]), pair)
+
+
+@pytest.mark.parametrize("n", [7, 149, 150, 151, 1001])
+def test_a_held_out_bound_never_guesses_more_canaries_than_its_half_holds(n: int) -> None:
+    """Scaling the chosen guess set from the selection half to the evaluation half keeps k+ + k- <= m (an odd count
+    made the all-canaries set of 74 into 76 guesses of 75), with every guess right or none."""
+    truth = np.arange(n) % 2
+    for scores in (truth.astype(float), -truth.astype(float)):
+        bound = one_run_epsilon(scores, truth, delta=DELTA)
+        assert bound.k_plus + bound.k_minus <= bound.m and 0 <= bound.correct <= bound.guesses <= bound.m
+    assert scale_guess_set((37, 37), 74, 75) == (38, 37)

@@ -117,11 +117,13 @@ def test_the_one_run_bound_joins_the_verdict_beside_the_held_out_one() -> None:
     arrays = _randomised_pairs(6.0, 400, rng)
     a = audit_membership(_row("k", 0.5), arrays)
     assert a.one_run is not None and a.one_run.alpha == pytest.approx(0.025) and a.lower_bound.alpha == 0.025
-    assert a.one_run.m == 400 and a.one_run.epsilon > a.relation_epsilon and a.violation
+    # the guess set is chosen on a seeded half of the 400 pairs and the bound counted on the other 200
+    assert a.one_run.m == 200 and a.one_run.selection == "held-out half"
+    assert a.one_run.epsilon > a.relation_epsilon and a.violation
     quiet = dataclasses.replace(a, lower_bound=dataclasses.replace(a.lower_bound, epsilon=0.0))
     assert quiet.violation  # the one-run bound alone refutes
     assert "a refutation needs at least" in describe_audit(a)
     dropped = dict(arrays, pair=np.where(np.arange(800) < 10, -1, arrays["pair"]))
-    assert audit_membership(_row("k", 0.5), dropped).one_run.m == 395  # label-straddling pairs left out
+    assert audit_membership(_row("k", 0.5), dropped).one_run.m == 395 - 395 // 2  # label-straddling pairs left out
     unpaired = audit_membership(_row("k", 0.5), {k: v for k, v in arrays.items() if k != "pair"})
     assert unpaired.one_run is None and unpaired.lower_bound.alpha == 0.05
