@@ -130,6 +130,10 @@ def heatmap(board: TrackBoard, metric: str | None = None, flagged: Collection[tu
 # ----------------------------------------------------------------------------------------- privacy against utility
 
 
+CROWDED_TICKS = 5
+"""More x tick labels than this on a privacy-utility panel are drawn upright (a panel is about 3.5 in wide)."""
+
+
 @dataclass(frozen=True)
 class _Positions:
     """Where each defense sits on the x axis: DP defenses at log10 of their target ε, the defenses that claim no ε
@@ -244,8 +248,9 @@ def privacy_utility(board: TrackBoard, rows: list[dict[str, Any]]) -> Figure:
             margin = 0.03 * (bounds[1] - bounds[0])
             top = min(ax.get_ylim()[1], bounds[1]) + margin
             ax.set_ylim(bounds[0] - margin, max(top, bounds[0] + 0.1 * (bounds[1] - bounds[0])))
+    upright = len(pos.labels) > CROWDED_TICKS  # side by side they would overlap: each reads upwards instead
     for ax in axes:
-        ax.set_xticks(pos.ticks, pos.labels, fontsize=7)
+        ax.set_xticks(pos.ticks, pos.labels, fontsize=7, rotation=90 if upright else 0)
         if pos.ticks:
             ax.set_xlim(min(pos.ticks) - 0.35, max(pos.ticks) + 0.35)
         if pos.separator is not None:

@@ -255,3 +255,35 @@ def test_saved_arrays_drive_the_figures_not_only_the_draws(wide_run) -> None:
     (board,) = leaderboard.build(rows, draws=wide_run.load_draws)
     fig = figures.roc_curves(board, rows, saved_arrays(wide_run))
     assert fig is not None and len(_visible_axes(fig)) == len(WIDE_ATTACKS)
+
+
+@pytest.mark.slow
+def test_many_defenses_without_eps_keep_their_tick_labels_apart(tmp_path: Path) -> None:
+    """The catalog's board: eleven defenses that claim no ε beside DP-SGD at two ε. Their names, side by side,
+    printed over each other; crowded, they are drawn upright and no two tick labels overlap."""
+    from arena.results.report.html import write_report
+    from tests.results.report.conftest import membership_row, secret_store
+
+    store = secret_store(tmp_path / "run")
+    plain = ["nonprivate", "relaxloss", "label-smoothing", "early-stopping", "mixup-mmd", "adv-reg", "selena",
+             "dmp", "hamp", "memguard", "output-perturbation-like"]
+    for i, (defense, eps) in enumerate([(d, None) for d in plain] + [("dpsgd", 2.0), ("dpsgd", 8.0)]):
+        store.append_result(membership_row(store, f"k{i}", defense, eps, "threshold-mia", 0, 0.5))
+    captured: dict[str, Figure] = {}
+    original = plots.Figures.save
+
+    def save(self: plots.Figures, fig: Figure, stem: str) -> bytes:
+        captured[stem] = fig
+        return original(self, fig, stem)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plots.Figures, "save", save)
+        write_report(store.root)
+    fig = captured["digits-mlp-privacy-utility"]
+    renderer, axes = _boxes(fig)
+    for ax, _ in axes:
+        labels = [t for t in ax.get_xticklabels() if t.get_text()]
+        assert len(labels) == len(plain) + 2 and all(t.get_rotation() == 90 for t in labels)
+        boxes = [t.get_window_extent(renderer) for t in labels]
+        for i, a in enumerate(boxes):
+            assert all(_overlap(a, b) <= TOLERANCE for b in boxes[i + 1:]), "tick labels collide"
