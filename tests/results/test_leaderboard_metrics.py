@@ -76,7 +76,7 @@ def test_an_unresolvable_fpr_is_n_r_with_a_warning_never_a_number(tmp_path) -> N
     assert (board.cells == "n/r").all().all() and board.means.isna().all().all()
     assert any("tpr@1%fpr cannot be resolved" in w and "1/n_nonmembers > FPR" in w for w in board.warnings)
     text = leaderboard.render_table([board])
-    assert "warning: t: tpr@1%fpr cannot be resolved" in text
+    assert "note: t: tpr@1%fpr cannot be resolved" in text
     records = list(csv.DictReader(io.StringIO(leaderboard.render_csv([board]))))
     assert {r["tpr@1%fpr"] for r in records} == {"n/r"} and {r["tpr@1%fpr_low"] for r in records} == {""}
     # Without an explicit metric the default gives way to the primary metric, and says so.

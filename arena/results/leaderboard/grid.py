@@ -82,7 +82,8 @@ def _trials(info: MetricInfo, rows: list[dict[str, Any]]) -> list[int] | None:
 
 
 def unresolvable_warnings(track: str, grids: dict[str, MetricGrid], groups: Groups) -> list[str]:
-    """One warning per TPR@FPR metric with cells the non-members cannot resolve, naming the finest FPR they can."""
+    """One note per TPR@FPR metric with cells the non-members cannot resolve, naming the finest FPR they can (a
+    property of the game's size, not a fault: a warning is kept for a ranking metric no cell resolves)."""
     warnings = []
     for n, grid in grids.items():
         if grid.not_resolvable and fpr_level(n) is not None:
@@ -91,6 +92,6 @@ def unresolvable_warnings(track: str, grids: dict[str, MetricGrid], groups: Grou
             fewest = min(counts) if counts else None
             resolution = f"{fewest} non-members resolve FPR only to {1 / fewest:.2%}" if fewest else \
                 "too few non-members"
-            warnings.append(f"warning: {track}: {n} cannot be resolved in {len(grid.not_resolvable)} cell(s): "
+            warnings.append(f"note: {track}: {n} cannot be resolved in {len(grid.not_resolvable)} cell(s): "
                             f"{resolution} (1/n_nonmembers > FPR); shown as {NOT_RESOLVABLE}")
     return warnings
