@@ -373,6 +373,8 @@ def test_in_the_arena_the_hooks_the_descriptor_the_init_patch_and_the_widening_g
         return game.score(attack, attack.run(game.view(attack, release, procedure))).metrics["auc"]
 
     monkeypatch.setattr(hostile.MembershipGame, "view", hostile.MembershipGame.view)  # restored afterwards
+    monkeypatch.setenv(hostile.STASH, "")  # the patched view sets it in this process: absent again afterwards
+    monkeypatch.delenv(hostile.STASH)
     try:
         for cls in (hostile.PickleHook, hostile.NameDescriptor):
             os.environ.pop(hostile.STASH, None)

@@ -42,7 +42,7 @@ def note(kind):
     original = MembershipGame.view
 
     def view(game, attack, release, procedure):
-        os.environ["HOSTILE_STASH"] = json.dumps([float(m) for m in game._is_member])
+        os.environ["HOSTILE_PLUGIN_STASH"] = json.dumps([float(m) for m in game._is_member])
         return original(game, attack, release, procedure)
 
     MembershipGame.view = view
@@ -76,7 +76,7 @@ class AtImport(Attack):
     Params = Params
 
     def run(self, view):
-        found = os.environ.get("HOSTILE_STASH")
+        found = os.environ.get("HOSTILE_PLUGIN_STASH")
         n = len(view.challenge_y)
         scores = np.array(json.loads(found)) if found else np.zeros(n)
         return MembershipGuess(scores=scores, decisions=scores > 0.5)
@@ -143,6 +143,7 @@ def test_an_attack_plugins_import_and_validator_run_only_in_the_sandbox(plugin_d
     out = tmp_path / "run"
     monkeypatch.setenv(SECRET_ENV, TEST_SECRET)
     monkeypatch.setenv("HOSTILE_RUN", str(out))
+    monkeypatch.delenv("HOSTILE_PLUGIN_STASH", raising=False)  # only the attack's own leak may set it
     view, score = MembershipGame.view, MembershipGame.score
     honest = "name: threshold-mia"
     run(scenario(tmp_path / "reference.yaml", [honest]), tmp_path / "reference", serial=True, report=False)
