@@ -67,8 +67,9 @@ def test_quick_run_of_the_pure_python_pairs_writes_a_well_formed_results_file(tm
         assert len(values) == 2
         assert float(median) == pytest.approx(statistics.median(values), rel=0.01)
         passed = float(median) >= float(target) if op == ">=" else float(median) <= float(target)
-        assert verdict == ("PASS" if passed else "**MISS**"), name
-        if not passed:
+        if float(median) != float(target):  # at the target as printed, the unrounded figure decides either way
+            assert verdict == ("PASS" if passed else "**MISS**"), name
+        if verdict != "PASS":
             explanation = re.search(rf"\*\*Missed: {re.escape(name)}\.\*\* (.+)", text)
             assert explanation and "No explanation" not in explanation.group(1)
     for table in re.findall(r"\| contender \|.*?\n\n", text, flags=re.S):
