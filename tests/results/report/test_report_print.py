@@ -33,6 +33,12 @@ TOLERANCE = 1.5  # pixels: anti-aliasing and rounding of the layout
 @pytest.fixture(scope="module")
 def wide_report(wide_run) -> dict[str, Any]:
     """The wide run's report, written once; every figure captured by its stem as it was saved."""
+    page, captured = report_with_figures(wide_run.root)
+    return {"page": page, "figures": captured, "dir": wide_run.root / "report" / "figures"}
+
+
+def report_with_figures(root: Path) -> tuple[str, dict[str, Figure]]:
+    """Write the report of the run at ``root``: its page, and every figure captured by its stem as it was saved."""
     from arena.results.report.html import write_report
 
     captured: dict[str, Figure] = {}
@@ -44,8 +50,8 @@ def wide_report(wide_run) -> dict[str, Any]:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(plots.Figures, "save", save)
-        page = write_report(wide_run.root).read_text(encoding="utf-8")
-    return {"page": page, "figures": captured, "dir": wide_run.root / "report" / "figures"}
+        page = write_report(root).read_text(encoding="utf-8")
+    return page, captured
 
 
 def pdf_fonts(data: bytes) -> list[str]:
@@ -261,7 +267,6 @@ def test_saved_arrays_drive_the_figures_not_only_the_draws(wide_run) -> None:
 def test_many_defenses_without_eps_keep_their_tick_labels_apart(tmp_path: Path) -> None:
     """The catalog's board: eleven defenses that claim no ε beside DP-SGD at two ε. Their names, side by side,
     printed over each other; crowded, they are drawn upright and no two tick labels overlap."""
-    from arena.results.report.html import write_report
     from tests.results.report.conftest import membership_row, secret_store
 
     store = secret_store(tmp_path / "run")
@@ -269,17 +274,7 @@ def test_many_defenses_without_eps_keep_their_tick_labels_apart(tmp_path: Path) 
              "dmp", "hamp", "memguard", "output-perturbation-like"]
     for i, (defense, eps) in enumerate([(d, None) for d in plain] + [("dpsgd", 2.0), ("dpsgd", 8.0)]):
         store.append_result(membership_row(store, f"k{i}", defense, eps, "threshold-mia", 0, 0.5))
-    captured: dict[str, Figure] = {}
-    original = plots.Figures.save
-
-    def save(self: plots.Figures, fig: Figure, stem: str) -> bytes:
-        captured[stem] = fig
-        return original(self, fig, stem)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(plots.Figures, "save", save)
-        write_report(store.root)
-    fig = captured["digits-mlp-privacy-utility"]
+    fig = report_with_figures(store.root)[1]["digits-mlp-privacy-utility"]
     renderer, axes = _boxes(fig)
     for ax, _ in axes:
         labels = [t for t in ax.get_xticklabels() if t.get_text()]
