@@ -45,6 +45,16 @@ if "PYTEST_XDIST_WORKER" in os.environ:
 
     torch.set_num_threads(1)
 
+# Noise calibrations (``arena.privacy.noise_store``) are shared by the suite's processes, never the user's cache:
+# the first process to import this (pytest, or the xdist controller, before it starts its workers) picks the folder.
+if "ARENA_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["ARENA_CACHE_DIR"] = tempfile.mkdtemp(prefix="arena-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["ARENA_CACHE_DIR"], ignore_errors=True)
+
 TEST_SECRET = "a7" * 32
 """The run secret of every run directory a test creates (``ARENA_RUN_SECRET``), so that the suite's numbers are
 the same on every machine; tests of the secret itself unset it."""
@@ -122,9 +132,53 @@ def _starts_ray(function: Callable[..., object]) -> bool:
         return False
 
 
+_cpu_seconds: dict[str, float] = {}
+_untiered_slow: list[tuple[str, float]] = []
+
+
+FILE_SECONDS = Path(__file__).with_name("file_seconds.json")
+"""Each test file's seconds in a full run (``pytest --store-file-seconds`` rewrites it). Files run longest first, so
+that xdist's workers, handed one file at a time, do not end with one long file on one worker and the other idle."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--store-file-seconds", action="store_true",
+                     help=f"write each test file's seconds in this run to {FILE_SECONDS.name}")
+
+
+def _longest_files_first(items: list[pytest.Item]) -> None:
+    try:
+        seconds = json.loads(FILE_SECONDS.read_text())
+    except (OSError, ValueError):
+        return
+    items.sort(key=lambda item: -float(seconds.get(item.nodeid.split("::")[0], 0.0)))  # stable: a file's order kept
+
+
+_file_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Sum each file's seconds (for ``--store-file-seconds``); remember the passing tests in no tier whose set-up
+    and call took over ``SLOW_SECONDS`` of CPU."""
+    file = report.nodeid.split("::")[0]
+    _file_seconds[file] = _file_seconds.get(file, 0.0) + report.duration
+    if report.when == "call" and report.passed:
+        cpu = _cpu_seconds.pop(report.nodeid, 0.0)
+        if cpu > SLOW_SECONDS and not set(report.keywords) & set(TIERS):
+            _untiered_slow.append((report.nodeid, cpu))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if session.config.getoption("--store-file-seconds") and not hasattr(session.config, "workerinput"):
+        FILE_SECONDS.write_text(json.dumps({f: round(t, 1) for f, t in sorted(_file_seconds.items())}, indent=0)
+                                + "\n")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tier tests by what they use, so that a new one is tiered without thought: the fixtures it needs, at any
-    depth (``plugin_dist``, ``ray_session``, or one that imports Ray), or ``import ray`` in its own body."""
+    depth (``plugin_dist``, ``ray_session``, or one that imports Ray), or ``import ray`` in its own body. Then the
+    longest files first (``FILE_SECONDS``)."""
+    _longest_files_first(items)
     for item in items:
         names = getattr(item, "fixturenames", ())
         for fixture, tier in _FIXTURE_TIERS.items():
@@ -135,10 +189,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         fixtures = [defs[-1].func for name in names for defs in [definitions.get(name)] if defs]
         if any(_starts_ray(f) for f in [getattr(item, "function", None), *fixtures]):
             item.add_marker("ray")
-
-
-_cpu_seconds: dict[str, float] = {}
-_untiered_slow: list[tuple[str, float]] = []
 
 
 def _timed(item: pytest.Item) -> Iterator[None]:
@@ -157,14 +207,6 @@ def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     return (yield from _timed(item))
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Remember the passing tests in no tier whose set-up and call took over ``SLOW_SECONDS`` of CPU."""
-    if report.when == "call" and report.passed:
-        seconds = _cpu_seconds.pop(report.nodeid, 0.0)
-        if seconds > SLOW_SECONDS and not set(report.keywords) & set(TIERS):
-            _untiered_slow.append((report.nodeid, seconds))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

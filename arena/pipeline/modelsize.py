@@ -31,6 +31,12 @@ class AllocationGuard(TorchDispatchMode):
         super().__init__()
         self.limit, self.total = limit, 0
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """False: torch would otherwise wrap ``__torch_dispatch__`` in ``torch._dynamo.disable``, importing Dynamo
+        (about 1.5 s of CPU in every arena process) for a mode that never runs compiled code."""
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
         size = _factory_bytes(func, args, kwargs)

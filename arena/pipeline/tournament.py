@@ -8,6 +8,7 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.context
 import multiprocessing.process
+import os
 import shutil
 import signal
 import sys
@@ -21,6 +22,7 @@ from arena.pipeline.execute import base_row, play_matchup, train_release
 from arena.pipeline.plan import Matchup, Plan
 from arena.pipeline.procedure import gpu_request
 from arena.pipeline.progress import Progress
+from arena.pipeline.sandbox.child import die_with_parent
 from arena.pipeline.store import RunStore
 
 FINISHED = {"ok", "skipped"}
@@ -66,6 +68,7 @@ def run_serial(
     as Ray does, and so is one whose sandbox's fork server died under its attack. ``on_start(n)`` is told how many
     matchups are in flight (here always one) before each starts.
     """
+    _warm_for_children()
     for group in _by_release(todo).values():
         for m in group:
             on_start(1)
@@ -75,6 +78,12 @@ def run_serial(
                 if not died:
                     break
             on_row(row)
+
+
+def _warm_for_children() -> None:
+    """Import, once, what the forked matchups would each import again: ``torch.func.grad`` (the functional path of
+    any ``nn.Module``) imports Dynamo, about 1.5 s of CPU a process."""
+    import torch._dynamo  # noqa: F401
 
 
 def _context() -> multiprocessing.context.ForkContext | multiprocessing.context.SpawnContext:
@@ -146,6 +155,7 @@ def _kill(child: multiprocessing.process.BaseProcess) -> None:
 
 def _child(matchup: Matchup, run_dir: str, writer: Any) -> None:
     """The child's side: play, send ('row', row) or ('error', message) for an exit or interrupt a plugin raised."""
+    die_with_parent(os.getppid())  # a SIGKILLed arena leaves no matchup playing on, holding its run directory
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent answers the user's Ctrl-C
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # held back by the parent while forking

@@ -13,6 +13,8 @@ from typing import Literal
 import dp_accounting
 from dp_accounting import pld, rdp
 
+from arena.privacy import noise_store
+
 Accountant = Literal["rdp", "pld"]
 
 ACCOUNTANT_NAMES: dict[str, str] = {"rdp": "dp_accounting.rdp", "pld": "dp_accounting.pld"}
@@ -48,10 +50,32 @@ def calibrate_noise(
 ) -> tuple[float, float]:
     """(sigma, achieved epsilon), 0.99 * target <= achieved <= target, by bisection on log sigma.
 
-    Epsilon decreases in sigma; the bracket keeps eps(lo) > target >= eps(hi) and returns hi.
+    A σ this configuration was calibrated to before (``noise_store``, shared by the processes of a run and by
+    later runs) is re-checked with one accountant call and used if it meets that contract; else the bisection runs.
     """
     if target_epsilon <= 0 or steps < 1:
         raise ValueError("need target_epsilon > 0 and steps >= 1")
+    key = calibration_key(target_epsilon, q, steps, delta, accountant)
+    stored = noise_store.load_sigma(key)
+    if stored is not None:
+        achieved = epsilon(stored, q, steps, delta, accountant)
+        if 0.99 * target_epsilon <= achieved <= target_epsilon:
+            return stored, achieved
+    sigma, achieved = _bisect_noise(target_epsilon, q, steps, delta, accountant)
+    noise_store.store_sigma(key, sigma)
+    return sigma, achieved
+
+
+def calibration_key(target_epsilon: float, q: float, steps: int, delta: float, accountant: Accountant) -> tuple:
+    """What a calibration depends on, the accountant library's version included (``noise_store``'s key)."""
+    return ("calibrate_noise", version("dp-accounting"), accountant, float(target_epsilon), float(q), int(steps),
+            float(delta))
+
+
+def _bisect_noise(
+    target_epsilon: float, q: float, steps: int, delta: float, accountant: Accountant
+) -> tuple[float, float]:
+    """Epsilon decreases in sigma; the bracket keeps eps(lo) > target >= eps(hi) and returns hi."""
     eps = functools.cache(lambda sigma: epsilon(sigma, q, steps, delta, accountant))
     hi = 1.0
     for _ in range(_MAX_EVALS):

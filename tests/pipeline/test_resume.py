@@ -39,6 +39,20 @@ def wait_for_rows(store: RunStore, n: int, proc: subprocess.Popen, limit: float 
         time.sleep(0.05)
 
 
+def children(pid: int) -> list[int]:
+    """The processes ``pid`` started (Linux's /proc)."""
+    return [int(c) for task in Path(f"/proc/{pid}/task").iterdir()
+            for c in (task / "children").read_text().split()]
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped by whoever adopted it, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def comparable(store: RunStore) -> dict[str, dict]:
     return {r["key"]: {k: v for k, v in r.items() if k != "seconds"} for r in store.results()}
 
@@ -50,9 +64,11 @@ def snapshot(cache: Path) -> dict[str, int]:
 @pytest.mark.subprocess
 def test_kill_9_then_resume_gives_uninterrupted_results_without_retraining(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv(SECRET_ENV, "5e" * 32)  # two run directories compared: one secret
+    from arena.cli import main
+
     scenario = write_scenario(tmp_path / "slow.yaml", SLOW)
-    whole = RunStore(tmp_path / "whole")
-    assert arena("run", str(scenario), "--out", str(whole.root), "--serial", "--no-report").wait() in (0, 1)
+    whole = RunStore(tmp_path / "whole")  # the uninterrupted run and the resumed one play in this process
+    assert main(["run", str(scenario), "--out", str(whole.root), "--serial", "--no-report"]) in (0, 1)
 
     killed = RunStore(tmp_path / "killed")
     proc = arena("run", str(scenario), "--out", str(killed.root), "--serial", "--no-report")
@@ -63,12 +79,36 @@ def test_kill_9_then_resume_gives_uninterrupted_results_without_retraining(tmp_p
     assert 3 <= len(before) < len(comparable(whole))
     cached = snapshot(killed.root / "cache")
 
-    assert arena("run", str(scenario), "--out", str(killed.root), "--serial", "--no-report").wait() in (0, 1)
+    assert main(["run", str(scenario), "--out", str(killed.root), "--serial", "--no-report"]) in (0, 1)
     after = comparable(killed)
     assert after == comparable(whole)
     assert len(killed.results()) == len(after), "no finished matchup was played twice"
     unchanged = snapshot(killed.root / "cache")
     assert all(unchanged[p] == t for p, t in cached.items()), "a finished model was trained again"
+
+
+HANGING_ARENA = """
+import time
+from arena.pipeline import tournament
+tournament.play_matchup = lambda matchup, run_dir: time.sleep(120)  # a matchup that plays on for two minutes
+tournament.play_in_child(None, "unused", 300)
+"""
+
+
+@pytest.mark.subprocess
+def test_a_serial_matchup_dies_with_its_killed_arena(tmp_path: Path) -> None:
+    """Else it plays on, holding the run directory's lock: the resumed run is refused as "in use"."""
+    proc = subprocess.Popen([sys.executable, "-c", HANGING_ARENA])
+    deadline = time.monotonic() + 120  # bounds a failing test only
+    while not (playing := children(proc.pid)):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in playing) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in playing if alive(pid)], "the matchup's process outlived the arena"
 
 
 @pytest.mark.subprocess

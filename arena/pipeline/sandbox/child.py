@@ -258,7 +258,7 @@ def drop_privileges(uid_base: int = 0) -> str:
     return f"user {SANDBOX_USER} ({user.pw_uid}, shared)"
 
 
-def _die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int) -> None:
     """Linux: SIGKILL this process when its parent dies (set after the user change, which clears it)."""
     import signal
 
@@ -367,7 +367,7 @@ def main(fd: int, *, parent: int | None = None) -> None:
             keep_code_reachable()
         set_limits(boot["limits"])
         drop_privileges(boot["limits"].get("uid_base", 0))
-        _die_with_parent(parent)
+        die_with_parent(parent)
         torch.set_num_threads(1)
         # from here on, the attack's code runs
         if boot.get("task") is not None:  # plugins to list or parameters to validate: one answer, then exit
