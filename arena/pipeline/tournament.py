@@ -9,6 +9,7 @@ import multiprocessing
 import multiprocessing.context
 import multiprocessing.process
 import os
+import re
 import shutil
 import signal
 import sys
@@ -51,6 +52,10 @@ def _by_release(matchups: list[Matchup]) -> dict[str, list[Matchup]]:
     for m in matchups:
         groups.setdefault(m.release_key, []).append(m)
     return groups
+
+
+_RAY_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+"""The colour codes Ray writes into its errors' texts (``\x1b[36mray::task()\x1b[39m``): dropped, not escaped."""
 
 
 def run_serial(
@@ -251,7 +256,7 @@ def _play_on_ray(todo: list[Matchup], store: RunStore, on_row: Callable[[dict], 
             except Exception as exc:  # noqa: BLE001 - a worker died after its retries, or its release was stopped
                 seconds = time.monotonic() - t0
                 row = (stopped_row(m, seconds) if m.release_key in stopped else
-                       failed_row(m, f"worker died: {type(exc).__name__}: {exc}", seconds))
+                       failed_row(m, f"worker died: {type(exc).__name__}: {_RAY_COLOUR.sub('', str(exc))}", seconds))
             on_row(row)
         now = time.monotonic()
         for ref, (m, t0) in list(running.items()):

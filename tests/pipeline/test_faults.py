@@ -249,7 +249,8 @@ def test_ray_faults_fail_only_their_own_matchups(plugin_dist, tmp_path: Path) ->
         assert main(["run", *map(str, paths), "--out", str(out), "--workers", "2", "--no-report"]) == 1
     finally:
         ray.shutdown()
-    check_fault_rows(out)
+    rows = check_fault_rows(out)
+    assert not [r["error"] for r in rows.values() if r["error"] and "x1b" in r["error"]], "Ray's colour codes"
 
 
 def greedy_release_scenarios(folder: Path) -> list[Path]:

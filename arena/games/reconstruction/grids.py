@@ -8,13 +8,14 @@ Drawn on matplotlib's Agg canvas directly (no pyplot, no global state, no displa
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from arena.games.figures import as_image
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 GRID_FILE = "grid.png"
 VECTOR_FORMATS = ("svg", "pdf")  # written beside the PNG
@@ -55,6 +56,9 @@ def save_grid(
     shown = np.concatenate([np.asarray(r, dtype=np.float64) for r in rows])
     ylim = (min(0.0, float(shown.min())), max(1.0, float(shown.max())))
     wide = kind != "image"
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # only when a grid is drawn: 0.5 s of import
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(n * (2.2 if wide else 1.3), 4.2))
     FigureCanvasAgg(fig)
     axes = fig.subplots(3, n, squeeze=False)
