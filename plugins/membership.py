@@ -14,6 +14,11 @@ import numpy as np
 import torch
 from pydantic import AfterValidator, Field
 from scipy.special import log_ndtr
+from sklearn.ensemble import HistGradientBoostingClassifier
+from sklearn.linear_model import LogisticRegression
+from sklearn.neural_network import MLPClassifier
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
 from arena import Attack, MembershipGuess, MembershipView, PluginParams, PoolData, hookimpl, train_pool
@@ -93,14 +98,7 @@ class ShadowParams(PluginParams):
 
 
 def attack_classifier(kind: str, seed: int):  # noqa: ANN201 - a scikit-learn classifier
-    """The attack model: gradient-boosted trees, or a scaled MLP / logistic regression (imported here: the other
-    attacks of this module need none of them)."""
-    from sklearn.ensemble import HistGradientBoostingClassifier
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.neural_network import MLPClassifier
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
+    """The attack model: gradient-boosted trees, or a scaled MLP / logistic regression."""
     if kind == "gboost":
         return HistGradientBoostingClassifier(max_iter=100, random_state=seed)
     if kind == "mlp":
