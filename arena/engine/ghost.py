@@ -216,8 +216,33 @@ class _Activation:
     def as_models(self) -> torch.Tensor:
         if not self.image:
             return self.t
-        B, KC = self.t.shape[:2]
-        return self.t.reshape(B, self.K, KC // self.K, *self.t.shape[2:])
+        return cast(torch.Tensor, _ModelsFirst.apply(self.t, self.K))
+
+
+class _ModelsFirst(torch.autograd.Function):
+    """[B, K·C, H, W] channels-last → contiguous [B, K, C, H, W], whose gradient goes back in channels-last memory:
+    a plain copy would hand the layer before it (pooling, an activation) its output gradient in the other layout,
+    and their CPU kernels on mixed layouts run ~10-30× slower."""
+
+    @staticmethod
+    def forward(ctx, t: torch.Tensor, K: int) -> torch.Tensor:  # noqa: ANN001 - autograd's context
+        B, KC = t.shape[:2]
+        return t.view(B, K, KC // K, *t.shape[2:]).contiguous()
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor) -> tuple[torch.Tensor, None]:  # noqa: ANN001
+        B, K, C = g.shape[:3]
+        return g.reshape(B, K * C, *g.shape[3:]).contiguous(memory_format=torch.channels_last), None
+
+
+def _conv_weight(w: torch.Tensor) -> torch.Tensor:
+    """K models' convolution weights [K, O, C, kh, kw] as one grouped convolution's [K·O, C, kh, kw], in
+    channels-last strides when C = 1: an input of one channel (K = 1, a grey image) is contiguous in both layouts,
+    and torch would then give the output in NCHW, where the following pooling runs ~20× slower on CPU."""
+    w = w.reshape(-1, *w.shape[2:])
+    if w.shape[1] != 1:
+        return w
+    return w.view(w.shape[0], *w.shape[2:], 1).permute(0, 3, 1, 2)
 
 
 def _forward(
@@ -243,7 +268,7 @@ def _forward(
         if layer.kind == "conv":
             m = cast(nn.Conv2d, m)
             a = h.as_image()
-            z = F.conv2d(a, w.reshape(-1, *w.shape[2:]), None if b is None else b.reshape(-1), m.stride, m.padding,
+            z = F.conv2d(a, _conv_weight(w), None if b is None else b.reshape(-1), m.stride, m.padding,
                          m.dilation, K)
         elif layer.kind == "linear":
             a = h.as_models()
