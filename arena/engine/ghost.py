@@ -306,18 +306,18 @@ def _sq(t: torch.Tensor, B: int, K: int) -> torch.Tensor:
 def _conv_ghost_norm(layer: Layer, a: torch.Tensor, Gm: torch.Tensor, B: int, K: int) -> torch.Tensor:
     """||G·Aᵀ||² = ⟨AᵀA, GᵀG⟩ per example [B, K] for a convolution, A never formed: AᵀA[l, l'] is the sum over
     kernel offsets of the input Gram matrix XᵀX at the pixels that offset reads for output positions l and l'
-    (zero padding contributes nothing, so each offset adds a sub-block). Examples go last so that the sub-block
-    sums run over contiguous memory."""
+    (zero padding contributes nothing, so each offset adds a sub-block). Examples stay first, as the batched
+    matmuls make them (moving them last for contiguous sub-block sums cost more in transposes than it saved)."""
     C, H, W = layer.in_shape
     Ho, Wo = layer.out_shape[1:]
     n = B * K
     x = a.permute(0, 2, 3, 1).reshape(B, H * W, K, C).transpose(1, 2).reshape(n, H * W, C)
-    gram = torch.bmm(x, x.mT).view(n, H, W, H, W).permute(1, 2, 3, 4, 0).contiguous()  # [H, W, H, W, n]
-    ata = gram.new_zeros(Ho, Wo, Ho, Wo, n)
+    gram = torch.bmm(x, x.mT).view(n, H, W, H, W)
+    ata = gram.new_zeros(n, Ho, Wo, Ho, Wo)
     for out_rows, out_cols, in_rows, in_cols in layer.offsets:
-        ata[out_rows, out_cols, out_rows, out_cols] += gram[in_rows, in_cols, in_rows, in_cols]
+        ata[:, out_rows, out_cols, out_rows, out_cols] += gram[:, in_rows, in_cols, in_rows, in_cols]
     gtg = torch.bmm(Gm.mT, Gm).view(n, -1)  # [n, Lo·Lo]
-    return (ata.view(-1, n) * gtg.T).sum(0).view(B, K)
+    return torch.linalg.vecdot(ata.view(n, -1), gtg).view(B, K)
 
 
 Held = dict[str, torch.Tensor]
@@ -361,9 +361,11 @@ def _norms(
         elif layer.materialise:
             m = cast(nn.Conv2d, layer.module)
             padding = cast(tuple[int, ...], m.padding)  # ``_kind`` admits numeric padding only
-            A = F.unfold(a, m.kernel_size, m.dilation, padding, m.stride)  # [B, K·P, L]
-            kept["weight"] = torch.bmm(Gm, A.view(B * K, -1, A.shape[-1]).mT).view(B, K, *Gm.shape[1:2], -1)
-            sq += _sq(kept["weight"], B, K)
+            A = F.unfold(a.contiguous(), m.kernel_size, m.dilation, padding, m.stride)  # [B, K·P, L]; ~2x faster
+            # from NCHW than from channels-last; Aᵀ·Gᵀ (then transposed back) is the cheaper product of the two
+            weight = torch.bmm(A.view(B * K, -1, A.shape[-1]), Gm.mT).mT  # [BK, O, P]
+            kept["weight"] = weight.view(B, K, *weight.shape[1:])
+            sq += torch.linalg.vector_norm(kept["weight"], dim=(2, 3)).square()
         else:
             sq += _conv_ghost_norm(layer, a, Gm, B, K)
     return sq, held
