@@ -154,15 +154,18 @@ def sum_gradients(
     inputs: list[torch.Tensor], deltas: list[torch.Tensor], weights: torch.Tensor | None = None
 ) -> Layers:
     """Sum over examples of (optionally [K, B]-weighted) per-example gradients: a bmm per layer, the weights folded
-    into the narrower of the layer's input and its delta (the fewer numbers to scale)."""
+    into the narrower of the layer's input and its delta (the fewer numbers to scale). Weight gradients [K, in, out]
+    come in [K, out, in] memory, the module's layout, which the trained layers (``to_layers`` of a state) and DP-SGD's
+    noise (``unflatten_module_order``) have: adding tensors of mismatched strides takes ~3x as long."""
     grads = []
     for a, d in zip(inputs, deltas):
         if weights is None:
-            grads += [torch.matmul(a.transpose(-1, -2), d), d.sum(dim=-2)]
+            grads += [torch.matmul(d.transpose(-1, -2), a).transpose(-1, -2), d.sum(dim=-2)]
         elif a.shape[-1] < d.shape[-1]:
             scaled = a * weights.unsqueeze(-1)
-            grads += [torch.matmul(scaled.transpose(-1, -2), d), torch.matmul(weights.unsqueeze(-2), d).squeeze(-2)]
+            grads += [torch.matmul(d.transpose(-1, -2), scaled).transpose(-1, -2),
+                      torch.matmul(weights.unsqueeze(-2), d).squeeze(-2)]
         else:
             scaled = d * weights.unsqueeze(-1)
-            grads += [torch.matmul(a.transpose(-1, -2), scaled), scaled.sum(dim=-2)]
+            grads += [torch.matmul(scaled.transpose(-1, -2), a).transpose(-1, -2), scaled.sum(dim=-2)]
     return grads
