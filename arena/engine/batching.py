@@ -35,8 +35,11 @@ def _take(X: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Te
 
 def _poisson_batch(
     X: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Each model's sampled points, padded to the largest count, with a validity mask [K, m]."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Each model's sampled points, padded to the largest count, with a validity mask [K, m] (None for one model
+    alone, which has no padding: its points by ``nonzero``, in the same ascending order as the sort)."""
+    if mask.shape[0] == 1:
+        return *_take(X, y, mask.nonzero()[:, 1].unsqueeze(0)), None
     counts = mask.sum(dim=1)
     m = int(counts.max())
     idx = torch.argsort(mask.to(torch.int8), dim=1, descending=True, stable=True)[:, :m]

@@ -12,9 +12,14 @@ import torch
 from arena.engine.dense import Layers, sum_gradients
 
 
+def _sq(t: torch.Tensor) -> torch.Tensor:
+    """Squared L2 norm over the last axis (one fused reduction: ``(t * t).sum(-1)`` makes two passes)."""
+    return torch.linalg.vector_norm(t, dim=-1).square_()
+
+
 def per_example_grad_norms(inputs: list[torch.Tensor], deltas: list[torch.Tensor]) -> torch.Tensor:
     """[K, B] norms of each example's full gradient (all layers, weights and biases)."""
-    sq = sum(((a * a).sum(-1) + 1.0) * (d * d).sum(-1) for a, d in zip(inputs, deltas))
+    sq = sum((_sq(a) + 1.0) * _sq(d) for a, d in zip(inputs, deltas))
     return torch.sqrt(cast(torch.Tensor, sq))  # a sum of tensors: there is at least one layer
 
 
@@ -23,9 +28,13 @@ def clip_factors(norms: torch.Tensor, clip: float) -> torch.Tensor:
     return (clip / norms).clamp(max=1.0)
 
 
-def clipped_sum(inputs: list[torch.Tensor], deltas: list[torch.Tensor], clip: float) -> Layers:
-    """Sum over examples of the per-example gradients clipped to norm `clip`."""
-    return sum_gradients(inputs, deltas, clip_factors(per_example_grad_norms(inputs, deltas), clip))
+def clipped_sum(
+    inputs: list[torch.Tensor], deltas: list[torch.Tensor], clip: float, valid: torch.Tensor | None = None
+) -> Layers:
+    """Sum over examples of the per-example gradients clipped to norm `clip`; examples where ``valid`` [K, B] is
+    False (a Poisson batch's padding) contribute nothing."""
+    factors = clip_factors(per_example_grad_norms(inputs, deltas), clip)
+    return sum_gradients(inputs, deltas, factors if valid is None else factors.mul_(valid))
 
 
 def noisy_gradient(

@@ -216,8 +216,33 @@ class _Activation:
     def as_models(self) -> torch.Tensor:
         if not self.image:
             return self.t
-        B, KC = self.t.shape[:2]
-        return self.t.reshape(B, self.K, KC // self.K, *self.t.shape[2:])
+        return cast(torch.Tensor, _ModelsFirst.apply(self.t, self.K))
+
+
+class _ModelsFirst(torch.autograd.Function):
+    """[B, K·C, H, W] channels-last → contiguous [B, K, C, H, W], whose gradient goes back in channels-last memory:
+    a plain copy would hand the layer before it (pooling, an activation) its output gradient in the other layout,
+    and their CPU kernels on mixed layouts run ~10-30× slower."""
+
+    @staticmethod
+    def forward(ctx, t: torch.Tensor, K: int) -> torch.Tensor:  # noqa: ANN001 - autograd's context
+        B, KC = t.shape[:2]
+        return t.view(B, K, KC // K, *t.shape[2:]).contiguous()
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor) -> tuple[torch.Tensor, None]:  # noqa: ANN001
+        B, K, C = g.shape[:3]
+        return g.reshape(B, K * C, *g.shape[3:]).contiguous(memory_format=torch.channels_last), None
+
+
+def _conv_weight(w: torch.Tensor) -> torch.Tensor:
+    """K models' convolution weights [K, O, C, kh, kw] as one grouped convolution's [K·O, C, kh, kw], in
+    channels-last strides when C = 1: an input of one channel (K = 1, a grey image) is contiguous in both layouts,
+    and torch would then give the output in NCHW, where the following pooling runs ~20× slower on CPU."""
+    w = w.reshape(-1, *w.shape[2:])
+    if w.shape[1] != 1:
+        return w
+    return w.view(w.shape[0], *w.shape[2:], 1).permute(0, 3, 1, 2)
 
 
 def _forward(
@@ -243,7 +268,7 @@ def _forward(
         if layer.kind == "conv":
             m = cast(nn.Conv2d, m)
             a = h.as_image()
-            z = F.conv2d(a, w.reshape(-1, *w.shape[2:]), None if b is None else b.reshape(-1), m.stride, m.padding,
+            z = F.conv2d(a, _conv_weight(w), None if b is None else b.reshape(-1), m.stride, m.padding,
                          m.dilation, K)
         elif layer.kind == "linear":
             a = h.as_models()
@@ -281,18 +306,18 @@ def _sq(t: torch.Tensor, B: int, K: int) -> torch.Tensor:
 def _conv_ghost_norm(layer: Layer, a: torch.Tensor, Gm: torch.Tensor, B: int, K: int) -> torch.Tensor:
     """||G·Aᵀ||² = ⟨AᵀA, GᵀG⟩ per example [B, K] for a convolution, A never formed: AᵀA[l, l'] is the sum over
     kernel offsets of the input Gram matrix XᵀX at the pixels that offset reads for output positions l and l'
-    (zero padding contributes nothing, so each offset adds a sub-block). Examples go last so that the sub-block
-    sums run over contiguous memory."""
+    (zero padding contributes nothing, so each offset adds a sub-block). Examples stay first, as the batched
+    matmuls make them (moving them last for contiguous sub-block sums cost more in transposes than it saved)."""
     C, H, W = layer.in_shape
     Ho, Wo = layer.out_shape[1:]
     n = B * K
     x = a.permute(0, 2, 3, 1).reshape(B, H * W, K, C).transpose(1, 2).reshape(n, H * W, C)
-    gram = torch.bmm(x, x.mT).view(n, H, W, H, W).permute(1, 2, 3, 4, 0).contiguous()  # [H, W, H, W, n]
-    ata = gram.new_zeros(Ho, Wo, Ho, Wo, n)
+    gram = torch.bmm(x, x.mT).view(n, H, W, H, W)
+    ata = gram.new_zeros(n, Ho, Wo, Ho, Wo)
     for out_rows, out_cols, in_rows, in_cols in layer.offsets:
-        ata[out_rows, out_cols, out_rows, out_cols] += gram[in_rows, in_cols, in_rows, in_cols]
+        ata[:, out_rows, out_cols, out_rows, out_cols] += gram[:, in_rows, in_cols, in_rows, in_cols]
     gtg = torch.bmm(Gm.mT, Gm).view(n, -1)  # [n, Lo·Lo]
-    return (ata.view(-1, n) * gtg.T).sum(0).view(B, K)
+    return torch.linalg.vecdot(ata.view(n, -1), gtg).view(B, K)
 
 
 Held = dict[str, torch.Tensor]
@@ -336,9 +361,11 @@ def _norms(
         elif layer.materialise:
             m = cast(nn.Conv2d, layer.module)
             padding = cast(tuple[int, ...], m.padding)  # ``_kind`` admits numeric padding only
-            A = F.unfold(a, m.kernel_size, m.dilation, padding, m.stride)  # [B, K·P, L]
-            kept["weight"] = torch.bmm(Gm, A.view(B * K, -1, A.shape[-1]).mT).view(B, K, *Gm.shape[1:2], -1)
-            sq += _sq(kept["weight"], B, K)
+            A = F.unfold(a.contiguous(), m.kernel_size, m.dilation, padding, m.stride)  # [B, K·P, L]; ~2x faster
+            # from NCHW than from channels-last; Aᵀ·Gᵀ (then transposed back) is the cheaper product of the two
+            weight = torch.bmm(A.view(B * K, -1, A.shape[-1]), Gm.mT).mT  # [BK, O, P]
+            kept["weight"] = weight.view(B, K, *weight.shape[1:])
+            sq += torch.linalg.vector_norm(kept["weight"], dim=(2, 3)).square()
         else:
             sq += _conv_ghost_norm(layer, a, Gm, B, K)
     return sq, held

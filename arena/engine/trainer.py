@@ -192,10 +192,7 @@ def _train_dense(
 
     def clipped(ls: list[torch.Tensor], Xs: torch.Tensor, ys: torch.Tensor, vs: torch.Tensor | None) -> Layers:
         inputs, out = hand.layer_inputs(spec, ls, Xs)
-        dlogits = hand.output_delta(out, ys)
-        if vs is not None:
-            dlogits = dlogits * vs.unsqueeze(-1)
-        return dpsgd.clipped_sum(inputs, hand.backprop(spec, ls, inputs, dlogits), clip)
+        return dpsgd.clipped_sum(inputs, hand.backprop(spec, ls, inputs, hand.output_delta(out, ys)), clip, vs)
 
     for t, (Xb, yb, valid) in enumerate(_stream(arch, X, y, recipe, seeds, dp)):
         if dp is None:
