@@ -94,13 +94,21 @@ def tradeoff_from_profile(alpha: np.ndarray | float, epsilons: np.ndarray, delta
     eps = np.asarray(epsilons, dtype=np.float64)
     dl = np.asarray(deltas, dtype=np.float64)
     flat = alpha.reshape(-1)
+    order = np.argsort(flat, kind="stable")
     out = np.zeros_like(flat)
     e = np.exp(np.minimum(eps, 700.0))
-    for start in range(0, flat.size, 256):  # [A, E] blocks: memory bounded whatever the grid sizes
-        a = flat[start : start + 256, None]
+
+    def lines(a: np.ndarray, keep: slice | np.ndarray = slice(None)) -> np.ndarray:
         with np.errstate(over="ignore"):
-            lines = np.maximum(1.0 - dl - e * a, (1.0 - dl - a) / e)
-        out[start : start + 256] = np.maximum(lines.max(axis=1), 0.0)
+            return np.maximum(1.0 - dl[keep] - e[keep] * a, (1.0 - dl[keep] - a) / e[keep])
+
+    for start in range(0, flat.size, 256):  # blocks of 256 increasing α: memory bounded whatever the grid sizes
+        idx = order[start : start + 256]
+        a = flat[idx]
+        # every line decreases in α, in floating point too (rounding is monotone): a line below, at the block's
+        # smallest α, what the best line reaches at its largest is below the supremum everywhere in the block
+        keep = np.flatnonzero(lines(a[:1]) >= lines(a[-1:]).max())
+        out[idx] = np.maximum(lines(a[:, None], keep).max(axis=1), 0.0)
     return out.reshape(alpha.shape)
 
 
