@@ -141,10 +141,36 @@ def pld_profile(noise_multiplier: float, sample_rate: float, steps: int, relatio
     else:
         start, stop, points = grid
         eps = np.linspace(start, stop, points)
-    deltas = np.clip(np.asarray(pld.get_delta_for_epsilon(eps), dtype=np.float64), 0.0, 1.0)
+    deltas = np.clip(hockey_stick(pld, eps), 0.0, 1.0)
     eps.flags.writeable = False
     deltas.flags.writeable = False
     return eps, deltas
+
+
+def hockey_stick(pld: Any, epsilons: np.ndarray) -> np.ndarray:
+    """δ(ε) of a dp_accounting ``PrivacyLossDistribution`` at sorted ``epsilons``: its own
+    ``get_delta_for_epsilon``, bit for bit, without its Python loop over the support (1.4 s for 4000 ε at a 1e-4
+    discretisation, T = 250). The loop adds the probabilities, and each times e^{−loss}, from the largest loss down
+    and reads the sums at each ε: the same sequential sums are cumulative sums of the reversed arrays."""
+    from dp_accounting.pld.pld_pmf import DensePLDPmf
+
+    eps = np.asarray(epsilons, dtype=np.float64)
+    pmfs = [getattr(pld, "_pmf_remove", None)] + ([] if getattr(pld, "_symmetric", True) else
+                                                  [getattr(pld, "_pmf_add", None)])
+    if eps.ndim != 1 or np.any(np.diff(eps) < 0) or not all(isinstance(p, DensePLDPmf) for p in pmfs):
+        return np.asarray(pld.get_delta_for_epsilon(eps), dtype=np.float64)
+    out = None
+    for pmf in pmfs:
+        losses = (np.arange(pmf.size) + pmf._lower_loss) * pmf._discretization  # noqa: SLF001 - as the library's
+        probs = np.asarray(pmf._probs, dtype=np.float64)  # noqa: SLF001
+        inf = pmf._infinity_mass  # noqa: SLF001
+        upper = np.cumsum(np.concatenate([[inf], probs[::-1]]))
+        lower = np.cumsum(np.concatenate([[0.0], (probs * np.exp(-losses))[::-1]]))
+        above = losses.size - np.searchsorted(losses, eps, side="right")  # the losses above each ε
+        with np.errstate(over="ignore", invalid="ignore"):
+            delta = np.where(np.isposinf(eps), inf, upper[above] - np.exp(eps) * lower[above])
+        out = delta if out is None else np.maximum(out, delta)
+    return out
 
 
 def dpsgd_tradeoff(alpha: np.ndarray | float, noise_multiplier: float, sample_rate: float, steps: int,
