@@ -26,6 +26,7 @@ from arena.pipeline import labels
 from arena.pipeline.store import RunStore
 from arena.results import leaderboard
 from arena.results.audit import Audit, audit_rows, game_part, saved_arrays, violation_findings
+from arena.results.kept import kept_audit
 from arena.results.leaderboard import TrackBoard
 from arena.results.report import plots
 from arena.results.report.context import Page, TrackContext, fmt, render, template_dirs
@@ -105,7 +106,7 @@ def render_page(store: RunStore) -> str:
             memo[key] = arrays(key)
         return memo[key]
 
-    audit = audit_rows(rows, cached, games)
+    audit = kept_audit(store.root, rows, lambda: audit_rows(rows, cached, games))
     findings = violation_findings(audit)
     boards = leaderboard.build(rows, findings, rank_by=leaderboard.rank_by_of(store.root), arrays=cached,
                                draws=store.load_draws)
