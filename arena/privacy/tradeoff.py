@@ -155,22 +155,23 @@ def hockey_stick(pld: Any, epsilons: np.ndarray) -> np.ndarray:
     from dp_accounting.pld.pld_pmf import DensePLDPmf
 
     eps = np.asarray(epsilons, dtype=np.float64)
-    pmfs = [getattr(pld, "_pmf_remove", None)] + ([] if getattr(pld, "_symmetric", True) else
-                                                  [getattr(pld, "_pmf_add", None)])
-    if eps.ndim != 1 or np.any(np.diff(eps) < 0) or not all(isinstance(p, DensePLDPmf) for p in pmfs):
+    found = [getattr(pld, "_pmf_remove", None)] + ([] if getattr(pld, "_symmetric", True) else
+                                                   [getattr(pld, "_pmf_add", None)])
+    pmfs = [p for p in found if isinstance(p, DensePLDPmf)]
+    if eps.ndim != 1 or np.any(np.diff(eps) < 0) or len(pmfs) < len(found):
         return np.asarray(pld.get_delta_for_epsilon(eps), dtype=np.float64)
-    out = None
+    out: list[np.ndarray] = []
     for pmf in pmfs:
-        losses = (np.arange(pmf.size) + pmf._lower_loss) * pmf._discretization  # noqa: SLF001 - as the library's
-        probs = np.asarray(pmf._probs, dtype=np.float64)  # noqa: SLF001
-        inf = pmf._infinity_mass  # noqa: SLF001
+        losses = (np.arange(pmf.size) + pmf._lower_loss) * pmf._discretization
+        probs = np.asarray(pmf._probs, dtype=np.float64)
+        inf = pmf._infinity_mass
         upper = np.cumsum(np.concatenate([[inf], probs[::-1]]))
         lower = np.cumsum(np.concatenate([[0.0], (probs * np.exp(-losses))[::-1]]))
         above = losses.size - np.searchsorted(losses, eps, side="right")  # the losses above each ε
         with np.errstate(over="ignore", invalid="ignore"):
             delta = np.where(np.isposinf(eps), inf, upper[above] - np.exp(eps) * lower[above])
-        out = delta if out is None else np.maximum(out, delta)
-    return out
+        out.append(delta)
+    return out[0] if len(out) == 1 else np.maximum(out[0], out[1])  # remove, and add where it is not symmetric
 
 
 def dpsgd_tradeoff(alpha: np.ndarray | float, noise_multiplier: float, sample_rate: float, steps: int,

@@ -2,9 +2,10 @@
 template folder come from its rows' ``game_parts`` (``arena.pipeline.row``, schema 3), so that a leaderboard or a
 report imports those modules alone, never the plugins (whose start-up, torch with it, took 5 s of CPU).
 
-Only parts naming modules of the arena's own games (``arena.games.``) and a template folder inside the installed
-arena are taken from a file: a third-party game, rows written before they recorded their game's parts, or rows
-that disagree, are read through the plugin registry, as before.
+Only the parts of a game whose rows say it came from the arena's own distribution (``versions["game"]``), naming
+modules of the arena's games (``arena.games.``) and a template folder inside the installed arena, are taken from a
+file: a third-party game, rows written before they recorded their game's parts, or rows that disagree, are read
+through the plugin registry, as before.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 BUILT_IN = "arena.games."
+BUILTIN_DISTRIBUTION = "privacy-arena"  # as ``arena.plugins`` names it; importing that module loads the plugins
 PARTS = ("audit_rule", "audit_view", "report_view", "resample")
 _ARENA = Path(__file__).resolve().parents[1]  # the arena package
 
@@ -35,9 +37,12 @@ class RecordedGame:
 def recorded_game(name: str, rows: Sequence[Mapping[str, Any]]) -> RecordedGame | None:
     """The game ``name`` as every one of its rows records it, or None (not recorded, not built in, or rows that
     disagree)."""
-    recorded = [r.get("game_parts") for r in rows if r.get("game") == name]
+    mine = [r for r in rows if r.get("game") == name]
+    recorded = [r.get("game_parts") for r in mine]
     if not recorded or any(p != recorded[0] for p in recorded) or not isinstance(recorded[0], Mapping):
         return None
+    if not all(str((r.get("versions") or {}).get("game", "")).startswith(f"{BUILTIN_DISTRIBUTION} ") for r in mine):
+        return None  # a game of another distribution (or rows that do not say) is read through the registry
     parts = recorded[0]
     named = {p: parts.get(p) for p in PARTS}
     if any(v is not None and (not isinstance(v, str) or not v.startswith(BUILT_IN)) for v in named.values()):

@@ -13,7 +13,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from arena.games.audit.game import AuditGame, AuditGameSpec, AuditView, CanaryGuess, METRICS
+    from arena.games.audit.game import METRICS, AuditGame, AuditGameSpec, AuditView, CanaryGuess
 
 __all__ = ["METRICS", "AuditGame", "AuditGameSpec", "AuditView", "CanaryGuess"]
 

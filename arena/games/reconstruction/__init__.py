@@ -13,7 +13,19 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from arena.games.reconstruction.game import METRICS, ReconstructionGame, ReconstructionGameSpec, ReconstructionView, distinct_rows, kappa_estimate, nearest_neighbours, pairwise_mse, prior_mass, reconstruction_metrics, row_mse
+    from arena.games.reconstruction.game import (
+        METRICS,
+        ReconstructionGame,
+        ReconstructionGameSpec,
+        ReconstructionView,
+        distinct_rows,
+        kappa_estimate,
+        nearest_neighbours,
+        pairwise_mse,
+        prior_mass,
+        reconstruction_metrics,
+        row_mse,
+    )
     from arena.games.reconstruction.guess import ReconstructionGuess
 
 __all__ = ["METRICS", "ReconstructionGame", "ReconstructionGuess", "ReconstructionGameSpec", "ReconstructionView",

@@ -32,7 +32,6 @@ from arena.results.leaderboard import TrackBoard
 from arena.results.report import plots
 from arena.results.report.context import Page, TrackContext, fmt, render, template_dirs
 
-
 FIGURES = "report/figures"
 
 
