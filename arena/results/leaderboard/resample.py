@@ -37,7 +37,8 @@ class Resampler:
     """The bootstrap draws of one track's matchups (each read or computed once): ``draws(row)`` is
     ``{metric: draws}``, or None where the matchup saved nothing its game can resample. Saved draws (``saved``) are
     read where the board asks for the draws that were saved (``RESAMPLES`` of them, board seed 0); otherwise, or
-    where a matchup saved none, the game's ``resample`` recomputes them from the matchup's arrays (``arrays``),
+    where a matchup saved none, the game's ``resample`` recomputes them from the matchup's arrays (``arrays``):
+    a built-in game's as its rows record it (``rows``, ``arena.results.games``), another's from the registry,
     which loads the plugins only then."""
 
     def __init__(self, game: str, arrays: ArrayLoader | None, metrics: Sequence[str], *, resamples: int = RESAMPLES,
