@@ -5,9 +5,9 @@ The file (``artifacts/audit.json``) holds the audit's records as JSON with the d
 (``arena.results.leaderboard.findings.findings_digest``: every row as written, the arena's version and its audit
 code); a digest that differs, or a file that cannot be read, means: audit again, and keep the new audit. Records are
 frozen dataclasses of numbers, strings, tuples and mappings; they are written field by field with the name of
-their class, and read back only into dataclasses of the arena's own modules (never a class a file names elsewhere,
-never pickle). An audit holding anything else (a third-party game's record type, an array) is not kept: it is
-computed every time, as before.
+their class, and read back only into dataclasses of the arena's audit modules (``TRUSTED``; never a class a file
+names elsewhere, never pickle). An audit holding anything else (a third-party game's record type, an array) is not
+kept: it is computed every time, as before.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from arena.results.audit import Audit
 from arena.results.leaderboard.findings import findings_digest
 
 FILE = "artifacts/audit.json"
-TRUSTED = "arena."
-"""The package whose dataclasses a kept audit may be read back into."""
+TRUSTED = ("arena.results.", "arena.privacy.", "arena.games.")
+"""The packages whose dataclasses a kept audit may be read back into (the audit's records and bounds)."""
 
 
 def encode(value: Any) -> Any:
@@ -46,7 +46,7 @@ def encode(value: Any) -> Any:
         return {"mapping": [[encode(k), encode(v)] for k, v in value.items()]}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         cls = type(value)
-        if not cls.__module__.startswith(TRUSTED):
+        if not cls.__module__.startswith(TRUSTED):  # str.startswith takes the tuple
             raise TypeError(f"{cls.__module__}.{cls.__qualname__} is not a dataclass of the arena")
         return {"dataclass": f"{cls.__module__}:{cls.__qualname__}",
                 "fields": {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}}
