@@ -86,8 +86,9 @@ class Results:
     @cached_property
     def audit(self):  # noqa: ANN201 - arena.results.audit.Audit, imported lazily
         from arena.results.audit import audit_rows
+        from arena.results.kept import kept_audit
 
-        return audit_rows(self.rows, self.arrays())
+        return kept_audit(self.run_dir, self.rows, lambda: audit_rows(self.rows, self.arrays()))
 
     def arrays(self):  # noqa: ANN201 - arena.contracts.arrays.ArrayLoader
         """The loader of each matchup's saved arrays (scores and membership, ...) by matchup key."""

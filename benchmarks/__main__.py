@@ -27,6 +27,7 @@ PAIRS = {
     "i": "benchmarks.bench_postprocess",
     "j": "benchmarks.bench_tournament_cnn",
     "k": "benchmarks.gpu_check",
+    "l": "benchmarks.bench_audit",
 }
 ON_REQUEST = {"k"}
 """Pairs a plain ``python -m benchmarks`` leaves out (``--only`` names them): k needs a GPU (``make gpu-check``)."""
@@ -35,7 +36,7 @@ PROTOCOL = (
     "Contenders of a pair run side by side in one process (the tournament: one child process per command), "
     "once per repeat, in an order rotated every repeat, after one untimed warm-up call each (except where a "
     "section says otherwise). Each ratio is computed within a repeat; the figure is the median of the "
-    "per-repeat ratios. In-process pairs (a, b, g, h) are timed in CPU time of the benchmark process "
+    "per-repeat ratios. In-process pairs (a, b, g, h, l) are timed in CPU time of the benchmark process "
     "(`time.process_time`), so that other processes on a shared machine do not inflate one contender; d and the "
     "commands of e, f and j are timed wall-clock (`time.perf_counter`). In-process pairs (a, b, d, g, h) run "
     "torch on one intra-op thread (`--threads`, default 1): most baselines are single-threaded (scikit-learn's "

@@ -143,12 +143,19 @@ def metric_info(game: str) -> dict[str, dict[str, Any]]:
 
 
 def game_columns(game: str) -> dict[str, Any]:
-    """How to read the rows of the registered ``game``: ``metric_info``, its ``primary_metric`` and its default
-    ``rank_metric`` (its primary one unless it declares another)."""
+    """How to read the rows of the registered ``game``: ``metric_info``, its ``primary_metric``, its default
+    ``rank_metric`` (its primary one unless it declares another) and ``game_parts`` (its parts the results read)."""
     cls = registries().games.get(game)
     primary = getattr(cls, "primary_metric", None)
+    folder = getattr(cls, "template_dir", None)
     return {"metric_info": metric_info(game), "primary_metric": primary,
-            "rank_metric": getattr(cls, "rank_metric", None) or primary}
+            "rank_metric": getattr(cls, "rank_metric", None) or primary,
+            "game_parts": {**{part: getattr(cls, part, None) for part in GAME_PARTS},
+                           "template_dir": None if folder is None else str(folder)}}
+
+
+GAME_PARTS = ("audit_rule", "audit_view", "report_view", "resample")
+"""The ``"module:function"`` parts of a game that the results read (``Game``'s class attributes)."""
 
 
 def game_for(matchup: Matchup, dataset: Any, store: RunStore) -> Any:

@@ -19,7 +19,7 @@ import types
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypedDict, Union, get_args, get_origin, get_type_hints
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,11 @@ class ResultRow(TypedDict):
     primary_metric: Annotated[str | None, Col("the game's primary metric (shown beside the ranking one)")]
     rank_metric: Annotated[str | None, Col("the game's default ranking metric (its primary one unless it names "
                                            "another)")]
+    game_parts: Annotated[dict[str, str | None], Col("what the results read of the game: its 'audit_rule', "
+                                                     "'audit_view', 'report_view' and 'resample' ('module:function' "
+                                                     "or null) and its 'template_dir', so that a leaderboard or "
+                                                     "report of a built-in game imports those modules alone",
+                                                     since=3)]
 
 
 FIELDS: dict[str, tuple[Any, Col]] = {

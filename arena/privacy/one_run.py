@@ -30,12 +30,13 @@ two scores).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.special import expit, logit
+from scipy.special import expit, gammaln, logit
 from scipy.stats import binom
 
 from arena.privacy.binomial import ALPHA, cp_lower
@@ -52,13 +53,24 @@ def one_run_p_values(m: int, r: int, v: int, epsilons: ArrayLike, delta: float =
     sums Pr[v − i ≤ B < v] are cumulative sums of the pmf (one pass, no tail per i)."""
     if not 0 <= v <= r <= m:
         raise ValueError(f"need 0 <= v <= r <= m, got v={v}, r={r}, m={m}")
-    p = expit(np.asarray(epsilons, np.float64))
-    b = binom.sf(v - 1, r, p)
+    eps = np.asarray(epsilons, np.float64)
+    b = binom.sf(v - 1, r, expit(eps))
     if delta == 0 or v == 0:
         return np.minimum(1.0, b)
-    pmf = binom.pmf(np.arange(v - 1, -1, -1), r, p[..., None])  # Pr[B = v − i] for i = 1..v
+    k, log_choose = _log_choose(r, v)  # Pr[B = k] = exp(log C(r, k) + k·log p + (r − k)·log(1 − p)), k = v − i
+    log_p, log_q = -np.logaddexp(0.0, -eps)[..., None], -np.logaddexp(0.0, eps)[..., None]  # log p, log(1 − p)
+    pmf = np.exp(log_choose + k * log_p + (r - k) * log_q)
     window = np.cumsum(pmf, axis=-1) / np.arange(1, v + 1)
     return np.minimum(1.0, b + 2 * m * delta * window.max(axis=-1))
+
+
+@functools.lru_cache(maxsize=64)
+def _log_choose(r: int, v: int) -> tuple[np.ndarray, np.ndarray]:
+    """k = v − 1, …, 0 and log C(r, k): what every ε of a bisection shares (read-only arrays)."""
+    k = np.arange(v - 1, -1, -1, dtype=np.float64)
+    out = gammaln(r + 1.0) - gammaln(k + 1.0) - gammaln(r - k + 1.0)
+    k.flags.writeable = out.flags.writeable = False
+    return k, out
 
 
 def one_run_p_value(m: int, r: int, v: int, epsilon: float, delta: float = 0.0) -> float:
@@ -113,7 +125,10 @@ def one_run_counts(scores: np.ndarray, truth: np.ndarray, grid: Grid, seed: int)
     by seeded randomness independent of the truths."""
     R, m = scores.shape
     u = np.random.default_rng(seed).random((R, m))
-    order = np.lexsort((u, -scores), axis=-1)  # descending score, random among ties
+    order = np.argsort(-scores, axis=-1)
+    ranked = np.take_along_axis(scores, order, axis=-1)
+    if np.any(ranked[:, 1:] == ranked[:, :-1]):  # without ties the descending order is unique: no tie-break needed
+        order = np.lexsort((u, -scores), axis=-1)  # descending score, random among ties
     y = np.take_along_axis(truth, order, axis=-1).astype(np.int64)
     top = np.concatenate([np.zeros((R, 1), np.int64), np.cumsum(y, axis=-1)], axis=-1)  # in-canaries among top c
     total = top[:, -1]
@@ -227,8 +242,15 @@ def one_run_epsilon(scores: ArrayLike, truth: ArrayLike, alpha: float = ALPHA, d
 
 def one_run_max_certifiable(m: int, grid: Grid, alpha: float, delta: float = 0.0) -> float:
     """The largest one-run bound m canaries can give at level α (α already corrected for the grid, if it is
-    searched): every guess right, at the guess set where that gives most."""
-    r = np.array([kp + km for kp, km in grid])
+    searched): every guess right, at the guess set where that gives most. A function of the design alone, so
+    computed once per (m, guess sets, α, δ): every seed of a matchup asks for the same."""
+    return _max_certifiable(int(m), tuple(sorted({int(kp) + int(km) for kp, km in grid})), float(alpha),
+                            float(delta))
+
+
+@functools.lru_cache(maxsize=256)
+def _max_certifiable(m: int, guesses: tuple[int, ...], alpha: float, delta: float) -> float:
+    r = np.array(guesses)
     eps, j = _bounds(m, r, r, alpha, delta)
     return float(eps[j])
 

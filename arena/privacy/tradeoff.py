@@ -94,13 +94,21 @@ def tradeoff_from_profile(alpha: np.ndarray | float, epsilons: np.ndarray, delta
     eps = np.asarray(epsilons, dtype=np.float64)
     dl = np.asarray(deltas, dtype=np.float64)
     flat = alpha.reshape(-1)
+    order = np.argsort(flat, kind="stable")
     out = np.zeros_like(flat)
     e = np.exp(np.minimum(eps, 700.0))
-    for start in range(0, flat.size, 256):  # [A, E] blocks: memory bounded whatever the grid sizes
-        a = flat[start : start + 256, None]
+
+    def lines(a: np.ndarray, keep: slice | np.ndarray = slice(None)) -> np.ndarray:
         with np.errstate(over="ignore"):
-            lines = np.maximum(1.0 - dl - e * a, (1.0 - dl - a) / e)
-        out[start : start + 256] = np.maximum(lines.max(axis=1), 0.0)
+            return np.maximum(1.0 - dl[keep] - e[keep] * a, (1.0 - dl[keep] - a) / e[keep])
+
+    for start in range(0, flat.size, 256):  # blocks of 256 increasing α: memory bounded whatever the grid sizes
+        idx = order[start : start + 256]
+        a = flat[idx]
+        # every line decreases in α, in floating point too (rounding is monotone): a line below, at the block's
+        # smallest α, what the best line reaches at its largest is below the supremum everywhere in the block
+        keep = np.flatnonzero(lines(a[:1]) >= lines(a[-1:]).max())
+        out[idx] = np.maximum(lines(a[:, None], keep).max(axis=1), 0.0)
     return out.reshape(alpha.shape)
 
 
@@ -133,10 +141,37 @@ def pld_profile(noise_multiplier: float, sample_rate: float, steps: int, relatio
     else:
         start, stop, points = grid
         eps = np.linspace(start, stop, points)
-    deltas = np.clip(np.asarray(pld.get_delta_for_epsilon(eps), dtype=np.float64), 0.0, 1.0)
+    deltas = np.clip(hockey_stick(pld, eps), 0.0, 1.0)
     eps.flags.writeable = False
     deltas.flags.writeable = False
     return eps, deltas
+
+
+def hockey_stick(pld: Any, epsilons: np.ndarray) -> np.ndarray:
+    """δ(ε) of a dp_accounting ``PrivacyLossDistribution`` at sorted ``epsilons``: its own
+    ``get_delta_for_epsilon``, bit for bit, without its Python loop over the support (1.4 s for 4000 ε at a 1e-4
+    discretisation, T = 250). The loop adds the probabilities, and each times e^{−loss}, from the largest loss down
+    and reads the sums at each ε: the same sequential sums are cumulative sums of the reversed arrays."""
+    from dp_accounting.pld.pld_pmf import DensePLDPmf
+
+    eps = np.asarray(epsilons, dtype=np.float64)
+    found = [getattr(pld, "_pmf_remove", None)] + ([] if getattr(pld, "_symmetric", True) else
+                                                   [getattr(pld, "_pmf_add", None)])
+    pmfs = [p for p in found if isinstance(p, DensePLDPmf)]
+    if eps.ndim != 1 or np.any(np.diff(eps) < 0) or len(pmfs) < len(found):
+        return np.asarray(pld.get_delta_for_epsilon(eps), dtype=np.float64)
+    out: list[np.ndarray] = []
+    for pmf in pmfs:
+        losses = (np.arange(pmf.size) + pmf._lower_loss) * pmf._discretization
+        probs = np.asarray(pmf._probs, dtype=np.float64)
+        inf = pmf._infinity_mass
+        upper = np.cumsum(np.concatenate([[inf], probs[::-1]]))
+        lower = np.cumsum(np.concatenate([[0.0], (probs * np.exp(-losses))[::-1]]))
+        above = losses.size - np.searchsorted(losses, eps, side="right")  # the losses above each ε
+        with np.errstate(over="ignore", invalid="ignore"):
+            delta = np.where(np.isposinf(eps), inf, upper[above] - np.exp(eps) * lower[above])
+        out.append(delta)
+    return out[0] if len(out) == 1 else np.maximum(out[0], out[1])  # remove, and add where it is not symmetric
 
 
 def dpsgd_tradeoff(alpha: np.ndarray | float, noise_multiplier: float, sample_rate: float, steps: int,

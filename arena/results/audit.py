@@ -115,17 +115,15 @@ def game_part(game: type, part: GamePart) -> Callable[..., Any] | None:
     return getattr(importlib.import_module(module), name)
 
 
-def _registered_games() -> Mapping[str, Any]:
-    from arena.plugins import registries
-
-    return {e.name: e.obj for e in registries().games}
-
-
 def audit_rows(rows: Sequence[Mapping[str, Any]], arrays: ArrayLoader,
                games: Mapping[str, Any] | None = None) -> Audit:
-    """Audit every ok matchup whose defense claims (ε, δ): each game (``games``, name → ``Game`` class; default:
-    the registered ones) audits its own rows; ``arrays(key)`` returns a matchup's saved arrays."""
-    games = _registered_games() if games is None else games
+    """Audit every ok matchup whose defense claims (ε, δ): each game (``games``, name → ``Game`` class or
+    ``arena.results.games.RecordedGame``; default: the games of ``rows``, ``arena.results.games.run_games``)
+    audits its own rows; ``arrays(key)`` returns a matchup's saved arrays."""
+    if games is None:
+        from arena.results.games import run_games
+
+        games = run_games(rows)
     claiming: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
         if _claims(row):

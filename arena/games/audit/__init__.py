@@ -2,8 +2,31 @@
 included independently with probability ½; the attack (an auditor) scores the canaries and the game bounds ε.
 
 This folder owns the game's spec, view, guess and metrics (``game``), its canaries (``canaries``), its audit rule
-(``rule``) and its report section (``sections`` and ``templates/``)."""
+(``rule``) and its report section (``sections`` and ``templates/``).
 
-from arena.games.audit.game import METRICS, AuditGame, AuditGameSpec, AuditView, CanaryGuess
+Its classes are imported when first asked for: its audit rule and report parts, which a leaderboard or a report
+imports, need no torch."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from arena.games.audit.game import METRICS, AuditGame, AuditGameSpec, AuditView, CanaryGuess
 
 __all__ = ["METRICS", "AuditGame", "AuditGameSpec", "AuditView", "CanaryGuess"]
+
+_HOMES = {
+    "METRICS": "arena.games.audit.game",
+    "AuditGame": "arena.games.audit.game",
+    "AuditGameSpec": "arena.games.audit.game",
+    "AuditView": "arena.games.audit.game",
+    "CanaryGuess": "arena.games.audit.game",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

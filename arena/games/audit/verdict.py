@@ -24,12 +24,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from arena.contracts.defense import Claim
-from arena.games.audit.claim_check import ClaimCheck
+if TYPE_CHECKING:  # types only: the rule that reads the verdict imports no torch
+    from arena.contracts.defense import Claim
+    from arena.games.audit.claim_check import ClaimCheck
 from arena.privacy.accounting import epsilon_under
 from arena.privacy.binomial import ALPHA
 from arena.privacy.fdp_one_run import Fbar, FdpBound, claim_fbar, fdp_one_run
@@ -41,7 +42,7 @@ from arena.privacy.sigma_fit import SigmaFit, sigma_fit
 
 def mechanism(claim: Mapping[str, Any] | Claim) -> tuple[float, float, int] | None:
     """(σ, q, T) when the claim records a DP-SGD mechanism that can be accounted at its δ (0 < δ < 1), else None."""
-    c = claim.as_dict() if isinstance(claim, Claim) else claim
+    c = claim.as_dict() if hasattr(claim, "as_dict") else claim
     sigma, q, steps = c.get("noise_multiplier"), c.get("sample_rate"), c.get("steps")
     if sigma is None or q is None or not steps or not 0 < float(c.get("delta") or 0.0) < 1:
         return None
@@ -195,7 +196,7 @@ def verdict_bounds(claim: Mapping[str, Any] | Claim, name: str, scores: np.ndarr
                    ) -> tuple[OneRunBound, FdpBound | None, GaussianBound | None, SigmaFit | None]:
     """One kind's verdict tests at level ``a``: one-run, f-DP against ``curve`` (when a mechanism is recorded),
     and, for the ``fitted`` kind, the Gaussian fit (q = 1) or the σ fit (q < 1)."""
-    c = claim.as_dict() if isinstance(claim, Claim) else claim
+    c = claim.as_dict() if hasattr(claim, "as_dict") else claim
     delta = float(c["delta"])
     s, t = scores.reshape(-1), truth.reshape(-1).astype(bool)
     one = one_run_epsilon(s, t, a, delta, seed=seed)

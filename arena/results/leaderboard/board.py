@@ -168,7 +168,7 @@ def track_board(track: str, rows: list[dict[str, Any]], violations: Mapping[str,
     groups = {(d, a): [r for r in rows if r["defense_label"] == d and r["attack_label"] == a]
               for d in defenses for a in attacks}
     n_seeds = max((sum(r["status"] == "ok" for r in g) for g in groups.values()), default=0)
-    resampler = Resampler(game, arrays, list(infos), resamples=resamples, seed=seed, saved=draws)
+    resampler = Resampler(game, arrays, list(infos), resamples=resamples, seed=seed, saved=draws, rows=rows)
     grids = {n: metric_grid(info, groups, defenses, attacks, resampler) for n, info in infos.items()}
     warnings = unresolvable_warnings(track, grids, groups)
     if fallback:

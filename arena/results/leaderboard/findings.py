@@ -5,7 +5,7 @@ The file (``artifacts/audit-findings.json``, beside the matchups' arrays and out
 findings with the digest of everything they were computed from: every row given to the audit (as written, so a
 re-played matchup, a bumped plugin version or an edited plugin's source hash in its ``versions`` changes it), this
 arena's version and the source of the arena's audit code (``arena/results/audit.py``, ``arena/privacy/``, each
-game's ``rule.py``). A digest that differs, or a file that cannot be read, means: audit again (and keep the new
+game's modules). A digest that differs, or a file that cannot be read, means: audit again (and keep the new
 findings)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 FILE = "artifacts/audit-findings.json"
 _ARENA = Path(__file__).resolve().parents[2]  # the arena package
-_AUDIT_CODE = ("results/audit.py", "privacy/*.py", "games/*/rule.py", "games/*/canaries.py")
+_AUDIT_CODE = ("results/audit.py", "privacy/*.py", "games/*/*.py")  # a game's rule reads its other modules too
 
 
 @lru_cache(maxsize=1)

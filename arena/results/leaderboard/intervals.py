@@ -55,13 +55,13 @@ def mean_interval(
 
     Few seeds give wide intervals; the part outside the metric's range (an AUC below 0, say) is impossible.
     """
-    from scipy.stats import t  # imported here: a board of fewer seeds never needs scipy.stats
+    from scipy.special import stdtrit  # Student t's quantile, as scipy.stats.t.ppf computes it, without scipy.stats
 
     arr = np.asarray(values, dtype=np.float64)
     mean = float(arr.mean())
     if len(arr) < 2:
         return Interval(mean, math.nan, math.nan, len(arr))
-    half = float(t.ppf((1 + confidence) / 2, len(arr) - 1) * arr.std(ddof=1) / math.sqrt(len(arr)))
+    half = float(stdtrit(len(arr) - 1, (1 + confidence) / 2) * arr.std(ddof=1) / math.sqrt(len(arr)))
     low, high = bounds
     return Interval(mean, max(mean - half, low), min(mean + half, high), len(arr))
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from arena.contracts.arrays import ArrayLoader
 from arena.engine.seeds import RESAMPLES, resample_seed
+from arena.results.games import recorded_game
 from arena.results.leaderboard.rows import registered_game
 
 Draws = dict[str, np.ndarray]
@@ -36,12 +37,13 @@ class Resampler:
     """The bootstrap draws of one track's matchups (each read or computed once): ``draws(row)`` is
     ``{metric: draws}``, or None where the matchup saved nothing its game can resample. Saved draws (``saved``) are
     read where the board asks for the draws that were saved (``RESAMPLES`` of them, board seed 0); otherwise, or
-    where a matchup saved none, the game's ``resample`` recomputes them from the matchup's arrays (``arrays``),
+    where a matchup saved none, the game's ``resample`` recomputes them from the matchup's arrays (``arrays``):
+    a built-in game's as its rows record it (``rows``, ``arena.results.games``), another's from the registry,
     which loads the plugins only then."""
 
     def __init__(self, game: str, arrays: ArrayLoader | None, metrics: Sequence[str], *, resamples: int = RESAMPLES,
-                 seed: int = 0, saved: DrawLoader | None = None) -> None:
-        self.game, self.arrays, self.metrics = game, arrays, list(metrics)
+                 seed: int = 0, saved: DrawLoader | None = None, rows: Sequence[Mapping[str, Any]] = ()) -> None:
+        self.game, self.arrays, self.metrics, self.rows = game, arrays, list(metrics), rows
         self.resamples, self.seed = resamples, seed
         self.saved = saved if (resamples, seed) == (RESAMPLES, 0) else None
         self.read = 0  # matchups whose saved draws were read
@@ -49,12 +51,21 @@ class Resampler:
         self._drawn: dict[str, Draws | None] = {}
 
     @cached_property
+    def game_class(self) -> Any:
+        """The game as its rows record it (``arena.results.games``), else the registered class (None: neither)."""
+        recorded = recorded_game(self.game, self.rows)
+        return recorded if recorded is not None else registered_game(self.game)
+
+    @cached_property
     def registered(self) -> bool:
-        return registered_game(self.game) is not None
+        return self.game_class is not None
 
     @cached_property
     def function(self) -> Callable[..., Draws | None] | None:
-        return _resample_function(self.game) if self.registered else None
+        """The game's ``resample``, imported now; None when it declares none."""
+        from arena.results.audit import game_part
+
+        return game_part(self.game_class, "resample") if self.registered else None
 
     def _saved(self, key: str) -> Draws | None:
         found = self.saved(key) if self.saved is not None else None
@@ -106,11 +117,3 @@ class Resampler:
         if self.function is None:
             return f"game {self.game!r} declares no resampling of its metrics"
         return "no saved scores to resample"
-
-
-def _resample_function(game: str) -> Callable[..., Draws | None] | None:
-    """The registered game's ``resample``, imported now; None when it declares none."""
-    from arena.results.audit import game_part
-
-    cls = registered_game(game)
-    return None if cls is None else game_part(cls, "resample")

@@ -26,17 +26,11 @@ from arena.pipeline import labels
 from arena.pipeline.store import RunStore
 from arena.results import leaderboard
 from arena.results.audit import Audit, audit_rows, game_part, saved_arrays, violation_findings
+from arena.results.games import run_games
+from arena.results.kept import kept_audit
 from arena.results.leaderboard import TrackBoard
 from arena.results.report import plots
 from arena.results.report.context import Page, TrackContext, fmt, render, template_dirs
-
-
-def registered_games() -> Mapping[str, Any]:
-    """Game name → the registered ``Game`` class (whose ``report_view`` renders its part of a track)."""
-    from arena.plugins import registries
-
-    return {e.name: e.obj for e in registries().games}
-
 
 FIGURES = "report/figures"
 
@@ -96,7 +90,7 @@ def audit_section(audit: Audit, games: Mapping[str, Any]) -> Markup:
 def render_page(store: RunStore) -> str:
     """The whole page for the run directory of ``store`` (figures written under ``report/figures/``)."""
     rows = leaderboard.latest_rows(store.current_rows())  # the scenario as run: superseded rows are history
-    games = registered_games()
+    games = run_games(rows)  # the games the run played, from their rows (the plugins only for a third-party one)
     arrays = saved_arrays(store)
     memo: dict[str, Any] = {}
 
@@ -105,7 +99,7 @@ def render_page(store: RunStore) -> str:
             memo[key] = arrays(key)
         return memo[key]
 
-    audit = audit_rows(rows, cached, games)
+    audit = kept_audit(store.root, rows, lambda: audit_rows(rows, cached, games))
     findings = violation_findings(audit)
     boards = leaderboard.build(rows, findings, rank_by=leaderboard.rank_by_of(store.root), arrays=cached,
                                draws=store.load_draws)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 from arena.results import leaderboard
@@ -20,6 +21,16 @@ def test_mean_interval_is_the_student_t_interval_of_the_mean() -> None:
     assert iv.text() == "[-0.484, 4.484]"
     one = mean_interval([0.5])
     assert math.isnan(one.low) and one.text() == "one seed: no interval"
+
+
+def test_mean_interval_is_scipy_stats_t_interval_bit_for_bit_without_importing_it() -> None:
+    from scipy.stats import t
+
+    for values in ([0.1, 0.4], [1.0, 2.0, 4.0, 8.0, 16.0], list(np.linspace(0, 1, 30) ** 2)):
+        arr = np.asarray(values)
+        half = float(t.ppf(0.975, len(arr) - 1) * arr.std(ddof=1) / math.sqrt(len(arr)))
+        iv = mean_interval(values)
+        assert (iv.low, iv.high) == (float(arr.mean()) - half, float(arr.mean()) + half)
 
 
 def test_mean_interval_is_cut_to_the_metric_range() -> None:
