@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,9 @@ MATCHUPS = "matchups.json"
 """The keys of the matchups of the scenario as last run (and how it labels them): which rows are current."""
 MARKER = ".arena-run"
 LOCK = ".arena-lock"
+ORPHAN_SECONDS = 10.0
+"""How long a run waits for a run directory whose lock outlives the arena that took it (a ``kill -9``): the lock
+is shared with the processes that arena forked, which die with it (``PR_SET_PDEATHSIG``), not at the same instant."""
 SECRET = ".arena-secret"
 SECRET_ENV = "ARENA_RUN_SECRET"
 SECRET_BYTES = 32
@@ -144,17 +148,23 @@ class RunStore:
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
         """Hold the run directory for this process: a second run into it raises ``RunDirError`` naming the holder.
-        The operating system releases the lock when the holder exits, however it exits."""
+        The operating system releases the lock when the holder exits, however it exits; a holder that is gone while
+        a process it forked still holds the lock (dying with it) is waited for, up to ``ORPHAN_SECONDS``."""
         path = self.root / LOCK
         handle = os.fdopen(open_regular(path, os.O_RDWR | os.O_CREAT), "r+")  # held for the whole run
         try:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                handle.seek(0)
-                holder = handle.read().strip() or "unknown"
-                raise RunDirError(f"{self.root}: in use by another arena run (pid {holder}); wait for it to "
-                                  "finish or choose another --out") from None
+            deadline = time.monotonic() + ORPHAN_SECONDS
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    handle.seek(0)
+                    holder = handle.read().strip() or "unknown"
+                    if _alive(holder) or time.monotonic() > deadline:
+                        raise RunDirError(f"{self.root}: in use by another arena run (pid {holder}); wait for it "
+                                          "to finish or choose another --out") from None
+                    time.sleep(0.05)  # its run is gone; a process it forked is dying with it
             handle.seek(0)
             handle.truncate()
             handle.write(f"{os.getpid()}\n")
@@ -322,3 +332,16 @@ class RunStore:
                 self._reported.add(line)
                 warn(f"{self.results_path}: line {line}: {why}; skipped")
         return read.rows
+
+
+def _alive(pid: str) -> bool:
+    """Whether the process ``pid`` (as the lock file records it) runs; an unreadable record counts as running."""
+    if not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

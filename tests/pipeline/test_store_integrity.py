@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import torch
 
 from arena.cli import main
 from arena.pipeline.row import SCHEMA_VERSION, row_problem
-from arena.pipeline.store import REJECTED, RunStore, TensorCache
+from arena.pipeline.store import ORPHAN_SECONDS, REJECTED, RunStore, TensorCache
 from tests.conftest import TEST_SECRET, write_scenario
 from tests.pipeline.test_faults import SMALL
 
@@ -177,6 +178,7 @@ def test_a_second_run_into_a_locked_directory_is_refused(finished, capsys) -> No
 
 HOLD = """
 import sys
+import time
 from arena.pipeline.store import RunStore
 
 with RunStore(sys.argv[1]).lock():
@@ -210,6 +212,35 @@ def test_a_run_directory_held_by_another_process_is_refused_naming_it(tmp_path: 
         holder.wait()
     with RunStore(out).lock():  # the killed holder's lock went with it
         pass
+
+
+ORPHANED = """
+import os, sys, time
+from arena.pipeline.store import RunStore
+
+with RunStore(sys.argv[1]).lock():
+    if os.fork() == 0:  # the lock is shared with this child, which outlives its parent by a second
+        time.sleep(1.0)
+        os._exit(0)
+    print("held", flush=True)
+    os._exit(0)  # the holder named in the lock file is gone; its child still holds the lock
+"""
+
+
+@pytest.mark.subprocess
+def test_a_lock_left_to_a_dying_child_of_a_dead_run_is_waited_for(tmp_path: Path) -> None:
+    """After a ``kill -9`` the arena's forked processes die with it, a moment later: a run started at once waits
+    for them (up to ``ORPHAN_SECONDS``) instead of refusing a directory whose named holder is gone."""
+    out = tmp_path / "run"
+    RunStore(out).mark()
+    holder = subprocess.Popen([sys.executable, "-c", ORPHANED, str(out)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    holder.wait()
+    started = time.monotonic()
+    with RunStore(out).lock():
+        waited = time.monotonic() - started
+    assert (out / ".arena-lock").read_text().strip() == str(os.getpid())
+    assert waited < ORPHAN_SECONDS
 
 
 def test_a_foreign_results_file_is_refused_and_left_untouched(tmp_path: Path, capsys) -> None:
