@@ -8,6 +8,7 @@ are imported when first asked for, so that a game's audit rule and report parts 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -20,7 +21,15 @@ _HOMES = {"Game": "arena.contracts.game", "Outcome": "arena.contracts.game", "Th
           "View": "arena.contracts.view"}
 
 
-def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def lazy_attributes(module: str, homes: dict[str, str]) -> Callable[[str], Any]:
+    """A package's ``__getattr__`` that imports each name of ``homes`` from its module when first asked for (a game
+    package's classes need torch; its audit rule and report parts, which a leaderboard imports, do not)."""
+    def attribute(name: str) -> Any:
+        if name in homes:
+            return getattr(importlib.import_module(homes[name]), name)
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return attribute
+
+
+__getattr__ = lazy_attributes(__name__, _HOMES)

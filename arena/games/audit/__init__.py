@@ -9,8 +9,9 @@ imports, need no torch."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from arena.games import lazy_attributes
 
 if TYPE_CHECKING:
     from arena.games.audit.game import METRICS, AuditGame, AuditGameSpec, AuditView, CanaryGuess
@@ -26,7 +27,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _HOMES)
