@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from arena.pipeline.files import _atomic_write
 from arena.results.audit import Audit
 from arena.results.leaderboard.findings import findings_digest
 
@@ -96,10 +97,7 @@ def kept_audit(root: Path | str, rows: Sequence[Mapping[str, Any]], compute: Cal
     audit = compute()
     try:
         text = json.dumps({"digest": digest, "audit": encode(audit)}, allow_nan=False)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        _atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     except (TypeError, ValueError, OSError):  # a record this codec cannot keep, or a directory we may not write
         pass
     return audit
