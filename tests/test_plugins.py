@@ -3,6 +3,10 @@ one registration style (classes) for every kind, and a clear exit-2 error for an
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 
 from arena.cli import EXIT_INPUT, main
@@ -305,3 +309,22 @@ def test_third_party_dataset_and_metric_are_usable(plugin_dist, tmp_path) -> Non
     path = write_scenario(tmp_path / "s.yaml", TINY.replace("{name: digits}", "{name: stripes}"))
     matchups = plan([path]).matchups
     assert len(matchups) == 4 and matchups[0].track.dataset.name == "stripes"
+
+
+LIBRARIES_A_MATCHUP_IMPORTS = ("dp_accounting", "matplotlib", "sklearn", "pandas", "scipy.stats", "scipy.optimize")
+REGISTER = """
+import json, sys
+from arena.plugins import registries
+regs = registries()
+assert regs.attacks.get("lira") and regs.datasets.get("digits")
+print(json.dumps([m for m in json.loads(sys.argv[1]) if m in sys.modules]))
+"""
+
+
+@pytest.mark.subprocess
+def test_registering_the_builtin_plugins_imports_no_library_only_playing_needs() -> None:
+    # Every arena process (the CLI, each Ray worker, each sandboxed attack) registers the plugins first; these
+    # libraries took 3.5 s of its start-up before they were imported where a matchup first uses them.
+    done = subprocess.run([sys.executable, "-c", REGISTER, json.dumps(LIBRARIES_A_MATCHUP_IMPORTS)],
+                          capture_output=True, text=True, check=True, timeout=120)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []

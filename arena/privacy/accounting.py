@@ -5,15 +5,17 @@ the plain Gaussian mechanism composed `steps` times. Every ε here is an upper b
 conversion, or the PLD's pessimistic discretisation), so a claim stated with it is proved.
 """
 
+from __future__ import annotations
+
 import functools
 import logging
 from importlib.metadata import version
-from typing import Literal
-
-import dp_accounting
-from dp_accounting import pld, rdp
+from typing import TYPE_CHECKING, Literal, get_args
 
 from arena.privacy import noise_store
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 Accountant = Literal["rdp", "pld"]
 
@@ -32,6 +34,8 @@ def accountant_label(accountant: Accountant) -> str:
 
 
 def _event(noise_multiplier: float, q: float, steps: int) -> dp_accounting.DpEvent:
+    import dp_accounting
+
     gaussian = dp_accounting.GaussianDpEvent(noise_multiplier)
     step = gaussian if q >= 1.0 else dp_accounting.PoissonSampledDpEvent(q, gaussian)
     return dp_accounting.SelfComposedDpEvent(step, steps)
@@ -105,10 +109,16 @@ def _bisect_noise(
 # dp_accounting's PLD accountant doubles the Gaussian's sensitivity under REPLACE_ONE; its RDP accountant does not.
 Relation = Literal["add_remove", "replace_one"]
 
-RELATIONS: dict[str, dp_accounting.NeighboringRelation] = {
-    "add_remove": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
-    "replace_one": dp_accounting.NeighboringRelation.REPLACE_ONE,
-}
+RELATIONS: tuple[Relation, ...] = get_args(Relation)
+
+
+def neighboring_relation(relation: Relation) -> dp_accounting.NeighboringRelation:
+    """dp_accounting's name of ``relation`` (imported here, not with the module: it takes about 1.5 s, and every
+    arena process loads this module while registering its plugins)."""
+    import dp_accounting
+
+    return {"add_remove": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+            "replace_one": dp_accounting.NeighboringRelation.REPLACE_ONE}[relation]
 
 
 @functools.lru_cache(maxsize=256)  # a PLD call takes about a second; an audit asks the same claim many times
@@ -140,10 +150,12 @@ def epsilon_under(
             raise ValueError("the rdp accountant of dp_accounting cannot account replace_one for the subsampled "
                              "Gaussian; use 'pld'")
         return epsilon_under(noise_multiplier / 2, 1.0, steps, delta, accountant="rdp", relation="add_remove")
+    from dp_accounting import pld, rdp
+
     if accountant == "rdp":
-        acc = rdp.RdpAccountant(neighboring_relation=RELATIONS[relation])
+        acc = rdp.RdpAccountant(neighboring_relation=neighboring_relation(relation))
     elif accountant == "pld":
-        acc = pld.PLDAccountant(neighboring_relation=RELATIONS[relation])
+        acc = pld.PLDAccountant(neighboring_relation=neighboring_relation(relation))
     else:
         raise ValueError(f"unknown accountant {accountant!r}; choose from {list(ACCOUNTANT_NAMES)}")
     event = _event(noise_multiplier, q, steps)
@@ -184,5 +196,5 @@ def epsilon_optimistic(noise_multiplier: float, q: float, steps: int, delta: flo
     pld_ = privacy_loss_distribution.from_gaussian_mechanism(
         noise_multiplier, pessimistic_estimate=False, sampling_prob=q,
         value_discretization_interval=optimistic_interval(noise_multiplier, q, steps, delta),
-        use_connect_dots=False, neighboring_relation=RELATIONS["add_remove"]).self_compose(steps)
+        use_connect_dots=False, neighboring_relation=neighboring_relation("add_remove")).self_compose(steps)
     return float(pld_.get_epsilon_for_delta(delta))

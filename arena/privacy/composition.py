@@ -8,9 +8,6 @@ import functools
 import math
 from collections.abc import Sequence
 
-import dp_accounting
-from dp_accounting import pld
-
 GaussianRun = tuple[float, float, int]
 """(noise multiplier σ, Poisson rate q, steps T) of one DP-SGD run."""
 
@@ -30,6 +27,9 @@ def composed_epsilon(gaussian: Sequence[GaussianRun], laplace: Sequence[float], 
 
 @functools.lru_cache(maxsize=128)  # a PLD composition takes about a second; an audit asks the same one repeatedly
 def _composed(gaussian: tuple[GaussianRun, ...], laplace: tuple[float, ...], delta: float) -> float:
+    import dp_accounting  # imported here: it takes 1.5 s, and every arena process loads this module
+    from dp_accounting import pld
+
     events: list[dp_accounting.DpEvent] = []
     for sigma, q, steps in gaussian:
         step: dp_accounting.DpEvent = dp_accounting.GaussianDpEvent(sigma)

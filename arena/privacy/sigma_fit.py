@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.stats import norm
+from scipy.special import ndtri  # norm.isf(α) = −ndtri(α); importing scipy.stats costs 0.8 s
 
 from arena.privacy.binomial import ALPHA
 
@@ -105,7 +105,7 @@ def sigma_fit(scores: ArrayLike, truth: ArrayLike, sample_rate: float, steps: in
 
     t = np.asarray(truth).astype(bool).reshape(-1)
     d, se = cohens_d(np.asarray(scores, np.float64).reshape(1, -1), t)
-    lo = float(d[0] - norm.isf(alpha) * se[0])
+    lo = float(d[0] + ndtri(alpha) * se[0])
     w = float(t.mean())
     sigma = float(sigma_upper(lo, sample_rate, steps, w))
     if lo <= 0 or math.isinf(sigma):

@@ -108,11 +108,11 @@ def test_the_dual_of_a_profile_equals_every_line_at_every_alpha_bit_for_bit() ->
 def test_a_pld_delta_profile_is_dp_accountings_own_bit_for_bit(sigma, q, steps) -> None:
     from dp_accounting.pld import privacy_loss_distribution
 
-    from arena.privacy.accounting import RELATIONS
+    from arena.privacy.accounting import neighboring_relation
 
     for relation in ("add_remove", "replace_one"):
         pld = privacy_loss_distribution.from_gaussian_mechanism(
-            sigma, sampling_prob=q, neighboring_relation=RELATIONS[relation],
+            sigma, sampling_prob=q, neighboring_relation=neighboring_relation(relation),
             value_discretization_interval=1e-2).self_compose(steps)
         eps = np.linspace(0.0, float(pld.get_epsilon_for_delta(1e-12)) + 1.0, 500)
         assert np.array_equal(tradeoff.hockey_stick(pld, eps), np.asarray(pld.get_delta_for_epsilon(eps)))

@@ -235,12 +235,12 @@ def test_a_plugin_claiming_dp_without_noise_is_caught_by_a_real_tournament(plugi
     (liar,) = audit.membership  # the non-private defense claims nothing and is not audited
     assert liar.defense_label == "claims-dp-adds-no-noise(eps=0.25)" and liar.claimed_epsilon == 0.25
     # Tested against the replace-one ε = 0.5 of its claim, from the 100 + 100 held-out points at level 2.5 % (the
-    # paired one-run bound shares the 5 %): ε ≥ 0.98 (98/100 members and 69/100 non-members flagged, with the
-    # suite's run secret and the split of arena.engine.seeds.split_seed), nearly twice the claim. The old audit
-    # flagged a claim of 1 with a bound above 2 taken from the best of all thresholds on all 200 + 200 points, with
-    # no correction for that choice; the sound bound from this attack cannot refute a replace-one ε of 2.
+    # paired one-run bound shares the 5 %). The bound depends on the held-out split, which the matchup's key seeds
+    # (and the key hashes the plugins' source): it was 0.85 to 0.98 over the splits seen, above the claim each time.
+    # The old audit flagged a claim of 1 with a bound above 2 taken from the best of all thresholds on all 200 + 200
+    # points, with no correction for that choice; the sound bound from this attack cannot refute a replace-one ε of 2.
     assert liar.relation_epsilon == 0.5 and liar.violation and liar.lower_bound.alpha == 0.025
-    assert liar.lower_bound.epsilon > 1.8 * liar.relation_epsilon
+    assert liar.lower_bound.epsilon > liar.relation_epsilon
     assert (liar.lower_bound.n_members, liar.lower_bound.n_nonmembers) == (100, 100)
     assert (liar.lower_bound.n_members_total, liar.lower_bound.n_nonmembers_total) == (200, 200)
 
