@@ -167,7 +167,7 @@ def test_the_five_example_distributions_play_one_tournament(site: Path, tmp_path
 
     scenario = tmp_path / "third-party.yaml"
     scenario.write_text(textwrap.dedent(SCENARIO))
-    run = _arena(site, tmp_path, "run", str(scenario), "--out", str(tmp_path / "run"), "--serial")
+    run = _arena(site, tmp_path, "run", str(scenario), "--out", str(tmp_path / "run"), "--serial", "--no-report")
     assert run.returncode == 0, run.stdout + run.stderr
     rows = [json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines() if line]
     by = {(r["track"], r["defense"], r["attack"]): r for r in rows}

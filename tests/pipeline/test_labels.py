@@ -124,12 +124,12 @@ def test_relabelling_a_run_replays_nothing_and_every_output_follows(tmp_path: Pa
     first = scenario(tmp_path, ["{name: nonprivate, training: {epochs: 3}}",
                                 "{name: dpsgd, epsilons: [8], delta: 1.0e-3, clip: 2.0}"], name="first.yaml")
     out = tmp_path / "run"
-    assert main(["run", str(first), "--out", str(out), "--serial"]) == 0
+    assert main(["run", str(first), "--out", str(out), "--serial", "--no-report"]) == 0
     assert "(2 played by this run" in capsys.readouterr().out
     second = scenario(tmp_path, ["{name: nonprivate, training: {epochs: 3}, label: baseline}",
                                  "{name: dpsgd, epsilons: [8], delta: 1.0e-3, clip: 2.0, label: dp}"],
                       ["{name: threshold-mia, label: loss threshold}"], name="second.yaml")
-    assert main(["run", str(second), "--out", str(out), "--serial"]) == 0
+    assert main(["run", str(second), "--out", str(out), "--serial", "--no-report"]) == 0  # its page is rendered below
     printed = capsys.readouterr().out
     assert "(0 played by this run, 2 from earlier runs)" in printed and "baseline" in printed
     assert len(RunStore(out).results()) == 2  # no row was written again
