@@ -63,7 +63,7 @@ def test_cifar10_scenario_runs_on_a_tiny_synthetic_stand_in(tmp_path: Path) -> N
     track["dataset"]["path"] = str(tmp_path / "cifar")
     track["model"].update(depth=10, width=1, groups=4)
     track["training"].update(epochs=1, batch_size=16)
-    track["game"].update(members=24, test=20, population=40)
+    track["game"].update(members=16, test=16, population=32)
     track["pool_chunk"] = 2
     for defense in track["defenses"]:
         if "training" in defense:
@@ -74,7 +74,7 @@ def test_cifar10_scenario_runs_on_a_tiny_synthetic_stand_in(tmp_path: Path) -> N
     small = tmp_path / "cifar-small.yaml"
     small.write_text(yaml.safe_dump(spec, sort_keys=False))
 
-    out = arena("run", str(small), "--out", str(tmp_path / "run"), "--serial")
+    out = arena("run", str(small), "--out", str(tmp_path / "run"), "--serial", "--no-report")  # reports: tests/results
     assert out.returncode == 0, out.stdout + out.stderr
     rows = RunStore(tmp_path / "run").results()
     n_configs = sum(len(d.get("epsilons", [None])) for d in track["defenses"])
