@@ -5,6 +5,7 @@ A defense whose claim exceeds its configured ε fails; logistic regression witho
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
@@ -225,8 +226,15 @@ def test_serial_faults_fail_only_their_own_matchups(plugin_dist, tmp_path: Path,
     plugin_dist("arena-faults", "arena_faults_plugin", FAULTS)
     paths = faults_scenarios(tmp_path)
     out = tmp_path / "run"
+    handler, timer = signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL)
     assert main(["run", *map(str, paths), "--out", str(out), "--serial", "--no-report"]) == 1
     rows = check_fault_rows(out)
+    # the greedy ones were stopped at their timeout, from outside their process: the caller's alarm (pytest-timeout's)
+    # is untouched
+    for greedy in (("syn", "greedy"), ("syn-defenses", "faulty(fault=greedy)")):
+        assert HUNG <= rows[greedy]["seconds"] < 2 * HUNG, rows[greedy]["seconds"]
+    assert signal.getsignal(signal.SIGALRM) is handler
+    assert (signal.getitimer(signal.ITIMER_REAL)[0] > 0) == (timer[0] > 0)
     for track, exit0, hard_exit, interrupt, killed in (
             ("syn", "exit0", "hard-exit", "interrupt", "killed"),
             ("syn-defenses", "faulty(fault=exit0)", "faulty(fault=hard-exit)", "faulty(fault=interrupt)",
