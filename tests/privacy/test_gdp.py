@@ -64,3 +64,13 @@ def test_gaussian_bound_hand_computed_cohens_d_and_its_epsilon() -> None:
     assert abs(b.mu_hat - 1.0) < 4 * b.se and b.epsilon == pytest.approx(gdp_epsilon(b.mu_lo, 1e-5))
     mu, se = gaussian_mu_batch(np.stack([scores, -scores]), truth)
     assert mu[0] == pytest.approx(b.mu_hat) and mu[1] == pytest.approx(-b.mu_hat) and se[0] == pytest.approx(b.se)
+
+
+def test_the_normal_quantiles_are_scipy_stats_norms_bit_for_bit() -> None:
+    # gdp, sigma_fit and tradeoff use scipy.special's ndtri/ndtr/log_ndtr (scipy.stats takes 0.8 s to import)
+    from scipy.special import log_ndtr, ndtr, ndtri
+
+    p = np.concatenate([np.logspace(-300, -1, 500), np.linspace(0.01, 0.99, 99), 1 - np.logspace(-16, -2, 100)])
+    x = np.linspace(-40.0, 40.0, 801)
+    assert np.array_equal(norm.isf(p), -ndtri(p)) and np.array_equal(norm.ppf(p), ndtri(p))
+    assert np.array_equal(norm.cdf(x), ndtr(x)) and np.array_equal(norm.logcdf(x), log_ndtr(x))
