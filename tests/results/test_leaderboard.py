@@ -36,6 +36,8 @@ def test_cells_are_means_with_sample_std() -> None:
     assert "FAILED×1" in board.cells.loc["dpsgd(eps=1)", "b"]
     assert board.failures == ["t dpsgd(eps=1) vs b seed 1: boom"]
     assert list(board.means.index) == ["nonprivate", "dpsgd(eps=8)", "dpsgd(eps=1)"]
+    # one seed has no sample std: its cell says n = 1 and shows no "± 0.000"
+    assert board.cells.loc["dpsgd(eps=8)", "a"] == "0.750 (n=1)"
 
 
 def test_attack_ranking_counts_ties_as_ties() -> None:

@@ -27,7 +27,7 @@ class MetricGrid:
 
     info: MetricInfo
     means: pd.DataFrame  # NaN where no ok seed or not resolvable
-    cells: pd.DataFrame  # "mean ± sd (n=k)", "n/r" or ""
+    cells: pd.DataFrame  # "mean ± sd (n=k)", "mean (n=1)", "n/r" or ""
     intervals: dict[tuple[str, str], Interval] = field(default_factory=dict)
     not_resolvable: set[tuple[str, str]] = field(default_factory=set)
     seeds: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -59,7 +59,8 @@ def metric_grid(info: MetricInfo, groups: Groups, defenses: list[str], attacks: 
         values = [float(v) for v in values]
         mu, sd = mean_std(values)
         means[row[d], column[a]] = mu
-        cells[row[d], column[a]] = f"{mu:.3f} ± {sd:.3f} (n={len(values)})"
+        spread = f" ± {sd:.3f}" if len(values) > 1 else ""  # one seed has no sample std: no "± 0.000"
+        cells[row[d], column[a]] = f"{mu:.3f}{spread} (n={len(values)})"
         grid.seeds[d, a] = len(values)
         trials = _trials(info, ok)
         draws = (resampler.of(name, ok) if resampler is not None and len(values) < MIN_T_SEEDS and trials is None
