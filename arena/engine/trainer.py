@@ -212,6 +212,11 @@ def _train_dense(
     return hand.to_state(names, optimizer.result())
 
 
+def shaped_like(tensors: list[torch.Tensor], flat: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
+    """[K, P] numbers in the module's parameter order, cut and shaped like ``tensors`` (views)."""
+    return [part.reshape(t.shape) for t, part in zip(tensors, torch.split(flat, sizes, dim=1))]
+
+
 def _train_functional(
     arch: Architecture, X: torch.Tensor, y: torch.Tensor, recipe: Recipe, state: State,
     train_seeds: torch.Tensor, dp: DPNoise | None, budget: int,
@@ -241,17 +246,14 @@ def _train_functional(
             grads = [g[k] for k in names]
         else:
             per_model = [params[k] for k in names] + [buffers[k] for k in template.buffers]
-            total = dict(zip(names, _by_sampled_size(clipped, per_model, images, yb, valid)))
+            sums = _by_sampled_size(clipped, per_model, images, yb, valid)
             q = steps_and_rate(n, recipe)[1]
+            canary = None
             if dp.canaries is not None:
                 flat = dp.canaries.contribution(seeds, t, q, template.n_params, dp.clip, X.dtype, X.device)
-                for k, ck in zip(names, torch.split(flat, sizes, dim=1)):
-                    total[k].add_(ck.reshape(total[k].shape))
-            z = torch.split(noise(t), sizes, dim=1)
-            grads = [
-                total[k].add_(zk.reshape(total[k].shape), alpha=dp.noise_multiplier * dp.clip).div_(q * n)
-                for k, zk in zip(names, z)
-            ]
+                canary = shaped_like(sums, flat, sizes)
+            grads = dpsgd.noisy_gradient(sums, dp.clip, dp.noise_multiplier, shaped_like(sums, noise(t), sizes), q * n,
+                                         canary)
         optimizer.step(grads)
     released = dict(zip(names, optimizer.result()))
     return {k: released[k] if k in released else buffers[k] for k in state}
