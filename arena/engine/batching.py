@@ -38,8 +38,8 @@ def _poisson_batch(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Each model's sampled points in ascending order, padded to the largest count with copies of record 0, and a
     validity mask [K, m] (None for one model alone, which has no padding). The points come from one ``nonzero``
-    (row-major, so each model's are ascending and contiguous) scattered into their rows: a sort of the masks took
-    ~5x as long."""
+    (row-major, so each model's are ascending and contiguous) scattered into their rows: a stable sort of the
+    masks made the whole batch ~2.4x as costly at K = 64."""
     rows, cols = mask.nonzero(as_tuple=True)
     if mask.shape[0] == 1:
         return *_take(X, y, cols.unsqueeze(0)), None
