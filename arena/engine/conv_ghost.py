@@ -1,0 +1,60 @@
+"""A convolution's per-example gradient norms for ghost clipping (``arena.engine.ghost``): which input pixels each
+kernel offset reads, and the ghost norm ||G·Aᵀ||² from the input's Gram matrix, the unfolded input never formed."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def positions_first(t: torch.Tensor, K: int) -> torch.Tensor:
+    """[B, K·C, H, W] (K models' channels) → [B·K, H·W, C]: each example's map with its positions first and its
+    channels contiguous. From channels-last memory that is one copy that moves runs of C numbers (a quarter of the
+    cost of [B·K, C, H·W] here), and batched matmuls read it as it is."""
+    B, KC = t.shape[:2]
+    return t.permute(0, 2, 3, 1).reshape(B, -1, K, KC // K).transpose(1, 2).reshape(B * K, -1, KC // K)
+
+
+def conv_offsets(m: nn.Conv2d, in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> tuple[tuple[slice, ...], ...]:
+    """For each kernel offset (i, j): the output rows and columns whose input pixel under that offset lies inside
+    the (unpadded) input, and those input rows and columns, as slices (out_rows, out_cols, in_rows, in_cols).
+    Output h reads input row h·s + i·d − p."""
+
+    def axis(k: int, n_in: int, n_out: int, s: int, d: int, p: int) -> tuple[slice, slice] | None:
+        first = max(0, -(-(p - k * d) // s))
+        last = min(n_out - 1, (n_in - 1 + p - k * d) // s)
+        if first > last:
+            return None
+        start = first * s + k * d - p
+        return slice(first, last + 1), slice(start, start + (last - first) * s + 1, s)
+
+    assert not isinstance(m.padding, str)  # ``_kind`` admits numeric padding only
+    out = []
+    for i in range(m.kernel_size[0]):
+        for j in range(m.kernel_size[1]):
+            rows = axis(i, in_shape[1], out_shape[1], m.stride[0], m.dilation[0], m.padding[0])
+            cols = axis(j, in_shape[2], out_shape[2], m.stride[1], m.dilation[1], m.padding[1])
+            if rows and cols:
+                out.append((rows[0], cols[0], rows[1], cols[1]))
+    return tuple(out)
+
+
+def conv_ghost_norm(
+    in_shape: tuple[int, ...], out_shape: tuple[int, ...], offsets: tuple[tuple[slice, ...], ...], a: torch.Tensor,
+    Gl: torch.Tensor, B: int, K: int,
+) -> torch.Tensor:
+    """||G·Aᵀ||² = ⟨AᵀA, GᵀG⟩ per example [B, K] for a convolution, A never formed: AᵀA[l, l'] is the sum over
+    kernel offsets of the input Gram matrix XᵀX at the pixels that offset reads for output positions l and l'
+    (zero padding contributes nothing, so each offset adds a sub-block). Examples stay first, as the batched
+    matmuls make them (moving them last for contiguous sub-block sums cost more in transposes than it saved).
+    ``a`` [B, K·C, H, W] the layer's input, ``Gl`` [B·K, L, O] its output gradient (``positions_first``)."""
+    H, W = in_shape[1:]
+    Ho, Wo = out_shape[1:]
+    n = B * K
+    x = positions_first(a, K)
+    gram = torch.bmm(x, x.mT).view(n, H, W, H, W)
+    ata = gram.new_zeros(n, Ho, Wo, Ho, Wo)
+    for out_rows, out_cols, in_rows, in_cols in offsets:
+        ata[:, out_rows, out_cols, out_rows, out_cols] += gram[:, in_rows, in_cols, in_rows, in_cols]
+    gtg = torch.bmm(Gl, Gl.mT).view(n, -1)  # [n, Lo·Lo]
+    return torch.linalg.vecdot(ata.view(n, -1), gtg).view(B, K)
