@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from arena.engine.conv_ghost import conv_ghost_norm, conv_offsets, positions_first
+from arena.engine.conv_ghost import Offsets, conv_ghost_norm, conv_offsets, pair_map, positions_first
 
 Kind = Literal["linear", "conv", "group_norm", "channelwise", "free"]
 
@@ -57,15 +57,17 @@ dimension 0, or draw random numbers)."""
 class Layer:
     """One leaf of the stack: its kind, its parameters' name prefix, the module, one example's input shape, and for
     linear and convolution layers whether per-example gradients are formed (``materialise``); for a ghost-normed
-    convolution the rows and columns of the padded input map that each kernel offset reads."""
+    convolution the rows and columns of the padded input map that each kernel offset reads, and on a small map
+    their pair map (``conv_ghost.pair_map``)."""
 
     kind: Kind
     prefix: str
     module: nn.Module
     in_shape: tuple[int, ...]
     materialise: bool = False
-    offsets: tuple[tuple[slice, ...], ...] = ()
+    offsets: Offsets = ()
     out_shape: tuple[int, ...] = ()
+    pairs: torch.Tensor | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -156,7 +158,7 @@ def plan(module: nn.Module, input_shape: tuple[int, ...]) -> Plan | None:
             if kind == "channelwise" and len(in_shape) != 3:
                 kind = "free"
             assert kind is not None  # ``None in kinds`` returned above
-            materialise, offsets = False, cast(tuple[tuple[slice, ...], ...], ())
+            materialise, offsets, pairs = False, cast(Offsets, ()), None
             if kind in ("linear", "conv"):
                 assert isinstance(m, nn.Linear | nn.Conv2d)  # ``_kind``'s types for these kinds
                 O, P = m.weight.shape[0], m.weight[0].numel()
@@ -165,6 +167,7 @@ def plan(module: nn.Module, input_shape: tuple[int, ...]) -> Plan | None:
                 if kind == "conv":
                     offsets = conv_offsets(cast(nn.Conv2d, m), in_shape, out_shape)
                 if kind == "conv" and not materialise:
+                    pairs = pair_map(offsets, in_shape, out_shape)
                     L_in = in_shape[1] * in_shape[2]
                     elements += in_shape[0] * L_in + 2 * L_in * L_in + 3 * L * L
                 elif kind == "conv":
@@ -172,7 +175,7 @@ def plan(module: nn.Module, input_shape: tuple[int, ...]) -> Plan | None:
                 else:
                     elements += 2 * L * L if L > 1 else 0
             elements += h[0].numel() + 3 * out[0].numel()
-            layers.append(Layer(kind, prefix, m, in_shape, materialise, offsets, out_shape))
+            layers.append(Layer(kind, prefix, m, in_shape, materialise, offsets, out_shape, pairs))
             h = out
     if h.ndim != 2:
         return None  # the loss wants [examples, classes] logits
@@ -326,7 +329,7 @@ def _norms(
             kept["weight"] = weight.view(B, K, *weight.shape[1:])
             sq += torch.linalg.vector_norm(kept["weight"], dim=(2, 3)).square()
         else:
-            sq += conv_ghost_norm(layer.in_shape, layer.out_shape, layer.offsets, a, Gl, B, K)
+            sq += conv_ghost_norm(layer.in_shape, layer.out_shape, layer.offsets, layer.pairs, a, Gl, B, K)
     return sq, held
 
 
