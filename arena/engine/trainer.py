@@ -8,6 +8,7 @@ tolerance) alone or inside any batch. Dense models (logistic regression, MLPs) t
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterator
 from typing import Literal
@@ -62,6 +63,17 @@ def models_per_chunk(arch: Architecture, recipe: Recipe, n: int, dp: DPNoise | N
     return max(1, budget // max(per_model, 1))
 
 
+@functools.cache
+def _prime_allocator() -> None:
+    """Free one untouched block of just under 32 MiB, once per process. glibc's malloc then serves blocks up to its
+    size from the heap and keeps up to twice that of freed memory (its own adaptive rule, which any large temporary
+    triggers), instead of mapping each multi-megabyte temporary afresh and faulting its pages in at every step: a
+    DP-SGD epoch of 64 models, whose batch sizes vary from step to step, took ~10,000-30,000 page faults (MLP) and
+    ~240,000 (CNN) and ran ~7-9% slower. The block's pages are never touched; other allocators ignore it."""
+    block = torch.empty((32 << 20) - (1 << 16), dtype=torch.uint8)
+    del block
+
+
 def train(
     arch: Architecture,
     X: torch.Tensor,
@@ -84,6 +96,7 @@ def train(
     if d != arch.n_features:
         raise ValueError(f"X has {d} features, the model expects {arch.n_features} (input shape {arch.input_shape})")
     dp = _with_instruments(dp, K, n, recipe)
+    _prime_allocator()
     if state is None:
         state = init_state(arch, init_seeds, X.dtype, X.device)
     path = choose_engine(arch, engine)
