@@ -18,11 +18,13 @@ MISSED = (
     "DP-SGD epoch is 4 Poisson batches at q = 0.32, each padded to the largest count among the chunk's models "
     "(~43 of an expected 32): ~170 rows of forward and backward work, 1.7× the non-private rows before any "
     "clipping or noise. On top come the ghost norms and one Gaussian per parameter per step (4 × 19,210 per "
-    "model-epoch): at this tiny batch the noise alone costs about as much as the whole non-private pool (figure "
-    "above), and torch.randn would cost nearly as much, so no generator drawn in eager passes can bring the "
-    "ratio under 2×. Cutting the padding into two passes by sampled batch size was measured slower on the hand "
-    "path (1.3× at 64 shadows, 5 epochs), so it is used on the functional path only. What would close it: a "
-    "fused hash + Box–Muller kernel (see b)."
+    "model-epoch): at this tiny batch the counter RNG alone costs more than the whole non-private pool, and "
+    "torch.randn's Mersenne Twister about as much (figures above), so no generator drawn in eager passes brings "
+    "the ratio under 2×; the rest (the DP-SGD pool less the RNG, figure above) is the padding, norms and sums. "
+    "Cutting the padding into two passes by sampled batch size was measured slower on the hand path (1.3× at "
+    "64 shadows, 5 epochs), so it is used on the functional path only. This round's allocator priming "
+    "(engine/trainer.py) made both pools cheaper, the non-private one more (~20% against ~10%), so the ratio "
+    "rose. What would close it: a fused hash + Box–Muller kernel (see b)."
 )
 
 
@@ -70,6 +72,7 @@ def run(quick: bool, repeats: int) -> Section:
         randn = min(randn_seconds_per_epoch(MLP, sizes.members, K, 32) for _ in range(3)) * sizes.epochs
         section.figures[f"{K} shadows: counter RNG alone (Poisson masks + noise), best of 3 epochs × epochs"] = (
             f"{share:.3g} s (torch.randn for the same normals: {randn:.3g} s), against the non-private pool's "
-            f"{t.median(nonprivate):.3g} s and the DP-SGD pool's {t.median(private):.3g} s"
+            f"{t.median(nonprivate):.3g} s and the DP-SGD pool's {t.median(private):.3g} s; the DP-SGD pool less the "
+            f"RNG: {(t.median(private) - share) / t.median(nonprivate):.2f}× non-private"
         )
     return section

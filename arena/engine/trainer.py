@@ -67,9 +67,10 @@ def models_per_chunk(arch: Architecture, recipe: Recipe, n: int, dp: DPNoise | N
 def _prime_allocator() -> None:
     """Free one untouched block of just under 32 MiB, once per process. glibc's malloc then serves blocks up to its
     size from the heap and keeps up to twice that of freed memory (its own adaptive rule, which any large temporary
-    triggers), instead of mapping each multi-megabyte temporary afresh and faulting its pages in at every step: a
-    DP-SGD epoch of 64 models, whose batch sizes vary from step to step, took ~10,000-30,000 page faults (MLP) and
-    ~240,000 (CNN) and ran ~7-9% slower. The block's pages are never touched; other allocators ignore it."""
+    triggers), instead of mapping each multi-megabyte temporary afresh and faulting its pages in at every step: an
+    MLP epoch of 64 models took ~5,000-30,000 page faults and ran ~8% (DP-SGD) to ~20% (a LiRA pool's small
+    batches) slower. Temporaries past 32 MiB (a CNN pass of many models) are mapped whatever the threshold. The
+    block's pages are never touched; other allocators ignore it."""
     block = torch.empty((32 << 20) - (1 << 16), dtype=torch.uint8)
     del block
 
