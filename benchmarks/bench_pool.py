@@ -22,9 +22,10 @@ MISSED = (
     "torch.randn's Mersenne Twister about as much (figures above), so no generator drawn in eager passes brings "
     "the ratio under 2×; the rest (the DP-SGD pool less the RNG, figure above) is the padding, norms and sums. "
     "Cutting the padding into two passes by sampled batch size was measured slower on the hand path (1.3× at "
-    "64 shadows, 5 epochs), so it is used on the functional path only. This round's allocator priming "
-    "(engine/trainer.py) made both pools cheaper, the non-private one more (~20% against ~10%), so the ratio "
-    "rose. What would close it: a fused hash + Box–Muller kernel (see b)."
+    "64 shadows, 5 epochs), so it is used on the functional path only. In a fresh process (a Ray worker's) "
+    "this round's allocator priming (engine/trainer.py) makes both pools cheaper, the non-private one more "
+    "(64 shadows, 10 epochs: ~20-40% against ~10%); here the earlier pairs' large temporaries had already "
+    "raised glibc's thresholds. What would close it: a fused hash + Box–Muller kernel (see b)."
 )
 
 
