@@ -45,8 +45,9 @@ def conv_offsets(m: nn.Conv2d, in_shape: tuple[int, ...], out_shape: tuple[int, 
 
 PAIR_MAP_LIMIT = 256
 """Largest (input pixels × output positions) of a map whose offsets' sub-block sums are one product with a 0/1
-pair map (at most 256² entries): on 4×4 maps the product took ~11 ms where the nine strided sums took ~20 ms
-(5,120 examples), and at K = 1 it saves their per-offset calls; past that size the map grows as the fourth power."""
+pair map (at most 256² entries): on a 4×4 map of 16 channels the whole norm took 16 ms instead of 29 ms (5,120
+examples) and 0.22 ms instead of 0.63 ms (64), the nine strided sums' per-offset calls gone; past that size the
+map, and the product's work, grow as the fourth power of the map's side."""
 
 
 def pair_map(offsets: Offsets, in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> torch.Tensor | None:
