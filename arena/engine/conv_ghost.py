@@ -3,7 +3,10 @@ kernel offset reads, and the ghost norm ||G·Aᵀ||² from the input's Gram matr
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -13,6 +16,19 @@ def positions_first(t: torch.Tensor, K: int) -> torch.Tensor:
     cost of [B·K, C, H·W] here), and batched matmuls read it as it is."""
     B, KC = t.shape[:2]
     return t.permute(0, 2, 3, 1).reshape(B, -1, K, KC // K).transpose(1, 2).reshape(B * K, -1, KC // K)
+
+
+def unfold(a: torch.Tensor, m: nn.Conv2d) -> torch.Tensor:
+    """``F.unfold(a, ...)`` for ``m``'s kernel, stride, dilation and zero padding ([N, C·kh·kw, L] of a [N, C, H, W]
+    in any memory format), as one strided view of the padded input, copied once: im2col's per-image loop took 2-3×
+    as long on CPU (0.25 against 0.09 ms for 64 digits, 17 against 9 ms for 5,120)."""
+    (kh, kw), (sh, sw), (dh, dw) = m.kernel_size, m.stride, m.dilation
+    ph, pw = cast(tuple[int, int], m.padding)  # ``ghost._kind`` admits numeric padding only
+    x = F.pad(a, (pw, pw, ph, ph)).contiguous()
+    N, C, Hp, Wp = x.shape
+    Ho, Wo = (Hp - dh * (kh - 1) - 1) // sh + 1, (Wp - dw * (kw - 1) - 1) // sw + 1
+    view = x.as_strided((N, C, kh, kw, Ho, Wo), (C * Hp * Wp, Hp * Wp, dh * Wp, dw, sh * Wp, sw))
+    return view.reshape(N, C * kh * kw, Ho * Wo)
 
 
 Offsets = tuple[tuple[slice, ...], ...]

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from arena.engine.conv_ghost import Offsets, conv_ghost_norm, conv_offsets, pair_map, positions_first
+from arena.engine.conv_ghost import Offsets, conv_ghost_norm, conv_offsets, pair_map, positions_first, unfold
 
 Kind = Literal["linear", "conv", "group_norm", "channelwise", "free"]
 
@@ -321,11 +321,8 @@ def _norms(
             else:
                 sq += (torch.bmm(A, A.mT) * torch.bmm(Gm.mT, Gm)).sum((1, 2)).view(B, K)
         elif layer.materialise:
-            m = cast(nn.Conv2d, layer.module)
-            padding = cast(tuple[int, ...], m.padding)  # ``_kind`` admits numeric padding only
-            A = F.unfold(a.contiguous(), m.kernel_size, m.dilation, padding, m.stride)  # [B, K·P, L]; ~2x faster
-            # from NCHW than from channels-last; Aᵀ·Gᵀ (then transposed back) is the cheaper product of the two
-            weight = torch.bmm(A.view(B * K, -1, A.shape[-1]), Gl).mT  # [BK, O, P]
+            A = unfold(a, cast(nn.Conv2d, layer.module))  # [B, K·P, L]
+            weight = torch.bmm(A.view(B * K, -1, A.shape[-1]), Gl).mT  # [BK, O, P]: Aᵀ·Gᵀ, the cheaper product
             kept["weight"] = weight.view(B, K, *weight.shape[1:])
             sq += torch.linalg.vector_norm(kept["weight"], dim=(2, 3)).square()
         else:

@@ -46,3 +46,13 @@ def test_a_plan_keeps_pair_maps_for_small_ghost_normed_maps_only():
     first, second = (layer for layer in plan.layers if layer.kind == "conv")
     assert first.materialise and first.pairs is None  # formed per-example gradients need no map
     assert not second.materialise and second.pairs is not None and second.pairs.shape == (256, 256)
+
+
+@pytest.mark.parametrize("name", list(GEOMETRIES))
+def test_unfold_is_torchs_unfold(name):
+    C, O, H, W, k, s, d, p = GEOMETRIES[name]
+    conv = nn.Conv2d(C, O, k, stride=s, dilation=d, padding=p)
+    a = torch.randn(3, C, H, W, generator=torch.Generator().manual_seed(2))
+    for x in (a, a.contiguous(memory_format=torch.channels_last)):
+        expected = F.unfold(x, conv.kernel_size, conv.dilation, conv.padding, conv.stride)
+        assert torch.equal(conv_ghost.unfold(x, conv), expected)
