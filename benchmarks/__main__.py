@@ -159,8 +159,9 @@ def carried_sections(text: str, skip: set[str]) -> tuple[str, dict[str, list[str
     summary = text.split("## Summary", 1)[1].split("\n## ", 1)[0] if "## Summary" in text else ""
     for line in summary.splitlines():
         parts = line.split("|")
-        if len(parts) > 2 and len(parts[1].strip()) == 1 and parts[1].strip() not in skip:
-            rows.setdefault(parts[1].strip(), []).append(line)
+        key = parts[1].strip().removesuffix(" (earlier run)") if len(parts) > 2 else ""
+        if len(key) == 1 and key not in skip:  # a row carried before keeps its pair's key
+            rows.setdefault(key, []).append(line.replace(f"| {key} (earlier run) |", f"| {key} |", 1))
     bodies = {}
     for chunk in text.split("\n## ")[1:]:
         key = chunk[:2]

@@ -37,30 +37,41 @@ MISSED = {
         "initialisation (~0.9 ms), the per-model gathers of each batch (counter-RNG shuffles), the reshapes."
     ),
     "cnn-dp": (
-        "Every change that sped the non-private step up (channels-last pooling and gradients, in this round) "
-        "raises this ratio: DP-SGD's step = that step's forward and backward + the per-example norms + the "
-        "clipped sums + the noise. Measured on one K = 64 step of 80 rows: forward and backward to the layer "
-        "outputs 83–109 ms, the per-example norms ~50 ms (the first convolution's materialised gradients ~25 ms: "
-        "a copy of its output gradient out of channels-last memory ~7.5 ms, the unfold ~5 ms, the batched matmul "
-        "~3 ms; the second convolution's ghost norm ~17 ms, ~25 ms before it kept examples first), the clipped "
-        "sums ~14 ms, against a non-private step of 100–118 ms on the same rows; on top, the Poisson batch padded "
-        "to the largest of 64 counts (~83 rows for an expected 64; cut in two passes where that saves rows). "
-        "The counter RNG is a few ms per model-epoch (figure above). What would close it: fused kernels for the "
-        "two convolutions' norms (eager torch cannot fuse the layout copy, the unfold and the reduction)."
+        "DP-SGD's step = a forward and backward to each layer's output + the per-example norms + the clipped sums "
+        "+ the noise, on Poisson batches padded to the largest of K counts (~83 rows for an expected 64 at "
+        "K = 64; cut in two passes where that saves rows). Measured on one K = 64 pass of 80 rows (CPU, one "
+        "thread, after this round's changes): forward and backward 80-110 ms; per-example norms 31-45 ms, "
+        "nearly all the two convolutions' (the first's materialised per-example gradients 12-17 ms: its input "
+        "unfolded, its output gradient copied out of channels-last memory, a batched matmul; the second's ghost "
+        "norm 14-21 ms: the input Gram matrices, one product with the 4×4 map's pair map, the output Gram "
+        "matrices); the clipped sums 14-22 ms (the second convolution's batched weight gradient most of it). "
+        "This round cut the norms from ~70 ms on that pass (the output gradient laid out positions first: a "
+        "quarter of the copy, a product twice as fast; a strided unfold instead of im2col; the pair map instead "
+        "of nine strided sub-block sums, which at K = 1 also saves their per-offset calls): the whole pass ~22% "
+        "cheaper at K = 64, 5-10% at K = 1. Side by side in one process (5 interleaved epochs, after this round) "
+        "the ratio measured 1.50-1.51× at K = 1 and 1.85-1.99× at K = 64; single epochs on this shared machine "
+        "spread far wider (see the rows). A separable pair map (rows and columns apart) was tried and not kept: "
+        "its 5-d transposes cost what the sums saved. The counter RNG is a few ms per model-epoch (figure above). "
+        "What would close it: fused kernels for the convolutions' norms (eager torch cannot fuse the layout copy, "
+        "the unfold and the reduction, and has no matmul batched over two strided axes)."
     ),
     "mlp-dp": (
-        "The MLP's non-private step on the hand path is a handful of small batched matmuls, and this round made "
-        "it ~25% cheaper again (activations in place, the ReLU derivative by one kernel instead of a float mask, "
-        "weight gradients in the layers' own memory layout), so DP-SGD's fixed additions weigh more although the "
-        "DP epoch itself got ~25% cheaper at K = 64. One Gaussian per parameter per step (19,210 per model) from "
-        "the counter RNG (figure above: ~2× torch.randn per normal, ~30% of the DP epoch at K = 64; a 64-bit "
-        "SplitMix64 hash and Box–Muller, ~20 eager passes per block); without it the DP epoch would "
-        "still be ~1.7× non-private: the Poisson batch padded to the largest count (~83 rows for an expected 64 "
-        "at K = 64; cutting it in two passes was measured no faster on this path), the ghost norms and the noise "
-        "add. What would close it: a fused hash + Box–Muller kernel (one pass instead of ~20), or a cheaper "
-        "counter generator (32-bit words, fewer passes), which changes every DP-trained model's draws. "
-        "torch.compile of it was tried on this machine and rejected: 133 s to compile on first use, and its "
-        "int64 hash did not reproduce eager torch's words (so models would depend on whether it compiled)."
+        "The MLP's non-private step on the hand path is a handful of small batched matmuls, so DP-SGD's fixed "
+        "additions weigh heavily. (1) The noise: one Gaussian per parameter per step (19,210 per model), about a "
+        "third of the DP epoch at K = 64 (figure above). The counter RNG now costs ~1.1-1.4× torch.randn per "
+        "normal (its Box-Muller fields are cut in 32-bit integers since issue 23's last round, bit for bit the "
+        "same draws): even torch.randn's Mersenne Twister would leave the ratio above 2×. What is left per pair "
+        "of normals is ~20 eager passes: the SplitMix64 hash (int64 products ~0.8 ns an element here, logical "
+        "shifts as shift + mask) and the transcendental passes (log, sqrt, sin, cos). (2) Without the noise the "
+        "DP epoch is still ~1.7× non-private (measured with the noise replaced by zeros at K = 64): the Poisson "
+        "batch padded to the largest of K counts (1,323 rows per model-epoch at K = 64 against 1,000), the ghost "
+        "norms, the weighted sums; cutting the padded batch in two passes was measured no faster on this path "
+        "(8.68 vs 8.82 ms per model-epoch at K = 64; 1.3× slower on pair h's batches of 32). (3) At K = 1 a DP "
+        "step runs about twice the eager calls of a non-private one (norms, clip factors, noise views), each "
+        "3-6 µs here. What would close it: a fused hash + Box-Muller kernel (one pass instead of ~20) and a fused "
+        "step; torch.compile of the generator was tried on this machine and rejected: 133 s to compile on first "
+        "use, and its int64 hash did not reproduce eager torch's words (so models would depend on whether it "
+        "compiled)."
     ),
     "opacus": (
         "Opacus's hooks form this small CNN's per-example gradients with one einsum per layer, which is cheap, so "
@@ -90,10 +101,10 @@ def recipe(epochs: int, batch: int = 64) -> Recipe:
     return Recipe(epochs=epochs, lr=0.1, momentum=0.9, batch_size=batch)
 
 
-def rng_seconds_per_epoch(arch, n: int, K: int) -> float:
+def rng_seconds_per_epoch(arch, n: int, K: int, batch: int = 64) -> float:
     """CPU seconds the counter RNG alone takes for one DP epoch of K models, drawn as the trainer draws them (the
     Poisson masks of several steps per call, the noise through ``trainer.Noise``)."""
-    steps, q = steps_and_rate(n, recipe(1))
+    steps, q = steps_and_rate(n, recipe(1, batch))
     seeds = rng.Keys(torch.arange(K, dtype=torch.int64))
     start = CPU()
     rng.bernoulli(seeds, [rng.stream(rng.Purpose.POISSON, t) for t in range(steps)], n, q)
@@ -103,9 +114,9 @@ def rng_seconds_per_epoch(arch, n: int, K: int) -> float:
     return CPU() - start
 
 
-def randn_seconds_per_epoch(arch, n: int, K: int) -> float:
+def randn_seconds_per_epoch(arch, n: int, K: int, batch: int = 64) -> float:
     """The same number of normals from torch.randn (the global Mersenne Twister: not counter-based)."""
-    steps, _ = steps_and_rate(n, recipe(1))
+    steps, _ = steps_and_rate(n, recipe(1, batch))
     out = torch.empty(K, arch.template().n_params)
     start = CPU()
     for _ in range(steps):
@@ -151,7 +162,8 @@ def _pair(name: str, arch, K: int, sizes: Sizes, repeats: int, section: Section)
     extra = t.median(private) - t.median(nonprivate)
     section.figures[f"{name}, K={K}: counter RNG alone (Poisson masks + noise), per model-epoch"] = (
         f"{share * 1e3:.2f} ms (torch.randn for the same normals: {randn * 1e3:.2f} ms) of the DP epoch's "
-        f"{t.median(private) * 1e3:.2f} ms; the DP epoch's extra time over non-private: {extra * 1e3:.2f} ms"
+        f"{t.median(private) * 1e3:.2f} ms; the DP epoch's extra time over non-private: {extra * 1e3:.2f} ms; "
+        f"the DP epoch less the RNG: {(t.median(private) - share) / t.median(nonprivate):.2f}× non-private"
     )
 
 

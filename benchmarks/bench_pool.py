@@ -8,7 +8,7 @@ import torch
 
 from arena.engine.recipe import Recipe
 from arena.engine.trainer import train
-from benchmarks.bench_dpsgd import MLP, NOISE
+from benchmarks.bench_dpsgd import MLP, NOISE, randn_seconds_per_epoch, rng_seconds_per_epoch
 from benchmarks.data import random_subsets
 from benchmarks.timing import CPU, Section, Table, compare, ratio
 
@@ -17,15 +17,15 @@ MISSED = (
     "With 100 members and batch 32, a non-private epoch is 3 batches of 32 and one of 4 (100 rows), while a "
     "DP-SGD epoch is 4 Poisson batches at q = 0.32, each padded to the largest count among the chunk's models "
     "(~43 of an expected 32): ~170 rows of forward and backward work, 1.7× the non-private rows before any "
-    "clipping or noise. On top come the ghost norms and one Gaussian per parameter per step (19,210 per model: "
-    "the counter RNG, ~2.2× torch.randn per normal, see b), which at this tiny batch weighs as much as the "
-    "forward and backward passes themselves. Cutting the padding into two passes by sampled batch size was "
-    "measured no faster on the hand path (0.66 s vs 0.64 s for 64 shadows, 5 epochs), so it is used on the "
-    "functional path only. The hand path's changes for issue 23 (activations in place, one-pass derivatives, "
-    "weight gradients in the layers' memory layout) made both pools ~35–45% cheaper (64 shadows: non-private "
-    "4.47 → 2.61 s, DP-SGD 12.7 → 8.04 s of CPU), the non-private one a little more, so the ratio did not fall: "
-    "the noise, which they leave unchanged, is a larger share now. What would close it: a fused hash + "
-    "Box–Muller kernel (see b)."
+    "clipping or noise. On top come the ghost norms and one Gaussian per parameter per step (4 × 19,210 per "
+    "model-epoch): at this tiny batch the counter RNG alone costs more than the whole non-private pool, and "
+    "torch.randn's Mersenne Twister about as much (figures above), so no generator drawn in eager passes brings "
+    "the ratio under 2×; the rest (the DP-SGD pool less the RNG, figure above) is the padding, norms and sums. "
+    "Cutting the padding into two passes by sampled batch size was measured slower on the hand path (1.3× at "
+    "64 shadows, 5 epochs), so it is used on the functional path only. In a fresh process (a Ray worker's) "
+    "this round's allocator priming (engine/trainer.py) makes both pools cheaper, the non-private one more "
+    "(64 shadows, 10 epochs: ~20-40% against ~10%); here the earlier pairs' large temporaries had already "
+    "raised glibc's thresholds. What would close it: a fused hash + Box–Muller kernel (see b)."
 )
 
 
@@ -69,4 +69,11 @@ def run(quick: bool, repeats: int) -> Section:
         section.tables.append(Table(f"{K} shadows in one call; CPU seconds", t))
         section.checks.append(ratio(f"LiRA pool of {K}: DP-SGD / non-private", t, private, nonprivate, TARGET,
                                     op="<=", why_missed=MISSED))
+        share = min(rng_seconds_per_epoch(MLP, sizes.members, K, 32) for _ in range(3)) * sizes.epochs
+        randn = min(randn_seconds_per_epoch(MLP, sizes.members, K, 32) for _ in range(3)) * sizes.epochs
+        section.figures[f"{K} shadows: counter RNG alone (Poisson masks + noise), best of 3 epochs × epochs"] = (
+            f"{share:.3g} s (torch.randn for the same normals: {randn:.3g} s), against the non-private pool's "
+            f"{t.median(nonprivate):.3g} s and the DP-SGD pool's {t.median(private):.3g} s; the DP-SGD pool less the "
+            f"RNG: {(t.median(private) - share) / t.median(nonprivate):.2f}× non-private"
+        )
     return section

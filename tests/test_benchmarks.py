@@ -92,6 +92,9 @@ def test_sections_not_run_are_carried_over_from_an_earlier_results_file_and_mark
     d_section = text.split("## d. Old")[1]
     assert "Carried over unchanged from `python -m benchmarks` on 2020-01-02" in d_section
     assert "**Missed: old ratio.** because" in d_section
+    again = render([new], info, "python -m benchmarks --only a", datetime(2022, 1, 2, tzinfo=timezone.utc), 1.0,
+                   carried=text)  # carried twice: the row stays, marked once
+    assert again.count("| d (earlier run) | old ratio | 3× | >= 5× | **MISS** |") == 1
 
 
 @pytest.mark.slow

@@ -36,13 +36,18 @@ def _take(X: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Te
 def _poisson_batch(
     X: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Each model's sampled points, padded to the largest count, with a validity mask [K, m] (None for one model
-    alone, which has no padding: its points by ``nonzero``, in the same ascending order as the sort)."""
+    """Each model's sampled points in ascending order, padded to the largest count with copies of record 0, and a
+    validity mask [K, m] (None for one model alone, which has no padding). The points come from one ``nonzero``
+    (row-major, so each model's are ascending and contiguous) scattered into their rows: a stable sort of the
+    masks made the whole batch ~2.4x as costly at K = 64."""
+    rows, cols = mask.nonzero(as_tuple=True)
     if mask.shape[0] == 1:
-        return *_take(X, y, mask.nonzero()[:, 1].unsqueeze(0)), None
+        return *_take(X, y, cols.unsqueeze(0)), None
     counts = mask.sum(dim=1)
     m = int(counts.max())
-    idx = torch.argsort(mask.to(torch.int8), dim=1, descending=True, stable=True)[:, :m]
+    first = torch.cumsum(counts, 0).sub_(counts)  # where each model's points start in ``cols``
+    idx = torch.zeros(mask.shape[0], m, dtype=cols.dtype, device=cols.device)
+    idx[rows, torch.arange(cols.shape[0], device=cols.device).sub_(first[rows])] = cols
     valid = torch.arange(m, device=X.device) < counts.unsqueeze(1)
     return *_take(X, y, idx), valid
 

@@ -5,8 +5,6 @@ the bias), so its squared norm is ||a_i||^2 ||delta_i||^2 + ||delta_i||^2 ("ghos
 clipped sum is one bmm with deltas reweighted by the clip factors.
 """
 
-from typing import cast
-
 import torch
 
 from arena.engine.dense import Layers, sum_gradients
@@ -19,8 +17,10 @@ def _sq(t: torch.Tensor) -> torch.Tensor:
 
 def per_example_grad_norms(inputs: list[torch.Tensor], deltas: list[torch.Tensor]) -> torch.Tensor:
     """[K, B] norms of each example's full gradient (all layers, weights and biases)."""
-    sq = sum((_sq(a) + 1.0) * _sq(d) for a, d in zip(inputs, deltas))
-    return torch.sqrt(cast(torch.Tensor, sq))  # a sum of tensors: there is at least one layer
+    sq = _sq(inputs[0]).add_(1.0).mul_(_sq(deltas[0]))
+    for a, d in zip(inputs[1:], deltas[1:]):
+        sq.add_(_sq(a).add_(1.0).mul_(_sq(d)))
+    return sq.sqrt_()
 
 
 def clip_factors(norms: torch.Tensor, clip: float) -> torch.Tensor:
@@ -48,10 +48,12 @@ def noisy_gradient(
     """(clipped sums [+ canary] + noise_multiplier * clip * noise) / expected batch size, as Opacus does, in place
     in ``sums`` (no parameter-sized temporary). `noise`: standard normals shaped like the parameters. `canary`: an
     audit's white-box gradient canaries sampled this step, shaped like the parameters, added like examples'
-    gradients."""
+    gradients. Multi-tensor kernels: the same arithmetic as one tensor at a time, in 2 or 3 calls."""
     if canary is not None:
-        sums = [g.add_(c) for g, c in zip(sums, canary)]
-    return [g.add_(z, alpha=noise_multiplier * clip).div_(expected_batch_size) for g, z in zip(sums, noise)]
+        torch._foreach_add_(sums, canary)
+    torch._foreach_add_(sums, noise, alpha=noise_multiplier * clip)
+    torch._foreach_div_(sums, expected_batch_size)
+    return sums
 
 
 def clipped_noisy_gradient(

@@ -34,6 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from arena.engine.conv_ghost import Offsets, conv_ghost_norm, conv_offsets, pair_map, positions_first, unfold
+
 Kind = Literal["linear", "conv", "group_norm", "channelwise", "free"]
 
 _ELEMENTWISE = (
@@ -55,15 +57,17 @@ dimension 0, or draw random numbers)."""
 class Layer:
     """One leaf of the stack: its kind, its parameters' name prefix, the module, one example's input shape, and for
     linear and convolution layers whether per-example gradients are formed (``materialise``); for a ghost-normed
-    convolution the rows and columns of the padded input map that each kernel offset reads."""
+    convolution the rows and columns of the padded input map that each kernel offset reads, and on a small map
+    their pair map (``conv_ghost.pair_map``)."""
 
     kind: Kind
     prefix: str
     module: nn.Module
     in_shape: tuple[int, ...]
     materialise: bool = False
-    offsets: tuple[tuple[slice, ...], ...] = ()
+    offsets: Offsets = ()
     out_shape: tuple[int, ...] = ()
+    pairs: torch.Tensor | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -126,30 +130,6 @@ def _kind(module: nn.Module) -> Kind | Literal["skip"] | None:
     return "channelwise" if isinstance(module, _ELEMENTWISE + _SPATIAL_2D) else "free"
 
 
-def _offsets(m: nn.Conv2d, in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> tuple[tuple[slice, ...], ...]:
-    """For each kernel offset (i, j): the output rows and columns whose input pixel under that offset lies inside
-    the (unpadded) input, and those input rows and columns, as slices (out_rows, out_cols, in_rows, in_cols).
-    Output h reads input row h·s + i·d − p."""
-
-    def axis(k: int, n_in: int, n_out: int, s: int, d: int, p: int) -> tuple[slice, slice] | None:
-        first = max(0, -(-(p - k * d) // s))
-        last = min(n_out - 1, (n_in - 1 + p - k * d) // s)
-        if first > last:
-            return None
-        start = first * s + k * d - p
-        return slice(first, last + 1), slice(start, start + (last - first) * s + 1, s)
-
-    assert not isinstance(m.padding, str)  # ``_kind`` admits numeric padding only
-    out = []
-    for i in range(m.kernel_size[0]):
-        for j in range(m.kernel_size[1]):
-            rows = axis(i, in_shape[1], out_shape[1], m.stride[0], m.dilation[0], m.padding[0])
-            cols = axis(j, in_shape[2], out_shape[2], m.stride[1], m.dilation[1], m.padding[1])
-            if rows and cols:
-                out.append((rows[0], cols[0], rows[1], cols[1]))
-    return tuple(out)
-
-
 def plan(module: nn.Module, input_shape: tuple[int, ...]) -> Plan | None:
     """The ghost-clipping plan for ``module`` on records of ``input_shape``, or None when it does not qualify."""
     leaves = _leaves(module)
@@ -178,15 +158,16 @@ def plan(module: nn.Module, input_shape: tuple[int, ...]) -> Plan | None:
             if kind == "channelwise" and len(in_shape) != 3:
                 kind = "free"
             assert kind is not None  # ``None in kinds`` returned above
-            materialise, offsets = False, cast(tuple[tuple[slice, ...], ...], ())
+            materialise, offsets, pairs = False, cast(Offsets, ()), None
             if kind in ("linear", "conv"):
                 assert isinstance(m, nn.Linear | nn.Conv2d)  # ``_kind``'s types for these kinds
                 O, P = m.weight.shape[0], m.weight[0].numel()
                 L = out[0, 0].numel() if kind == "conv" else out[0, ..., 0].numel()
                 materialise = O * P <= 2 * L * L  # Bu et al. 2022: form G·Aᵀ unless the L×L Gram is smaller
                 if kind == "conv":
-                    offsets = _offsets(cast(nn.Conv2d, m), in_shape, out_shape)
+                    offsets = conv_offsets(cast(nn.Conv2d, m), in_shape, out_shape)
                 if kind == "conv" and not materialise:
+                    pairs = pair_map(offsets, in_shape, out_shape)
                     L_in = in_shape[1] * in_shape[2]
                     elements += in_shape[0] * L_in + 2 * L_in * L_in + 3 * L * L
                 elif kind == "conv":
@@ -194,7 +175,7 @@ def plan(module: nn.Module, input_shape: tuple[int, ...]) -> Plan | None:
                 else:
                     elements += 2 * L * L if L > 1 else 0
             elements += h[0].numel() + 3 * out[0].numel()
-            layers.append(Layer(kind, prefix, m, in_shape, materialise, offsets, out_shape))
+            layers.append(Layer(kind, prefix, m, in_shape, materialise, offsets, out_shape, pairs))
             h = out
     if h.ndim != 2:
         return None  # the loss wants [examples, classes] logits
@@ -303,23 +284,6 @@ def _sq(t: torch.Tensor, B: int, K: int) -> torch.Tensor:
     return torch.linalg.vector_norm(t.reshape(B, K, -1), dim=-1).square()
 
 
-def _conv_ghost_norm(layer: Layer, a: torch.Tensor, Gm: torch.Tensor, B: int, K: int) -> torch.Tensor:
-    """||G·Aᵀ||² = ⟨AᵀA, GᵀG⟩ per example [B, K] for a convolution, A never formed: AᵀA[l, l'] is the sum over
-    kernel offsets of the input Gram matrix XᵀX at the pixels that offset reads for output positions l and l'
-    (zero padding contributes nothing, so each offset adds a sub-block). Examples stay first, as the batched
-    matmuls make them (moving them last for contiguous sub-block sums cost more in transposes than it saved)."""
-    C, H, W = layer.in_shape
-    Ho, Wo = layer.out_shape[1:]
-    n = B * K
-    x = a.permute(0, 2, 3, 1).reshape(B, H * W, K, C).transpose(1, 2).reshape(n, H * W, C)
-    gram = torch.bmm(x, x.mT).view(n, H, W, H, W)
-    ata = gram.new_zeros(n, Ho, Wo, Ho, Wo)
-    for out_rows, out_cols, in_rows, in_cols in layer.offsets:
-        ata[:, out_rows, out_cols, out_rows, out_cols] += gram[:, in_rows, in_cols, in_rows, in_cols]
-    gtg = torch.bmm(Gm.mT, Gm).view(n, -1)  # [n, Lo·Lo]
-    return torch.linalg.vecdot(ata.view(n, -1), gtg).view(B, K)
-
-
 Held = dict[str, torch.Tensor]
 """Per-example gradients a layer's norm computation formed and its clipped sum reuses: "weight" [B, K, O, P] when
 materialised, "bias" [B, K, O], GroupNorm's "weight" [B, K, C]."""
@@ -342,13 +306,11 @@ def _norms(
             kept["bias"] = (G.sum(dims) if dims else G).view(B, K, -1)
             sq += _sq(kept["weight"], B, K) + _sq(kept["bias"], B, K)
             continue
-        if layer.kind == "conv":
-            Gm = G.reshape(B * K, cast(nn.Conv2d, layer.module).out_channels, -1)  # [BK, O, L]
-        else:
-            Gm = G.reshape(B * K, -1, G.shape[-1]).mT  # [BK, O, L]
+        Gl = positions_first(G, K) if layer.kind == "conv" else G.reshape(B * K, -1, G.shape[-1])  # [BK, L, O]
         if layer.module.bias is not None:
-            kept["bias"] = Gm.sum(-1).view(B, K, -1)
+            kept["bias"] = (G.sum((2, 3)) if layer.kind == "conv" else Gl.sum(1)).view(B, K, -1)
             sq += _sq(kept["bias"], B, K)
+        Gm = Gl.mT  # [BK, O, L]
         if layer.kind == "linear" and Gm.shape[-1] == 1:
             sq += _sq(a, B, K) * _sq(Gm, B, K)
         elif layer.kind == "linear":
@@ -359,15 +321,12 @@ def _norms(
             else:
                 sq += (torch.bmm(A, A.mT) * torch.bmm(Gm.mT, Gm)).sum((1, 2)).view(B, K)
         elif layer.materialise:
-            m = cast(nn.Conv2d, layer.module)
-            padding = cast(tuple[int, ...], m.padding)  # ``_kind`` admits numeric padding only
-            A = F.unfold(a.contiguous(), m.kernel_size, m.dilation, padding, m.stride)  # [B, K·P, L]; ~2x faster
-            # from NCHW than from channels-last; Aᵀ·Gᵀ (then transposed back) is the cheaper product of the two
-            weight = torch.bmm(A.view(B * K, -1, A.shape[-1]), Gm.mT).mT  # [BK, O, P]
+            A = unfold(a, cast(nn.Conv2d, layer.module))  # [B, K·P, L]
+            weight = torch.bmm(A.view(B * K, -1, A.shape[-1]), Gl).mT  # [BK, O, P]: Aᵀ·Gᵀ, the cheaper product
             kept["weight"] = weight.view(B, K, *weight.shape[1:])
             sq += torch.linalg.vector_norm(kept["weight"], dim=(2, 3)).square()
         else:
-            sq += _conv_ghost_norm(layer, a, Gm, B, K)
+            sq += conv_ghost_norm(layer.in_shape, layer.out_shape, layer.offsets, layer.pairs, a, Gl, B, K)
     return sq, held
 
 

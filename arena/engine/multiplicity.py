@@ -17,14 +17,14 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
-from arena.engine import instruments, rng
+from arena.engine import dpsgd, instruments, rng
 from arena.engine.architecture import Architecture, State
 from arena.engine.augment import augment
 from arena.engine.batching import poisson_batches, steps_and_rate
 from arena.engine.ensemble import init_state
 from arena.engine.functional import examples_per_call
 from arena.engine.recipe import DPNoise, Recipe
-from arena.engine.trainer import MEMORY_BUDGET, HeavyBall
+from arena.engine.trainer import MEMORY_BUDGET, HeavyBall, shaped_like
 
 
 def _per_record_fn(arch: Architecture):  # noqa: ANN202 - a function of (params, buffers, views, labels)
@@ -84,9 +84,8 @@ def train_augmult(arch: Architecture, X: torch.Tensor, y: torch.Tensor, recipe: 
         views = torch.stack([augment(images, recipe.augment, seeds, t * multiplicity + j)
                              for j in range(multiplicity)], dim=2)
         total = averaged_clipped_sum(arch, params, buffers, views, yb, valid, dp.clip, per_call)
-        z = torch.split(rng.normal(seeds, rng.stream(rng.Purpose.NOISE, t), template.n_params, X.dtype), sizes,
-                        dim=1)
-        optimizer.step([total[k].add_(zk.reshape(total[k].shape), alpha=dp.noise_multiplier * dp.clip).div_(q * n)
-                        for k, zk in zip(names, z)])
+        sums = [total[k] for k in names]
+        z = rng.normal(seeds, rng.stream(rng.Purpose.NOISE, t), template.n_params, X.dtype)
+        optimizer.step(dpsgd.noisy_gradient(sums, dp.clip, dp.noise_multiplier, shaped_like(sums, z, sizes), q * n))
     released = dict(zip(names, optimizer.result()))
     return {k: released[k] if k in released else buffers[k] for k in state}

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from arena.engine import rng, trainer
-from arena.engine.batching import steps_and_rate, tail_split
+from arena.engine.batching import _poisson_batch, steps_and_rate, tail_split
 from arena.engine.dense import to_layers
 from arena.engine.ensemble import init_state
 from arena.engine.recipe import DPNoise, Recipe
@@ -134,6 +134,18 @@ def test_the_hand_path_is_refused_for_a_model_without_one():
 
 def _valid(counts: list[int], B: int) -> torch.Tensor:
     return torch.arange(B) < torch.tensor(counts).unsqueeze(1)
+
+
+def test_a_poisson_batch_holds_each_models_sampled_rows_in_order_then_masked_padding():
+    X = torch.arange(3 * 5 * 2, dtype=torch.float64).reshape(3, 5, 2)
+    y = torch.arange(15).reshape(3, 5)
+    mask = torch.tensor([[1, 0, 1, 0, 1], [0, 0, 0, 0, 0], [0, 0, 0, 1, 0]], dtype=torch.bool)
+    Xb, yb, valid = _poisson_batch(X, y, mask)
+    assert valid is not None and valid.tolist() == [[True] * 3, [False] * 3, [True, False, False]]
+    for k, rows in enumerate([[0, 2, 4], [], [3]]):
+        assert torch.equal(Xb[k, : len(rows)], X[k, rows]) and yb[k, : len(rows)].tolist() == y[k, rows].tolist()
+    alone = _poisson_batch(X[2:], y[2:], mask[2:])  # one model: its rows alone, no padding
+    assert alone[2] is None and torch.equal(alone[0], X[2:, [3]]) and alone[1].tolist() == [[13]]
 
 
 def test_a_padded_poisson_batch_is_cut_where_it_saves_the_most_rows():
