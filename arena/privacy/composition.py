@@ -8,6 +8,8 @@ import functools
 import math
 from collections.abc import Sequence
 
+from arena.privacy.accounting import neighboring_relation
+
 GaussianRun = tuple[float, float, int]
 """(noise multiplier σ, Poisson rate q, steps T) of one DP-SGD run."""
 
@@ -39,6 +41,6 @@ def _composed(gaussian: tuple[GaussianRun, ...], laplace: tuple[float, ...], del
     events += [dp_accounting.LaplaceDpEvent(b) for b in laplace]
     if not events:
         return 0.0
-    acc = pld.PLDAccountant(neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    acc = pld.PLDAccountant(neighboring_relation=neighboring_relation("add_remove"))
     acc.compose(dp_accounting.ComposedDpEvent(events))
     return float(acc.get_epsilon(delta))

@@ -20,11 +20,9 @@ VECTOR_FORMATS = ("svg", "pdf")  # written beside the PNG
 ROWS = ("target", "reconstruction", "nearest neighbour")
 
 
-def _draw(ax: Axes, record: np.ndarray, kind: str, shape: tuple[int, ...], ylim: tuple[float, float]) -> None:
-    if kind == "image":
-        from arena.games.figures import as_image
-
-        img = as_image(record, shape)
+def _draw(ax: Axes, record: np.ndarray, img: np.ndarray | None, ylim: tuple[float, float]) -> None:
+    """An image record as its image ``img``, a tabular one (``img`` None) as a bar chart of its features."""
+    if img is not None:
         ax.imshow(img, cmap="gray" if img.ndim == 2 else None, vmin=0.0, vmax=1.0, interpolation="nearest")
         ax.set_xticks([])
         ax.set_yticks([])
@@ -60,7 +58,7 @@ def save_grid(
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    import arena.games.figures  # noqa: F401
+    from arena.games.figures import as_image
 
     fig = Figure(figsize=(n * (2.2 if wide else 1.3), 4.2))
     FigureCanvasAgg(fig)
@@ -69,7 +67,7 @@ def save_grid(
         errors = {1: mse, 2: oracle_mse}.get(r)
         for c in range(n):
             ax = axes[r, c]
-            _draw(ax, records[c], kind, shape, ylim)
+            _draw(ax, records[c], as_image(records[c], shape) if kind == "image" else None, ylim)
             if errors is not None:
                 ax.set_title(f"MSE {errors[c]:.2g}", fontsize=7)
             if c == 0:
