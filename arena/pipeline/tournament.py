@@ -32,11 +32,13 @@ FINISHED = {"ok", "skipped"}
 
 def pending(plan: Plan, store: RunStore, fresh: bool = False) -> list[Matchup]:
     """Matchups whose key has no finished (ok or skipped) row yet; failed ones are played again; every one when
-    ``fresh``."""
+    ``fresh``. A matchup two scenarios both list is played once, as the last of them (whose place in the scenario
+    ``matchup_records`` keeps)."""
+    unique = list({m.key: m for m in plan.matchups}.values())
     if fresh:
-        return list(plan.matchups)
+        return unique
     done = {row["key"] for row in store.results() if row.get("status") in FINISHED}
-    return [m for m in plan.matchups if m.key not in done]
+    return [m for m in unique if m.key not in done]
 
 
 def matchup_records(plan: Plan) -> dict[str, dict[str, Any]]:

@@ -148,6 +148,20 @@ def test_rerun_of_a_finished_run_plays_nothing(tmp_path: Path, tiny_scenario: Pa
     assert os.path.getsize(store.results_path) > 0
 
 
+def test_a_matchup_two_scenarios_list_is_played_once_as_the_last_of_them(tmp_path: Path, tiny_scenario: Path) -> None:
+    from arena.pipeline.plan import plan
+    from arena.pipeline.tournament import matchup_records, pending
+
+    text = tiny_scenario.read_text().replace("name: tiny\n", "name: other\n", 1)
+    other = write_scenario(tmp_path / "other.yaml", text)
+    p = plan([tiny_scenario, other])
+    assert len(p.matchups) == 8
+    todo = pending(p, RunStore(tmp_path / "run"))
+    assert len(todo) == 4 and len({m.key for m in todo}) == 4
+    assert {m.scenario for m in todo} == {"other"} == {r["scenario"] for r in matchup_records(p).values()}
+    assert len(pending(p, RunStore(tmp_path / "run"), fresh=True)) == 4
+
+
 @pytest.mark.slow
 def test_cli_rerun_keeps_the_report_it_already_wrote(tmp_path: Path, tiny_scenario: Path, capsys) -> None:
     from arena.cli import main

@@ -1,5 +1,5 @@
-"""Tournaments on Ray: local and a simulated two-node cluster give the serial results; faulty plugins fail alone
-(timeouts, serial and under Ray: test_faults.py)."""
+"""Tournaments on Ray: local and a simulated two-node cluster give the serial results (faulty plugins, serially
+and under Ray: test_faults.py)."""
 
 from __future__ import annotations
 
@@ -7,40 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from arena.cli import main
 from arena.pipeline.plan import plan
 from arena.pipeline.store import SECRET_ENV, RunStore
 from arena.pipeline.tournament import run
-from tests.conftest import TINY, write_scenario
-
-FAULTY = """
-import os
-
-from arena.contracts.attack import Attack
-from arena.hookspecs import hookimpl
-
-
-class Explode(Attack):
-    name = "explode"
-    game = "membership"
-
-    def run(self, view):
-        raise RuntimeError("boom from a plugin")
-
-
-class Crash(Attack):
-    name = "crash"
-    game = "membership"
-
-    def run(self, view):
-        os._exit(3)
-
-
-@hookimpl
-def register_attacks(register):
-    for cls in (Explode, Crash):
-        register(cls)
-"""
 
 
 def comparable(store: RunStore) -> dict[str, dict]:
@@ -83,33 +52,3 @@ def test_ray_local_and_two_node_cluster_match_serial(tiny_scenario: Path, tmp_pa
     assert comparable(local) == expected
     assert comparable(cluster_store) == expected
     assert len(nodes) in (0, 2)
-
-
-PATIENT = 180
-"""The timeout of every matchup here. Its clock runs from the start of its process (under Ray, from its submission:
-a worker's start and its release's training count too), which a loaded machine makes many times slower."""
-
-
-def faulty_scenario(path: Path, limits: str, attacks: list[str]) -> Path:
-    """TINY on seed 0 without DP, with the run ``limits`` lines and these ``attacks`` (FAULTY's and built-ins)."""
-    text = TINY.replace("seeds: [0, 1]", "seeds: [0]\n" + limits)
-    text = text.replace(
-        "      - {name: threshold-mia}", "\n".join(f"      - {{name: {a}}}" for a in attacks)
-    ).replace("      - {name: dpsgd, epsilons: [4], delta: 1.0e-3}\n", "")
-    return write_scenario(path, text)
-
-
-def test_faulty_plugins_fail_only_their_own_matchups(plugin_dist, tmp_path: Path, capsys, ray_session) -> None:
-    plugin_dist("arena-faulty", "arena_faulty_plugin", FAULTY)
-    patient = faulty_scenario(tmp_path / "faulty.yaml", f"timeout: {PATIENT}\nretries: 1",
-                              ["threshold-mia", "explode", "crash"])
-    out = tmp_path / "run"
-    assert main(["run", str(patient), "--out", str(out), "--workers", "2"]) == 1  # timeouts: test_faults.py
-    rows = {r["attack"]: r for r in RunStore(out).results()}
-    assert set(rows) == {"threshold-mia", "explode", "crash"}
-    assert rows["threshold-mia"]["status"] == "ok" and rows["threshold-mia"]["metrics"]["auc"] > 0.5
-    assert rows["explode"]["status"] == "failed" and "boom from a plugin" in rows["explode"]["error"]
-    assert "Traceback" in rows["explode"]["traceback"]
-    assert rows["crash"]["status"] == "failed" and "worker died" in rows["crash"]["error"]
-    printed = capsys.readouterr().out
-    assert "FAILED" in printed and "1 ok" in printed and "2 failed" in printed
