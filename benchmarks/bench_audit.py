@@ -50,7 +50,7 @@ def _clear() -> None:
     """Every per-claim and per-design cache, so that a call pays what the first matchup of a new claim pays."""
     from arena.privacy import accounting, fdp_one_run, one_run, tradeoff
 
-    for f in (fdp_one_run.claim_fbar, tradeoff.pld_profile, one_run._max_certifiable, one_run._log_choose,
+    for f in (fdp_one_run.claim_fbar, tradeoff.pld_profile, one_run._max_certifiable,
               accounting.epsilon_optimistic, accounting.epsilon_under):
         f.cache_clear()
 

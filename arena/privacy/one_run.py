@@ -48,30 +48,40 @@ Grid = Sequence[tuple[int, int]]
 def one_run_p_values(m: int, r: int, v: int, epsilons: ArrayLike, delta: float = 0.0) -> np.ndarray:
     """Steinke, Nasr & Jagielski 2023: an upper bound on Pr[≥ v of r guesses correct] for an (ε, δ)-DP mechanism
     on m independent uniform canaries: β + 2mδ·max_{1≤i≤v}(Pr[B ≥ v − i] − β)/i with B ~ Binomial(r, e^ε/(1+e^ε))
-    and β = Pr[B ≥ v] (the max term vanishes for δ = 0); at most 1. Vectorised over ``epsilons``; the window
-    sums Pr[v − i ≤ B < v] are cumulative sums of the pmf (one pass, no tail per i)."""
+    and β = Pr[B ≥ v] (the max term vanishes for δ = 0); at most 1. Vectorised over ``epsilons``."""
     if not 0 <= v <= r <= m:
         raise ValueError(f"need 0 <= v <= r <= m, got v={v}, r={r}, m={m}")
     eps = np.asarray(epsilons, np.float64)
+    flat = eps.reshape(-1)
+    return _p_values(m, np.full(flat.shape, r), np.full(flat.shape, v), flat, delta).reshape(eps.shape)
+
+
+_CELLS = 1 << 21
+"""The most padded pmf entries ``_p_values`` holds at once (16 MiB a temporary)."""
+
+
+def _p_values(m: int, r: np.ndarray, v: np.ndarray, eps: np.ndarray, delta: float) -> np.ndarray:
+    """``one_run_p_values`` elementwise over 1-d arrays of (r, v, ε). The window sums Pr[v − i ≤ B < v] are
+    cumulative sums of the pmf (one pass, no tail per i), on rows padded to the largest v."""
     from scipy.stats import binom  # here: importing scipy.stats costs 0.8 s, and registering plugins needs none
 
     b = binom.sf(v - 1, r, expit(eps))
-    if delta == 0 or v == 0:
+    if delta == 0 or not v.any():
         return np.minimum(1.0, b)
-    k, log_choose = _log_choose(r, v)  # Pr[B = k] = exp(log C(r, k) + k·log p + (r − k)·log(1 − p)), k = v − i
-    log_p, log_q = -np.logaddexp(0.0, -eps)[..., None], -np.logaddexp(0.0, eps)[..., None]  # log p, log(1 − p)
-    pmf = np.exp(log_choose + k * log_p + (r - k) * log_q)
-    window = np.cumsum(pmf, axis=-1) / np.arange(1, v + 1)
-    return np.minimum(1.0, b + 2 * m * delta * window.max(axis=-1))
-
-
-@functools.lru_cache(maxsize=64)
-def _log_choose(r: int, v: int) -> tuple[np.ndarray, np.ndarray]:
-    """k = v − 1, …, 0 and log C(r, k): what every ε of a bisection shares (read-only arrays)."""
-    k = np.arange(v - 1, -1, -1, dtype=np.float64)
-    out = gammaln(r + 1.0) - gammaln(k + 1.0) - gammaln(r - k + 1.0)
-    k.flags.writeable = out.flags.writeable = False
-    return k, out
+    rows = max(1, _CELLS // int(v.max()))
+    if v.size > rows:  # bounded memory: the padded rows of a chunk hold at most _CELLS numbers
+        return np.concatenate([_p_values(m, r[c:c + rows], v[c:c + rows], eps[c:c + rows], delta)
+                               for c in range(0, v.size, rows)])
+    i = np.arange(1, int(v.max()) + 1)
+    k = (v[:, None] - i).astype(np.float64)  # Pr[B = k] = exp(log C(r, k) + k·log p + (r − k)·log(1 − p)), k = v − i
+    valid = k >= 0
+    k = np.where(valid, k, 0.0)
+    rr = r[:, None]
+    log_choose = gammaln(rr + 1.0) - gammaln(k + 1.0) - gammaln(rr - k + 1.0)
+    log_p, log_q = -np.logaddexp(0.0, -eps)[:, None], -np.logaddexp(0.0, eps)[:, None]  # log p, log(1 − p)
+    pmf = np.where(valid, np.exp(log_choose + k * log_p + (rr - k) * log_q), 0.0)
+    window = np.where(valid, np.cumsum(pmf, axis=-1) / i, -np.inf).max(axis=-1)
+    return np.where(v > 0, np.minimum(1.0, b + 2 * m * delta * window), np.minimum(1.0, b))
 
 
 def one_run_p_value(m: int, r: int, v: int, epsilon: float, delta: float = 0.0) -> float:
@@ -86,21 +96,38 @@ def one_run_epsilon_from_counts(m: int, r: int, v: int, alpha: float = ALPHA, de
 
     δ = 0: closed form logit(Beta⁻¹(α; v, r − v + 1)) (clipped at 0). δ > 0: bisection to ``tol`` between 0 and the
     δ = 0 bound (δ only weakens the evidence), keeping the end whose p-value is at most α."""
-    if r == 0 or v == 0:
-        return 0.0
+    if not 0 <= v <= r <= m:
+        raise ValueError(f"need 0 <= v <= r <= m, got v={v}, r={r}, m={m}")
+    return float(_epsilons_from_counts(m, np.array([r]), np.array([v]), alpha, delta, tol)[0])
+
+
+def _epsilons_from_counts(m: int, r: np.ndarray, v: np.ndarray, alpha: float, delta: float, tol: float = 1e-6
+                          ) -> np.ndarray:
+    """``one_run_epsilon_from_counts`` elementwise over 1-d arrays of counts; the bisection runs on all of them at
+    once, each element taking exactly the steps it would alone."""
+    r, v = np.asarray(r, np.int64), np.asarray(v, np.int64)
+    out = np.zeros(r.shape)
+    live = np.flatnonzero((r > 0) & (v > 0))
+    q = cp_lower(v[live], r[live], alpha)
+    with np.errstate(divide="ignore"):
+        hi = np.where(q > 0.5, np.maximum(0.0, logit(np.where(q > 0.5, q, 0.75))), 0.0)
     if delta == 0:
-        q = float(cp_lower(v, r, alpha))
-        return max(0.0, float(logit(q))) if q > 0.5 else 0.0
-    hi = one_run_epsilon_from_counts(m, r, v, alpha, 0.0)
-    if hi == 0.0 or one_run_p_value(m, r, v, 0.0, delta) > alpha:
-        return 0.0
-    lo = 0.0
-    if one_run_p_value(m, r, v, hi, delta) <= alpha:
-        return hi
-    while hi - lo > tol:
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if one_run_p_value(m, r, v, mid, delta) <= alpha else (lo, mid)
-    return lo
+        out[live] = hi
+        return out
+    keep = hi > 0
+    live, hi = live[keep], hi[keep]
+    keep = _p_values(m, r[live], v[live], np.zeros(live.size), delta) <= alpha
+    live, hi = live[keep], hi[keep]
+    at_hi = _p_values(m, r[live], v[live], hi, delta) <= alpha
+    out[live[at_hi]] = hi[at_hi]
+    live, hi = live[~at_hi], hi[~at_hi]
+    lo = np.zeros(live.size)
+    while (open_ := np.flatnonzero(hi - lo > tol)).size:
+        mid = (lo[open_] + hi[open_]) / 2
+        ok = _p_values(m, r[live[open_]], v[live[open_]], mid, delta) <= alpha
+        lo[open_[ok]], hi[open_[~ok]] = mid[ok], mid[~ok]
+    out[live] = lo
+    return out
 
 
 DEFAULT_GUESS_FRACTIONS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 0.5)
@@ -121,11 +148,13 @@ def guess_grid(m: int, fractions: Sequence[float] = DEFAULT_GUESS_FRACTIONS) -> 
     return tuple(grid)
 
 
-def one_run_counts(scores: np.ndarray, truth: np.ndarray, grid: Grid, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def one_run_counts(scores: np.ndarray, truth: np.ndarray, grid: Grid, seed: int, shared_ties: bool = False
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """Correct guesses v and guesses r, each (R, |grid|): top k₊ guessed in, bottom k₋ guessed out, ties broken
-    by seeded randomness independent of the truths."""
+    by seeded randomness independent of the truths (``shared_ties``: every row by the draws a row alone gets, so
+    that row i counts as a call on it alone would)."""
     R, m = scores.shape
-    u = np.random.default_rng(seed).random((R, m))
+    u = np.broadcast_to(np.random.default_rng(seed).random((1 if shared_ties else R, m)), (R, m))
     order = np.argsort(-scores, axis=-1)
     ranked = np.take_along_axis(scores, order, axis=-1)
     if np.any(ranked[:, 1:] == ranked[:, :-1]):  # without ties the descending order is unique: no tie-break needed
@@ -169,23 +198,28 @@ def selection_half(n: int, seed: int) -> np.ndarray:
     return sel
 
 
-def _bounds(m: int, r: np.ndarray, v: np.ndarray, a: float, delta: float, tol: float = 1e-6
-            ) -> tuple[np.ndarray, int]:
-    """Each guess set's bound (δ = 0: closed form, vectorised; δ > 0: only the best found, the others 0) and the
-    index of the best. The δ = 0 bound is an upper bound on the (ε, δ) one, so guess sets are tried in decreasing
-    order of it and the search stops once none can beat the best."""
+def _bounds(m: int, r: np.ndarray, v: np.ndarray, a: float, delta: float) -> tuple[np.ndarray, np.ndarray]:
+    """Each guess set's bound, (R, |grid|) from counts (R, |grid|) (δ = 0: closed form; δ > 0: only what the
+    search needs, the others 0), and each row's best index. The δ = 0 bound is an upper bound on the (ε, δ) one, so
+    a row tries its guess sets in decreasing order of it and stops once none can beat its best; the rows search
+    together, round by round."""
     q = cp_lower(v, r, a)
     with np.errstate(divide="ignore"):
         pure = np.where(q > 0.5, logit(np.clip(q, 1e-300, 1 - 1e-16)), 0.0)
+    best = np.argmax(pure, axis=-1)
     if delta == 0:
-        return pure, int(np.argmax(pure))
-    out, best_j = np.zeros_like(pure), int(np.argmax(pure))
-    for j in np.argsort(-pure, kind="stable"):
-        if pure[j] <= out[best_j]:
+        return pure, best
+    out, rows = np.zeros_like(pure), np.arange(pure.shape[0])
+    searching = np.ones(pure.shape[0], bool)
+    for j in np.argsort(-pure, axis=-1, kind="stable").T:  # each row's next guess set, best first
+        searching &= pure[rows, j] > out[rows, best]
+        if not searching.any():
             break
-        out[j] = one_run_epsilon_from_counts(m, int(r[j]), int(v[j]), a, delta, tol)
-        best_j = int(j) if out[j] > out[best_j] else best_j
-    return out, best_j
+        at, jj = rows[searching], j[searching]
+        out[at, jj] = _epsilons_from_counts(m, r[at, jj], v[at, jj], a, delta)
+        better = out[at, jj] > out[at, best[at]]
+        best[at[better]] = jj[better]
+    return out, best
 
 
 def scale_guess_set(pair: tuple[int, int], n_from: int, n_to: int) -> tuple[int, int]:
@@ -198,10 +232,10 @@ def scale_guess_set(pair: tuple[int, int], n_from: int, n_to: int) -> tuple[int,
 
 def one_run_epsilon_batch(scores: ArrayLike, truth: ArrayLike, alpha: float = ALPHA, delta: float = 0.0,
                           grid: Grid | None = None, seed: int = 0) -> np.ndarray:
-    """``one_run_epsilon(...).epsilon`` for R experiments at once (scores (R, m), truth (m,) or (R, m))."""
+    """``one_run_epsilon(...).epsilon`` for R experiments at once (scores (R, m), truth (m,) or (R, m)), computed
+    together: row i's value is that of ``one_run_epsilon`` on row i alone."""
     scores, truth = as_batch(scores, truth, same_counts=False)
-    return np.array([one_run_epsilon(scores[i], truth[i], alpha, delta, grid, seed).epsilon
-                     for i in range(scores.shape[0])])
+    return _one_run(scores, truth, alpha, delta, grid, seed)[0]
 
 
 def one_run_epsilon(scores: ArrayLike, truth: ArrayLike, alpha: float = ALPHA, delta: float = 0.0,
@@ -212,33 +246,41 @@ def one_run_epsilon(scores: ArrayLike, truth: ArrayLike, alpha: float = ALPHA, d
     (m = that half: its 2mδ term is half the whole's). With ``grid``: the best of those fixed guess sets on all
     the canaries, each at α/|grid| (Bonferroni)."""
     scores, truth = as_batch(scores, truth, same_counts=False)
-    scores, truth = scores[:1], truth[:1]
-    n = scores.shape[1]
+    eps, pairs, r, v, m, sets, a = _one_run(scores[:1], truth[:1], alpha, delta, grid, seed)
+    held_out = grid is None
+    return OneRunBound(
+        epsilon=float(eps[0]), alpha=alpha, delta=delta, m=m, k_plus=pairs[0][0], k_minus=pairs[0][1],
+        guesses=int(r[0]), correct=int(v[0]), grid_size=len(sets),
+        max_certifiable=one_run_max_certifiable(m, sets, a, delta),
+        selection="held-out half" if held_out else "grid", bonferroni=1 if held_out else len(sets))
+
+
+def _one_run(scores: np.ndarray, truth: np.ndarray, alpha: float, delta: float, grid: Grid | None, seed: int
+             ) -> tuple[np.ndarray, list[tuple[int, int]], np.ndarray, np.ndarray, int, list[tuple[int, int]], float]:
+    """``one_run_epsilon`` on every row of (R, n) scores: each row's ε, guess set, guesses and correct guesses; the
+    m they were counted on, the guess sets a bound could have come from there (for the most certifiable) and the
+    level each was tested at."""
+    n, rows = scores.shape[1], np.arange(scores.shape[0])
     if grid is not None:
-        grid = tuple(grid)
-        if not grid or any(kp < 0 or km < 0 or kp + km > n or kp + km == 0 for kp, km in grid):
+        sets = list(grid)
+        if not sets or any(kp < 0 or km < 0 or kp + km > n or kp + km == 0 for kp, km in sets):
             raise ValueError(f"each guess set needs k+ >= 0, k- >= 0 and 0 < k+ + k- <= m = {n}")
-        a = alpha / len(grid)
-        v, r = one_run_counts(scores, truth, grid, seed)
-        eps, j = _bounds(n, r[0], v[0], a, delta)
-        return OneRunBound(
-            epsilon=float(eps[j]), alpha=alpha, delta=delta, m=n, k_plus=grid[j][0], k_minus=grid[j][1],
-            guesses=int(r[0, j]), correct=int(v[0, j]), grid_size=len(grid),
-            max_certifiable=one_run_max_certifiable(n, grid, a, delta), selection="grid", bonferroni=len(grid))
+        a = alpha / len(sets)
+        v, r = one_run_counts(scores, truth, sets, seed, shared_ties=True)
+        eps, j = _bounds(n, r, v, a, delta)
+        return eps[rows, j], [sets[i] for i in j], r[rows, j], v[rows, j], n, sets, a
     if n < 4:
         raise ValueError(f"a held-out one-run bound needs at least 4 canaries, got {n}")
     sel = selection_half(n, seed)
     n_sel, n_ev = int(sel.sum()), int((~sel).sum())
     choices = guess_grid(n_sel)
-    v, r = one_run_counts(scores[:, sel], truth[:, sel], choices, seed)
-    _, j = _bounds(n_sel, r[0], v[0], alpha, delta)
-    pair = scale_guess_set(choices[j], n_sel, n_ev)
-    v, r = one_run_counts(scores[:, ~sel], truth[:, ~sel], (pair,), seed)
-    eps, _ = _bounds(n_ev, r[0], v[0], alpha, delta)
-    return OneRunBound(
-        epsilon=float(eps[0]), alpha=alpha, delta=delta, m=n_ev, k_plus=pair[0], k_minus=pair[1],
-        guesses=int(r[0, 0]), correct=int(v[0, 0]), grid_size=len(choices),
-        max_certifiable=one_run_max_certifiable(n_ev, [scale_guess_set(c, n_sel, n_ev) for c in choices], alpha, delta))
+    v, r = one_run_counts(scores[:, sel], truth[:, sel], choices, seed, shared_ties=True)
+    _, j = _bounds(n_sel, r, v, alpha, delta)
+    sets = [scale_guess_set(c, n_sel, n_ev) for c in choices]
+    v, r = one_run_counts(scores[:, ~sel], truth[:, ~sel], sets, seed, shared_ties=True)
+    r, v = r[rows, j], v[rows, j]
+    eps, _ = _bounds(n_ev, r[:, None], v[:, None], alpha, delta)
+    return eps[:, 0], [sets[i] for i in j], r, v, n_ev, sets, alpha
 
 
 def one_run_max_certifiable(m: int, grid: Grid, alpha: float, delta: float = 0.0) -> float:
@@ -251,9 +293,9 @@ def one_run_max_certifiable(m: int, grid: Grid, alpha: float, delta: float = 0.0
 
 @functools.lru_cache(maxsize=256)
 def _max_certifiable(m: int, guesses: tuple[int, ...], alpha: float, delta: float) -> float:
-    r = np.array(guesses)
+    r = np.array(guesses)[None, :]
     eps, j = _bounds(m, r, r, alpha, delta)
-    return float(eps[j])
+    return float(eps[0, j[0]])
 
 
 def paired_canaries(scores: ArrayLike, truth: ArrayLike, pair: ArrayLike) -> tuple[np.ndarray, np.ndarray]:

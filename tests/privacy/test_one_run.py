@@ -127,3 +127,17 @@ def test_a_held_out_bound_never_guesses_more_canaries_than_its_half_holds(n: int
         bound = one_run_epsilon(scores, truth, delta=DELTA)
         assert bound.k_plus + bound.k_minus <= bound.m and 0 <= bound.correct <= bound.guesses <= bound.m
     assert scale_guess_set((37, 37), 74, 75) == (38, 37)
+
+
+@pytest.mark.parametrize("delta", [0.0, 1e-5])
+@pytest.mark.parametrize("grid", [None, [(1, 0), (20, 20), (100, 0)]])
+def test_the_batch_is_each_row_alone_bit_for_bit_ties_included(delta: float, grid) -> None:
+    """Computed together, R experiments give what each gives alone: the held-out or grid selection, the
+    (ε, δ) bisections and the tie-breaks (rounded scores tie) are per row."""
+    rng = np.random.default_rng(11)
+    truth = rng.random((6, 400)) < 0.5
+    scores = np.round(rng.normal(size=(6, 400)) + np.array([0, 0.5, 1, 2, 3, 4])[:, None] * truth, 1)
+    batch = one_run_epsilon_batch(scores, truth, ALPHA, delta, grid, seed=4)
+    alone = [one_run_epsilon(scores[i], truth[i], ALPHA, delta, grid, seed=4).epsilon for i in range(6)]
+    assert batch.tolist() == alone
+    assert batch[0] < batch[-1] and batch[-1] > 1.0  # and the rows differ: the scores drive them
