@@ -60,15 +60,25 @@ def _allowed_distributions() -> set[str] | None:
     return {part.strip().lower() for part in raw.split(",") if part.strip()}
 
 
-def _entry_points() -> list[md.EntryPoint]:
+def _entry_points() -> list[tuple[md.EntryPoint, str, str]]:
+    """The allowed entry points of the ``arena`` group, each with its distribution's name and version, sorted by
+    both names. Each distribution's metadata is parsed once (``EntryPoint.dist.name`` parses it on every access,
+    which was most of what building the registries cost)."""
     allowed = _allowed_distributions()
+    meta: dict[int, tuple[str, str]] = {}
     found = []
     for ep in md.entry_points(group=ENTRY_POINT_GROUP):
-        dist = ep.dist.name if ep.dist else "unknown"
+        if ep.dist is None:
+            dist, version = "unknown", "unknown"
+        else:
+            if id(ep.dist) not in meta:
+                parsed = ep.dist.metadata
+                meta[id(ep.dist)] = (parsed["Name"], parsed["Version"])
+            dist, version = meta[id(ep.dist)]
         if allowed is not None and dist.lower() != BUILTIN_DISTRIBUTION and dist.lower() not in allowed:
             continue
-        found.append(ep)
-    return sorted(found, key=lambda ep: (ep.dist.name if ep.dist else "", ep.name))
+        found.append((ep, dist, version))
+    return sorted(found, key=lambda f: (f[1] if f[0].dist else "", f[0].name))
 
 
 def load_plugins() -> tuple[pluggy.PluginManager, tuple[PluginInfo, ...], dict[str, list[dict[str, Any]]]]:
@@ -79,13 +89,11 @@ def load_plugins() -> tuple[pluggy.PluginManager, tuple[PluginInfo, ...], dict[s
     pm.add_hookspecs(hookspecs)
     infos = []
     eps = _entry_points()
-    outside = [ep for ep in eps if (ep.dist.name if ep.dist else "").lower() != BUILTIN_DISTRIBUTION]
+    outside = [ep for ep, dist, _ in eps if (dist if ep.dist else "").lower() != BUILTIN_DISTRIBUTION]
     catalog = installed_catalog()
     seen = catalog(outside) if catalog is not None and outside else None
     sandboxed: dict[str, list[dict[str, Any]]] = {}
-    for ep in eps:
-        dist = ep.dist.name if ep.dist else "unknown"
-        version = ep.dist.version if ep.dist else "unknown"
+    for ep, dist, version in eps:
         plugin_name = f"{dist}:{ep.name}"
         found = (seen or {}).get(plugin_name)
         if found is not None and found.get("error"):
