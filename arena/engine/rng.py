@@ -328,6 +328,38 @@ def bernoulli(
     return (top < threshold).reshape(*_rows(seeds, stream_id), *shape)
 
 
+def sampled_rows(
+    seeds: Seeds, stream_id: StreamIds, n: int, p: float, present: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Poisson sampling: per row (model, or stream and model), the indices c < n whose ``bernoulli`` coin came up
+    and where ``present`` [K, n] is True (None: everywhere), ascending, then zeros ([*rows, n] int64), and their
+    counts [*rows]; only the first (largest count of a stream's K rows) columns are defined. The same numbers as
+    ``rows_of`` the coins there, in one pass of the kernel where it runs."""
+    keys = _keys(seeds).stream_keys(stream_id)
+    rows, R, K = _rows(seeds, stream_id), keys.shape[0], len(_keys(seeds))
+    lib = rng_kernel.usable(keys) if present is None else rng_kernel.usable(keys, present)
+    if lib is None:
+        coins = bernoulli(seeds, stream_id, n, p).reshape(-1, K, n)
+        idx, counts = rows_of((coins if present is None else coins & present).reshape(R, n))
+    else:
+        idx, counts = torch.empty(R, n, dtype=torch.int64), torch.empty(R, dtype=torch.int64)
+        mask = None if present is None else present.to(torch.bool).contiguous()
+        lib.arena_sampled_rows(keys.data_ptr(), R, n, round(p * 2.0**53), None if mask is None else mask.data_ptr(),
+                               K, idx.data_ptr(), counts.data_ptr())
+    return idx.reshape(*rows, n), counts.reshape(rows)
+
+
+def rows_of(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """([R, n] the indices of each row's True entries of ``mask`` [R, n], ascending, then zeros; [R] their counts),
+    from one ``nonzero`` (row-major, so each row's are ascending and contiguous) scattered into their rows."""
+    rows, cols = mask.nonzero(as_tuple=True)
+    counts = mask.sum(dim=1)
+    first = torch.cumsum(counts, 0).sub_(counts)  # where each row's entries start in ``cols``
+    idx = torch.zeros(mask.shape, dtype=torch.int64, device=mask.device)
+    idx[rows, torch.arange(cols.shape[0], device=cols.device).sub_(first[rows])] = cols
+    return idx, counts
+
+
 def permutation(seeds: Seeds, stream_id: int, n: int) -> torch.Tensor:
     """[K, n] independent random permutations of 0..n-1 (argsort of distinct hashes)."""
     return torch.argsort(bits(seeds, stream_id, n), dim=1)

@@ -1,5 +1,5 @@
-"""The counter RNG's integer work in one pass of compiled C: the SplitMix64 words, Poisson coins and float32
-Box–Muller fields that ``arena.engine.rng`` otherwise builds from ~20 eager int64 tensor passes.
+"""The counter RNG's integer work in one pass of compiled C: the SplitMix64 words, Poisson coins (and the rows they
+sample) and float32 Box–Muller fields that ``arena.engine.rng`` otherwise builds from ~20 eager int64 tensor passes.
 
 Only exact operations move here (64-bit integer arithmetic, integer-to-float conversions, one float32 product), so
 a draw is bit for bit the same with or without the kernel (tests/engine/test_rng_kernel.py); the transcendental
@@ -52,6 +52,36 @@ void arena_bernoulli(const int64_t *keys, int64_t rows, int64_t n, int64_t thres
         for (int64_t c = 0; c < n; c++) o[c] = (int64_t)(mix(k + (uint64_t)(c + 1) * GOLDEN) >> 11) < threshold;
     }
 }
+/* per row, the counters c < n whose coin (as arena_bernoulli's) came up and whose present[r % models, c] is set
+   (present NULL: all are), ascending in idx[r, :counts[r]], then zeros up to the largest count of rows
+   r - r % models .. r - r % models + models - 1 (one step's models); the rest of idx is left unwritten */
+void arena_sampled_rows(const int64_t *keys, int64_t rows, int64_t n, int64_t threshold, const uint8_t *present,
+                        int64_t models, int64_t *idx, int64_t *counts) {
+    for (int64_t r = 0; r < rows; r++) {
+        const uint64_t k = (uint64_t)keys[r];
+        const uint8_t *pr = present ? present + (r % models) * n : 0;
+        int64_t *o = idx + r * n, m = 0;
+        uint8_t coin[256];
+        for (int64_t c0 = 0; c0 < n; c0 += 256) {
+            const int64_t w = n - c0 < 256 ? n - c0 : 256;
+            for (int64_t j = 0; j < w; j++)  /* the hashes of a block first, vectorised */
+                coin[j] = (int64_t)(mix(k + (uint64_t)(c0 + j + 1) * GOLDEN) >> 11) < threshold;
+            if (pr)
+                for (int64_t j = 0; j < w; j++) coin[j] &= pr[c0 + j] != 0;
+            for (int64_t j = 0; j < w; j++) {
+                o[m] = c0 + j;
+                m += coin[j];
+            }
+        }
+        counts[r] = m;
+        if (r % models == models - 1) {  /* a step's last model: zeros up to the step's largest count */
+            int64_t most = 0;
+            for (int64_t q = r + 1 - models; q <= r; q++) most = counts[q] > most ? counts[q] : most;
+            for (int64_t q = r + 1 - models; q <= r; q++)
+                for (int64_t c = counts[q]; c < most; c++) idx[q * n + c] = 0;
+        }
+    }
+}
 /* word x of pair first + c: u[r, c] = ((x >>> (64 - bits)) + 1) 2^-bits, angle[r, c] = float(bits 31..32-bits of
    x) * scale, both float32; rows `stride` apart */
 void arena_fields32(const int64_t *keys, int64_t rows, int64_t first, int64_t n, int64_t bits, float scale,
@@ -98,8 +128,9 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     p, i = ctypes.c_void_p, ctypes.c_int64
     lib.arena_words.argtypes = [p, i, i, i, p, i]
     lib.arena_bernoulli.argtypes = [p, i, i, i, p]
+    lib.arena_sampled_rows.argtypes = [p, i, i, i, p, i, p, p]
     lib.arena_fields32.argtypes = [p, i, i, i, i, ctypes.c_float, p, p, i]
-    for f in (lib.arena_words, lib.arena_bernoulli, lib.arena_fields32):
+    for f in (lib.arena_words, lib.arena_bernoulli, lib.arena_sampled_rows, lib.arena_fields32):
         f.restype = None
     return lib
 

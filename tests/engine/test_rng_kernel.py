@@ -68,3 +68,21 @@ def test_the_kernel_is_built_once_into_the_cache_and_loaded_from_it(monkeypatch,
     assert len(built) == 1 and built[0].suffix == ".so"
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))  # a cached library needs no compiler
     assert rng_kernel.library.__wrapped__() is not None
+
+
+@needs_kernel
+@pytest.mark.parametrize("with_present", [False, True])
+def test_kernel_sampled_rows_are_the_rows_of_the_eager_coins(monkeypatch, with_present):
+    present = torch.rand(len(SEEDS), 300, generator=torch.Generator().manual_seed(0)) < 0.7 if with_present else None
+    idx, counts = rng.sampled_rows(SEEDS, STREAMS, 300, 0.32, present)
+    assert idx.shape == (3, len(SEEDS), 300) and counts.shape == (3, len(SEEDS))
+    eager = _eager(monkeypatch, lambda: rng.sampled_rows(SEEDS, STREAMS, 300, 0.32, present))
+    assert torch.equal(counts, eager[1])
+    for s, most in enumerate(counts.amax(1).tolist()):  # the columns stream s defines
+        assert torch.equal(idx[s, :, :most], eager[0][s, :, :most])
+    coins = rng.bernoulli(SEEDS, STREAMS, 300, 0.32) & (True if present is None else present)
+    assert torch.equal(counts, coins.sum(-1))
+    for s, k in [(0, 0), (2, 3)]:
+        rows = coins[s, k].nonzero().squeeze(1)
+        most = int(counts[s].max())
+        assert torch.equal(idx[s, k, : len(rows)], rows) and not idx[s, k, len(rows) : most].any()
