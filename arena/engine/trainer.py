@@ -222,11 +222,12 @@ def _train_dense(
     n = X.shape[1]
     noise = Noise(seeds, steps_and_rate(n, recipe)[0], spec.n_params, X.dtype,
                   functools.partial(hand.unflatten_module_order, spec))
-    clip = 0.0 if dp is None else dp.clip
+    clip, q = (0.0 if dp is None else dp.clip), steps_and_rate(n, recipe)[1]
 
     def clipped(ls: list[torch.Tensor], Xs: torch.Tensor, ys: torch.Tensor, vs: torch.Tensor | None) -> Layers:
         inputs, out = hand.layer_inputs(spec, ls, Xs)
-        return dpsgd.clipped_sum(inputs, hand.backprop(spec, ls, inputs, hand.output_delta(out, ys)), clip, vs)
+        deltas = hand.backprop(spec, ls, inputs, hand.output_delta(out, ys))
+        return dpsgd.clipped_sum(inputs, deltas, clip, vs, scale=1.0 / (q * n))
 
     for t, (Xb, yb, valid) in enumerate(_stream(arch, X, y, recipe, seeds, dp)):
         if dp is None:
@@ -236,12 +237,11 @@ def _train_dense(
         else:
             sums = clipped(layers, Xb, yb, valid)  # one pass: cutting the padding saves nothing on this path
             z = noise.layers(t)
-            q = steps_and_rate(n, recipe)[1]
             canary = None
             if dp.canaries is not None:
                 flat = dp.canaries.contribution(seeds, t, q, spec.n_params, dp.clip, X.dtype, X.device)
                 canary = hand.unflatten_module_order(spec, flat)
-            grads = dpsgd.noisy_gradient(sums, dp.clip, dp.noise_multiplier, z, q * n, canary)
+            grads = dpsgd.noisy_gradient(sums, dp.clip, dp.noise_multiplier, z, q * n, canary, divided=True)
         optimizer.step(grads)
     return hand.to_state(names, optimizer.result())
 
@@ -268,11 +268,11 @@ def _train_functional(
     shapes = [params[k].shape for k in names]
     noise = Noise(seeds, steps_and_rate(n, recipe)[0], template.n_params, X.dtype,
                   lambda flat: [part.reshape(s) for s, part in zip(shapes, torch.split(flat, sizes, dim=1))])
-    clip, kept = (0.0 if dp is None else dp.clip), len(names)
+    clip, kept, q = (0.0 if dp is None else dp.clip), len(names), steps_and_rate(n, recipe)[1]
 
     def clipped(tensors: list[torch.Tensor], Xs: torch.Tensor, ys: torch.Tensor, vs: torch.Tensor | None) -> Layers:
         ps, bs = dict(zip(names, tensors[:kept])), dict(zip(template.buffers, tensors[kept:]))
-        sums = clipped_sum(arch, ps, bs, Xs, ys, vs, clip, per_call)
+        sums = clipped_sum(arch, ps, bs, Xs, ys, vs, clip, per_call, scale=1.0 / (q * n))
         return [sums[k] for k in names]
 
     for t, (Xb, yb, valid) in enumerate(_stream(arch, X, y, recipe, seeds, dp)):
@@ -283,12 +283,12 @@ def _train_functional(
         else:
             per_model = [params[k] for k in names] + [buffers[k] for k in template.buffers]
             sums = _by_sampled_size(clipped, per_model, images, yb, valid)
-            q = steps_and_rate(n, recipe)[1]
             canary = None
             if dp.canaries is not None:
                 flat = dp.canaries.contribution(seeds, t, q, template.n_params, dp.clip, X.dtype, X.device)
                 canary = shaped_like(sums, flat, sizes)
-            grads = dpsgd.noisy_gradient(sums, dp.clip, dp.noise_multiplier, noise.layers(t), q * n, canary)
+            grads = dpsgd.noisy_gradient(sums, dp.clip, dp.noise_multiplier, noise.layers(t), q * n, canary,
+                                         divided=True)
         optimizer.step(grads)
     released = dict(zip(names, optimizer.result()))
     return {k: released[k] if k in released else buffers[k] for k in state}
