@@ -103,11 +103,11 @@ def recipe(epochs: int, batch: int = 64) -> Recipe:
 
 def rng_seconds_per_epoch(arch, n: int, K: int, batch: int = 64) -> float:
     """CPU seconds the counter RNG alone takes for one DP epoch of K models, drawn as the trainer draws them (the
-    Poisson masks of several steps per call, the noise through ``trainer.Noise``)."""
+    Poisson samples' rows of several steps per call, the noise through ``trainer.Noise``)."""
     steps, q = steps_and_rate(n, recipe(1, batch))
     seeds = rng.Keys(torch.arange(K, dtype=torch.int64))
     start = CPU()
-    rng.bernoulli(seeds, [rng.stream(rng.Purpose.POISSON, t) for t in range(steps)], n, q)
+    rng.sampled_rows(seeds, [rng.stream(rng.Purpose.POISSON, t) for t in range(steps)], n, q)
     noise = Noise(seeds, steps, arch.template().n_params, torch.float32)
     for t in range(steps):
         noise(t)
