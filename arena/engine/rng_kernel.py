@@ -8,8 +8,9 @@ passes (log, sqrt, sin, cos) stay in torch, whose kernels the C library would no
 The library is compiled by the C compiler (``$CC``, else ``cc``) on first use in a process, at most once per
 machine: it is cached in the arena's cache folder (``$ARENA_CACHE_DIR``, default ``~/.cache/privacy-arena``), under
 ``kernels/``, named by a hash of its source, flags and the CPU it was built for (``-march=native``); deleting it is
-always safe. Nothing happens at import. Without a compiler, a writable
-cache, or with ``ARENA_RNG_KERNEL=0``, ``library()`` is None and the eager tensor passes run instead.
+always safe. A cached library is loaded only if it and its folder are the user's own and writable by no one else.
+Nothing happens at import. Without a compiler, a writable cache, or with ``ARENA_RNG_KERNEL=0``, ``library()`` is
+None and the eager tensor passes run instead.
 """
 
 from __future__ import annotations
@@ -121,6 +122,7 @@ def _build(target: Path, compiler: str) -> None:
         src, out = Path(tmp) / "rng.c", Path(tmp) / target.name
         src.write_text(SOURCE)
         subprocess.run([compiler, *FLAGS, "-o", str(out), str(src)], check=True, capture_output=True, timeout=120)
+        out.chmod(0o755)  # whatever the umask: ``_trusted`` refuses a library others could write
         os.replace(out, target)
 
 
@@ -148,9 +150,22 @@ def library() -> ctypes.CDLL | None:
             if compiler is None:
                 return None
             _build(target, compiler)
+        if not _trusted(target):
+            return None
         return _bind(ctypes.CDLL(str(target)))
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def _trusted(path: Path) -> bool:
+    """Whether a cached library may be loaded: code, unlike a cache's data, must be the current user's own and
+    writable by no one else, in a folder no one else can write to."""
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    for item in (path, path.parent):
+        st = item.stat()
+        if st.st_mode & 0o022 or (uid is not None and st.st_uid != uid):
+            return False
+    return True
 
 
 def usable(*tensors: torch.Tensor) -> ctypes.CDLL | None:

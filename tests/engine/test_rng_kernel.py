@@ -86,3 +86,15 @@ def test_kernel_sampled_rows_are_the_rows_of_the_eager_coins(monkeypatch, with_p
         rows = coins[s, k].nonzero().squeeze(1)
         most = int(counts[s].max())
         assert torch.equal(idx[s, k, : len(rows)], rows) and not idx[s, k, len(rows) : most].any()
+
+
+@needs_kernel
+def test_a_cached_library_others_could_write_is_not_loaded(monkeypatch, tmp_path):
+    monkeypatch.setenv("ARENA_CACHE_DIR", str(tmp_path))
+    assert rng_kernel.library.__wrapped__() is not None
+    (built,) = (tmp_path / "kernels").iterdir()
+    built.chmod(0o777)
+    assert rng_kernel.library.__wrapped__() is None
+    built.chmod(0o755)
+    (tmp_path / "kernels").chmod(0o777)
+    assert rng_kernel.library.__wrapped__() is None
