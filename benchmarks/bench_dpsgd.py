@@ -51,27 +51,39 @@ MISSED = {
         "cheaper at K = 64, 5-10% at K = 1. Side by side in one process (5 interleaved epochs, after this round) "
         "the ratio measured 1.50-1.51× at K = 1 and 1.85-1.99× at K = 64; single epochs on this shared machine "
         "spread far wider (see the rows). A separable pair map (rows and columns apart) was tried and not kept: "
-        "its 5-d transposes cost what the sums saved. The counter RNG is a few ms per model-epoch (figure above). "
+        "its 5-d transposes cost what the sums saved. The counter RNG is ~0.5-1 ms per model-epoch since its "
+        "compiled kernel (figure above), and DP-SGD's 1/B and momentum passes were folded (issue 23's fourth round): "
+        "measured in alternating processes against the tree before that round (5 epochs each, CPU time), the ratio "
+        "went from 1.46-1.48× to 1.42-1.43× at K = 1 and from 1.64-2.00× to 1.56-1.64× at K = 64 (one run's K = 64 "
+        "figure spreads 1.45-2.06× over its repeats on this machine). "
         "What would close it: fused kernels for the convolutions' norms (eager torch cannot fuse the layout copy, "
         "the unfold and the reduction, and has no matmul batched over two strided axes)."
     ),
     "mlp-dp": (
         "The MLP's non-private step on the hand path is a handful of small batched matmuls, so DP-SGD's fixed "
-        "additions weigh heavily. (1) The noise: one Gaussian per parameter per step (19,210 per model), about a "
-        "third of the DP epoch at K = 64 (figure above). The counter RNG now costs ~1.1-1.4× torch.randn per "
-        "normal (its Box-Muller fields are cut in 32-bit integers since issue 23's last round, bit for bit the "
-        "same draws): even torch.randn's Mersenne Twister would leave the ratio above 2×. What is left per pair "
-        "of normals is ~20 eager passes: the SplitMix64 hash (int64 products ~0.8 ns an element here, logical "
-        "shifts as shift + mask) and the transcendental passes (log, sqrt, sin, cos). (2) Without the noise the "
-        "DP epoch is still ~1.7× non-private (measured with the noise replaced by zeros at K = 64): the Poisson "
-        "batch padded to the largest of K counts (1,323 rows per model-epoch at K = 64 against 1,000), the ghost "
-        "norms, the weighted sums; cutting the padded batch in two passes was measured no faster on this path "
-        "(8.68 vs 8.82 ms per model-epoch at K = 64; 1.3× slower on pair h's batches of 32). (3) At K = 1 a DP "
-        "step runs about twice the eager calls of a non-private one (norms, clip factors, noise views), each "
-        "3-6 µs here. What would close it: a fused hash + Box-Muller kernel (one pass instead of ~20) and a fused "
-        "step; torch.compile of the generator was tried on this machine and rejected: 133 s to compile on first "
-        "use, and its int64 hash did not reproduce eager torch's words (so models would depend on whether it "
-        "compiled)."
+        "additions weigh heavily. (1) The noise: one Gaussian per parameter per step (19,210 per model). Since "
+        "issue 23's fourth round the counter RNG's integer work (SplitMix64, the Box-Muller fields, the Poisson "
+        "coins and the rows they sample) is one pass of compiled C (arena/engine/rng_kernel.py, the same bits as "
+        "the eager passes), ~3× cheaper than before and at most torch.randn's cost for the same normals, half of it"
+        " at K ≥ 16 (figure above); what is left of it are the seven float32 passes of log, sqrt, sin, cos and "
+        "products, which stay in torch so that a draw is the same with or without the kernel. A whole Box-Muller in"
+        " C, from exact IEEE operations only (polynomial log, sin and cos, so that an eager fallback could "
+        "reproduce its bits; a new stream), was prototyped and not kept: vectorised in float32 it drew 64 models' "
+        "1.23 M normals in 1.9 ms against 2.4 ms for the kernel plus torch's passes, 1.3× (float64: 5.4 ms, "
+        "slower). (2) Without the RNG the DP epoch is still ~1.45-1.65× non-private at K = 64 (figure above): the "
+        "Poisson batch padded to the largest of K counts (~83 rows per step against an expected 64: 1,323 rows per "
+        "model-epoch against 1,000), the ghost norms, the weighted sums. Grouping the models by sampled size would "
+        "cut the padded rows by ~13% here (simulated: sorted into two groups), but on this path each group needs "
+        "its models' weights gathered and its sums scattered back (two passes over 64 models' parameters a step), "
+        "and cutting the batch in two passes was measured no faster before (8.68 vs 8.82 ms per model-epoch). (3) "
+        "At K = 1 a DP step runs ~25 eager calls more than a non-private one, each 3-6 µs here; measured per step "
+        "(one thread): noise ~60-80 µs, per-example norms and clip factors ~70-95 µs, the weighted sums ~15-30 µs "
+        "over the plain ones, the noise added ~35 µs, against a whole non-private step of ~330 µs. Against the tree"
+        " before this round, in alternating processes (5 epochs each, CPU time), the ratio went from 1.90-2.12× to "
+        "1.81-1.83× at K = 1 (both epochs cheaper: the non-private one by the momentum pass saved) and from "
+        "2.63-2.79× to 1.78-1.79× at K = 64. What would close it: a fused step (torch.compile was tried for the "
+        "generator and rejected: 133 s to compile on first use, and its int64 hash did not reproduce eager torch's "
+        "words), and less padding (a grouped matmul over ragged batches)."
     ),
     "opacus": (
         "Opacus's hooks form this small CNN's per-example gradients with one einsum per layer, which is cheap, so "
@@ -103,11 +115,11 @@ def recipe(epochs: int, batch: int = 64) -> Recipe:
 
 def rng_seconds_per_epoch(arch, n: int, K: int, batch: int = 64) -> float:
     """CPU seconds the counter RNG alone takes for one DP epoch of K models, drawn as the trainer draws them (the
-    Poisson masks of several steps per call, the noise through ``trainer.Noise``)."""
+    Poisson samples' rows of several steps per call, the noise through ``trainer.Noise``)."""
     steps, q = steps_and_rate(n, recipe(1, batch))
     seeds = rng.Keys(torch.arange(K, dtype=torch.int64))
     start = CPU()
-    rng.bernoulli(seeds, [rng.stream(rng.Purpose.POISSON, t) for t in range(steps)], n, q)
+    rng.sampled_rows(seeds, [rng.stream(rng.Purpose.POISSON, t) for t in range(steps)], n, q)
     noise = Noise(seeds, steps, arch.template().n_params, torch.float32)
     for t in range(steps):
         noise(t)

@@ -14,18 +14,23 @@ from benchmarks.timing import CPU, Section, Table, compare, ratio
 
 TARGET = 2.0
 MISSED = (
-    "With 100 members and batch 32, a non-private epoch is 3 batches of 32 and one of 4 (100 rows), while a "
-    "DP-SGD epoch is 4 Poisson batches at q = 0.32, each padded to the largest count among the chunk's models "
-    "(~43 of an expected 32): ~170 rows of forward and backward work, 1.7× the non-private rows before any "
-    "clipping or noise. On top come the ghost norms and one Gaussian per parameter per step (4 × 19,210 per "
-    "model-epoch): at this tiny batch the counter RNG alone costs more than the whole non-private pool, and "
-    "torch.randn's Mersenne Twister about as much (figures above), so no generator drawn in eager passes brings "
-    "the ratio under 2×; the rest (the DP-SGD pool less the RNG, figure above) is the padding, norms and sums. "
-    "Cutting the padding into two passes by sampled batch size was measured slower on the hand path (1.3× at "
-    "64 shadows, 5 epochs), so it is used on the functional path only. In a fresh process (a Ray worker's) "
-    "this round's allocator priming (engine/trainer.py) makes both pools cheaper, the non-private one more "
-    "(64 shadows, 10 epochs: ~20-40% against ~10%); here the earlier pairs' large temporaries had already "
-    "raised glibc's thresholds. What would close it: a fused hash + Box–Muller kernel (see b)."
+    "With 100 members and batch 32, a non-private epoch is 3 batches of 32 and one of 4 (100 rows), while a DP-SGD "
+    "epoch is 4 Poisson batches at q = 0.32 (128 rows expected), each padded to the largest count among the chunk's"
+    " models (~43 of an expected 32): ~172 rows of forward and backward work, 1.7× the non-private rows before any "
+    "clipping or noise. On top come the ghost norms and one Gaussian per parameter per step (4 × 19,210 per model-"
+    "epoch). Since issue 23's fourth round the counter RNG's integer work runs as one pass of compiled C "
+    "(arena/engine/rng_kernel.py; the same draws bit for bit), which took the pool of 64 from 3.8× to 2.2-2.7× its "
+    "non-private cost in this round's runs; the RNG now costs 40-70% of what torch.randn takes for the same normals"
+    " (figures above), the seven float32 passes of log, sqrt, sin and cos most of it. The DP-SGD pool less the RNG "
+    "is ~1.5-1.8× non-private: the padding (grouping the models by sampled size into two groups would cut the "
+    "padded rows ~15% in simulation, 2,760 to 2,330 a step's rows at 64 shadows, but on the hand path each group "
+    "needs its models' weights gathered and its sums scattered back; cutting the padding into two passes was "
+    "measured 1.3× slower here before, and 1.16× slower again this round (64 shadows, 5 epochs), so it is used on "
+    "the functional path only), the norms and the sums. In a fresh process (a Ray worker's) the allocator priming "
+    "(engine/trainer.py) makes both pools cheaper, the non-private one more. A whole Box–Muller in C (a new stream "
+    "from exact operations, vectorised) drew the normals only 1.3× faster than the kernel plus torch's passes in a "
+    "prototype (see b), so it was not kept. What would close it: less padding (a grouped matmul over ragged "
+    "batches)."
 )
 
 

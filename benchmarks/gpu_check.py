@@ -107,8 +107,10 @@ def _draws_agree(device: str) -> str:
     """The counter RNG on ``device`` against the CPU: Poisson masks exactly, normals to float32 rounding."""
     seeds = torch.arange(5, dtype=torch.int64)
     masks = [rng.bernoulli(seeds.to(d), [1, 2], 4096, 0.1).cpu() for d in ("cpu", device)]
+    counts = [rng.sampled_rows(seeds.to(d), [1, 2], 4096, 0.1)[1].cpu() for d in ("cpu", device)]
     normals = [rng.normal(seeds.to(d), [3, 4], 20_001).cpu() for d in ("cpu", device)]
-    return (f"Poisson masks equal: {'yes' if torch.equal(*masks) else 'NO'}; max |Δ normal|: "
+    same = torch.equal(*masks) and torch.equal(*counts)
+    return (f"Poisson masks equal: {'yes' if same else 'NO'}; max |Δ normal|: "
             f"{float((normals[0] - normals[1]).abs().max()):.1e}")
 
 

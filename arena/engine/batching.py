@@ -34,22 +34,16 @@ def _take(X: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Te
 
 
 def _poisson_batch(
-    X: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
+    X: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, counts: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Each model's sampled points in ascending order, padded to the largest count with copies of record 0, and a
-    validity mask [K, m] (None for one model alone, which has no padding). The points come from one ``nonzero``
-    (row-major, so each model's are ascending and contiguous) scattered into their rows: a stable sort of the
-    masks made the whole batch ~2.4x as costly at K = 64."""
-    rows, cols = mask.nonzero(as_tuple=True)
-    if mask.shape[0] == 1:
-        return *_take(X, y, cols.unsqueeze(0)), None
-    counts = mask.sum(dim=1)
+    """Each model's sampled points (``rng.sampled_rows``: idx [K, n], counts [K]) in ascending order, padded to the
+    largest count with copies of record 0, and a validity mask [K, m] (None for one model alone, which has no
+    padding)."""
     m = int(counts.max())
-    first = torch.cumsum(counts, 0).sub_(counts)  # where each model's points start in ``cols``
-    idx = torch.zeros(mask.shape[0], m, dtype=cols.dtype, device=cols.device)
-    idx[rows, torch.arange(cols.shape[0], device=cols.device).sub_(first[rows])] = cols
+    if idx.shape[0] == 1:
+        return *_take(X, y, idx[:, :m]), None
     valid = torch.arange(m, device=X.device) < counts.unsqueeze(1)
-    return *_take(X, y, idx), valid
+    return *_take(X, y, idx[:, :m]), valid
 
 
 MASK_BLOCK = 1 << 18
@@ -103,8 +97,9 @@ def poisson_batches(
     block = max(1, min(steps, MASK_BLOCK // max(1, K * n)))
     for first in range(0, steps, block):
         ids = [rng.stream(rng.Purpose.POISSON, t) for t in range(first, min(steps, first + block))]
-        for mask in rng.bernoulli(seeds, ids, n, q):  # several steps' masks in one draw, each as drawn alone
-            yield _poisson_batch(X, y, mask if present is None else mask & present)
+        idx, counts = rng.sampled_rows(seeds, ids, n, q, present)  # several steps in one draw, each as drawn alone
+        for step in range(len(ids)):
+            yield _poisson_batch(X, y, idx[step], counts[step])
 
 
 def augmented(

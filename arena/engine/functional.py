@@ -74,6 +74,7 @@ def clipped_sum(
     clip: float,
     examples_per_call: int,
     method: Method = "auto",
+    scale: float = 1.0,
 ) -> State:
     """Per model, the sum over its batch of per-example gradients each clipped to L2 norm ``clip`` over all
     parameters together (flat clipping); rows where ``valid`` [K, B] is False contribute nothing. Examples go
@@ -81,19 +82,20 @@ def clipped_sum(
 
     ``method``: "ghost" (``arena.engine.ghost``: per-example norms from each layer's inputs and output gradients,
     no per-example backward pass; stacks of linear, convolution and GroupNorm layers only), "vmap" (per-example
-    gradients by ``vmap(grad)``, any module), "auto": ghost wherever the architecture allows it."""
+    gradients by ``vmap(grad)``, any module), "auto": ghost wherever the architecture allows it. ``scale``
+    multiplies every clipped gradient (folded into the clip factors: DP-SGD's 1 / expected batch size)."""
     plan = arch.template().ghost
     if method == "ghost" and plan is None:
         raise ValueError(f"model {arch.model.name!r} is not a stack of layers that ghost clipping supports")
     if plan is not None and method != "vmap":
-        return ghost.clipped_sum(plan, params, X, y, valid, clip, examples_per_call)
+        return ghost.clipped_sum(plan, params, X, y, valid, clip, examples_per_call, scale)
     per_example = _per_example_fn(arch)
     total = {k: torch.zeros_like(v) for k, v in params.items()}
     for start in range(0, X.shape[1], examples_per_call):
         sl = slice(start, start + examples_per_call)
         g = per_example(params, buffers, X[:, sl], y[:, sl])
         sq = sum(torch.linalg.vector_norm(t.reshape(*t.shape[:2], -1), dim=-1).square() for t in g.values())
-        factor = (clip / sq.sqrt()).clamp(max=1.0)
+        factor = (clip * scale / sq.sqrt()).clamp(max=scale)
         if valid is not None:
             factor = factor * valid[:, sl].to(factor.dtype)
         for k, t in g.items():

@@ -385,9 +385,11 @@ def clipped_sum(
     valid: torch.Tensor | None,
     clip: float,
     examples_per_call: int,
+    scale: float = 1.0,
 ) -> dict[str, torch.Tensor]:
-    """Per model, Σ over its batch of each example's gradient clipped to L2 norm ``clip`` over all parameters
-    (``valid`` [K, B] False: the row contributes nothing). X [K, B, *input], y [K, B]; ``params`` [K, ...]."""
+    """Per model, Σ over its batch of each example's gradient clipped to L2 norm ``clip`` over all parameters,
+    times ``scale`` (folded into the clip factors) (``valid`` [K, B] False: the row contributes nothing).
+    X [K, B, *input], y [K, B]; ``params`` [K, ...]."""
     weights = {k: v.detach() for k, v in params.items()}
     total = {k: torch.zeros_like(v) for k, v in weights.items()}
     for start in range(0, X.shape[1], examples_per_call):
@@ -398,7 +400,7 @@ def clipped_sum(
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), t.reshape(-1), reduction="sum")
             grads = torch.autograd.grad(loss, [z for _, _, z in saved])
         sq, held = _norms(saved, grads)
-        c = (clip / sq.sqrt()).clamp_(max=1.0)
+        c = (clip * scale / sq.sqrt()).clamp_(max=scale)
         if valid is not None:
             c = c * valid[:, sl].transpose(0, 1).to(c.dtype)
         _accumulate(total, weights, saved, grads, held, c)

@@ -18,6 +18,8 @@ from enum import IntEnum
 
 import torch
 
+from arena.engine import rng_kernel
+
 _INDEX_BITS = 24
 _GOLDEN = 0x9E3779B97F4A7C15
 _M1, _M2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
@@ -154,8 +156,12 @@ def _hash(
     else:
         words = ws.get("words", shape, torch.int64, keys.device)
         scratch = ws.get("scratch", shape, torch.int64, keys.device)
-    torch.add(keys.unsqueeze(1), _counters(n, keys.device, ws), out=words)
     scratch = torch.empty_like(words) if scratch is None else scratch
+    lib = rng_kernel.usable(words) if last else None
+    if lib is not None:
+        lib.arena_words(keys.data_ptr(), shape[0], 0, n, words.data_ptr(), n)
+        return words, scratch
+    torch.add(keys.unsqueeze(1), _counters(n, keys.device, ws), out=words)
     return _mix64_(words, scratch, last), scratch
 
 
@@ -251,6 +257,16 @@ def _normal_split(keys: torch.Tensor, h: int, n_bits: int, dtype: torch.dtype, w
     R = keys.shape[0]
     out = ws.get("normal", (R, 2, h), dtype, keys.device)
     width = min(h, max(1024, _BLOCK // R))
+    lib = rng_kernel.usable(keys)
+    if lib is not None:
+        cosine = ws.get("cosine", (R, width), dtype, keys.device)
+        for start in range(0, h, width):
+            end = min(h, start + width)
+            radius, sine = out[:, 0, start:end], out[:, 1, start:end]  # sine holds θ until its sin_
+            lib.arena_fields32(keys.data_ptr(), R, start, end - start, n_bits, 2.0 * math.pi * 2.0**-n_bits,
+                               radius.data_ptr(), sine.data_ptr(), 2 * h)
+            _box_muller(radius, sine, cosine[:, : end - start])
+        return out
     words = ws.get("words", (R, width), torch.int64, keys.device)
     scratch = ws.get("scratch", (R, width), torch.int64, keys.device)
     fields = ws.get("fields", (2, R, width), torch.int32, keys.device)
@@ -279,11 +295,19 @@ def _box_muller_split(
     k2.bitwise_right_shift_(32 - n_bits).bitwise_and_(mask)
     k1.copy_(words.bitwise_right_shift_(64 - n_bits))
     k1.bitwise_and_(mask)
-    torch.add(k1, 1, out=radius).mul_(2.0**-n_bits).log_().mul_(-2.0).sqrt_()
+    torch.add(k1, 1, out=radius).mul_(2.0**-n_bits)
     angle = scratch.view(radius.dtype)[:, : radius.shape[1]]  # the 64-bit words are read: their memory holds θ
-    torch.mul(k2, 2.0 * math.pi * 2.0**-n_bits, out=angle)
-    torch.sin(angle, out=sine).mul_(radius)
-    radius.mul_(angle.cos_())
+    torch.mul(k2, 2.0 * math.pi * 2.0**-n_bits, out=sine)
+    _box_muller(radius, sine, angle)
+
+
+def _box_muller(radius: torch.Tensor, sine: torch.Tensor, cosine: torch.Tensor) -> None:
+    """In place: ``radius`` u₁ → √(−2 ln u₁)·cos θ, ``sine`` θ → √(−2 ln u₁)·sin θ (``cosine``: scratch of their
+    shape). The transcendental passes of every float32 draw, kernel or not, so both give the same bits."""
+    radius.log_().mul_(-2.0).sqrt_()
+    torch.cos(sine, out=cosine)
+    sine.sin_().mul_(radius)
+    radius.mul_(cosine)
 
 
 def bernoulli(
@@ -293,9 +317,47 @@ def bernoulli(
     S stream ids)."""
     shape = _shape(shape)
     threshold = round(p * 2.0**53)
+    keys = _keys(seeds).stream_keys(stream_id)
+    lib = rng_kernel.usable(keys)
+    if lib is not None:
+        coins = torch.empty(keys.shape[0], math.prod(shape), dtype=torch.bool)
+        lib.arena_bernoulli(keys.data_ptr(), keys.shape[0], coins.shape[1], threshold, coins.data_ptr())
+        return coins.reshape(*_rows(seeds, stream_id), *shape)
     words = _hash(seeds, stream_id, math.prod(shape))[0]
     top = torch.bitwise_right_shift(words, 11, out=words).bitwise_and_((1 << 53) - 1)  # the top 53 bits
     return (top < threshold).reshape(*_rows(seeds, stream_id), *shape)
+
+
+def sampled_rows(
+    seeds: Seeds, stream_id: StreamIds, n: int, p: float, present: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Poisson sampling: per row (model, or stream and model), the indices c < n whose ``bernoulli`` coin came up
+    and where ``present`` [K, n] is True (None: everywhere), ascending, then zeros ([*rows, n] int64), and their
+    counts [*rows]; only the first (largest count of a stream's K rows) columns are defined. The same numbers as
+    ``rows_of`` the coins there, in one pass of the kernel where it runs."""
+    keys = _keys(seeds).stream_keys(stream_id)
+    rows, R, K = _rows(seeds, stream_id), keys.shape[0], len(_keys(seeds))
+    lib = rng_kernel.usable(keys) if present is None else rng_kernel.usable(keys, present)
+    if lib is None:
+        coins = bernoulli(seeds, stream_id, n, p).reshape(-1, K, n)
+        idx, counts = rows_of((coins if present is None else coins & present).reshape(R, n))
+    else:
+        idx, counts = torch.empty(R, n, dtype=torch.int64), torch.empty(R, dtype=torch.int64)
+        mask = None if present is None else present.to(torch.bool).contiguous()
+        lib.arena_sampled_rows(keys.data_ptr(), R, n, round(p * 2.0**53), None if mask is None else mask.data_ptr(),
+                               K, idx.data_ptr(), counts.data_ptr())
+    return idx.reshape(*rows, n), counts.reshape(rows)
+
+
+def rows_of(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """([R, n] the indices of each row's True entries of ``mask`` [R, n], ascending, then zeros; [R] their counts),
+    from one ``nonzero`` (row-major, so each row's are ascending and contiguous) scattered into their rows."""
+    rows, cols = mask.nonzero(as_tuple=True)
+    counts = mask.sum(dim=1)
+    first = torch.cumsum(counts, 0).sub_(counts)  # where each row's entries start in ``cols``
+    idx = torch.zeros(mask.shape, dtype=torch.int64, device=mask.device)
+    idx[rows, torch.arange(cols.shape[0], device=cols.device).sub_(first[rows])] = cols
+    return idx, counts
 
 
 def permutation(seeds: Seeds, stream_id: int, n: int) -> torch.Tensor:

@@ -134,10 +134,15 @@ class Noise:
     alone (its own stream), drawn several steps per call when K·P is small (a draw's fixed cost is most of it at
     K = 1) into reused buffers, so that the steps allocate no noise-sized memory."""
 
-    def __init__(self, seeds: rng.Keys, steps: int, n_params: int, dtype: torch.dtype) -> None:
+    def __init__(
+        self, seeds: rng.Keys, steps: int, n_params: int, dtype: torch.dtype,
+        shape: Callable[[torch.Tensor], list[torch.Tensor]] | None = None,
+    ) -> None:
         self.seeds, self.steps, self.n_params, self.dtype = seeds, steps, n_params, dtype
         self.block = max(1, min(steps, NOISE_BLOCK // max(1, len(seeds) * n_params)))
         self.workspace, self.first, self.draws = rng.Workspace(), -1, torch.empty(0)
+        self.shape = shape
+        self._views: dict[tuple[int, int, tuple[int, ...]], list[torch.Tensor]] = {}
 
     def __call__(self, step: int) -> torch.Tensor:
         """Step ``step``'s normals; valid until a step of the next block is asked for."""
@@ -146,6 +151,17 @@ class Noise:
             ids = [rng.stream(rng.Purpose.NOISE, t) for t in range(step, min(self.steps, step + self.block))]
             self.draws = rng.normal(self.seeds, ids, self.n_params, self.dtype, self.workspace)
         return self.draws[step - self.first]
+
+    def layers(self, step: int) -> list[torch.Tensor]:
+        """Step ``step``'s normals cut and shaped like the parameters by ``shape`` (views): the views of each slot of
+        the reused buffers are made once, not at every step (at K = 1 their reshapes cost ~30 µs a step)."""
+        assert self.shape is not None
+        flat = self(step)
+        key = (step - self.first, flat.data_ptr(), tuple(flat.shape))
+        views = self._views.get(key)
+        if views is None:
+            views = self._views[key] = self.shape(flat)
+        return views
 
 
 class HeavyBall:
@@ -158,11 +174,14 @@ class HeavyBall:
         self.average = [p.clone() for p in params] if recipe.ema else None
 
     def step(self, grads: list[torch.Tensor]) -> None:
-        """One update of every tensor, as multi-tensor (``_foreach``) kernels like ``torch.optim.SGD``'s: the same
-        arithmetic as one tensor at a time, in 3 calls instead of 3 per tensor."""
-        grads = [g + self.l2 * p if pen and self.l2 else g for p, g, pen in zip(self.params, grads, self.penalised)]
-        torch._foreach_mul_(self.velocity, self.recipe.momentum)
-        torch._foreach_add_(self.velocity, grads)
+        """One update of every tensor, as multi-tensor (``_foreach``) kernels like ``torch.optim.SGD``'s. The caller
+        hands ``grads`` over (fresh tensors nothing else holds): they become the new velocity, g + μv made in place
+        in them, so that an update makes two passes over the parameters' size, not three."""
+        for g, p, pen in zip(grads, self.params, self.penalised):
+            if pen and self.l2:
+                g.add_(p, alpha=self.l2)
+        torch._foreach_add_(grads, self.velocity, alpha=self.recipe.momentum)
+        self.velocity = grads
         torch._foreach_add_(self.params, self.velocity, alpha=-self.recipe.lr)
         if self.average is not None:
             torch._foreach_mul_(self.average, self.recipe.ema)
@@ -201,12 +220,14 @@ def _train_dense(
     optimizer = HeavyBall(layers, [i % 2 == 0 for i in range(len(layers))], recipe, arch.l2)
     seeds = rng.Keys(train_seeds.to(X.device))
     n = X.shape[1]
-    noise = Noise(seeds, steps_and_rate(n, recipe)[0], spec.n_params, X.dtype)
-    clip = 0.0 if dp is None else dp.clip
+    noise = Noise(seeds, steps_and_rate(n, recipe)[0], spec.n_params, X.dtype,
+                  functools.partial(hand.unflatten_module_order, spec))
+    clip, q = (0.0 if dp is None else dp.clip), steps_and_rate(n, recipe)[1]
 
     def clipped(ls: list[torch.Tensor], Xs: torch.Tensor, ys: torch.Tensor, vs: torch.Tensor | None) -> Layers:
         inputs, out = hand.layer_inputs(spec, ls, Xs)
-        return dpsgd.clipped_sum(inputs, hand.backprop(spec, ls, inputs, hand.output_delta(out, ys)), clip, vs)
+        deltas = hand.backprop(spec, ls, inputs, hand.output_delta(out, ys))
+        return dpsgd.clipped_sum(inputs, deltas, clip, vs, scale=1.0 / (q * n))
 
     for t, (Xb, yb, valid) in enumerate(_stream(arch, X, y, recipe, seeds, dp)):
         if dp is None:
@@ -215,13 +236,12 @@ def _train_dense(
             grads = hand.sum_gradients(inputs, deltas)
         else:
             sums = clipped(layers, Xb, yb, valid)  # one pass: cutting the padding saves nothing on this path
-            z = hand.unflatten_module_order(spec, noise(t))
-            q = steps_and_rate(n, recipe)[1]
+            z = noise.layers(t)
             canary = None
             if dp.canaries is not None:
                 flat = dp.canaries.contribution(seeds, t, q, spec.n_params, dp.clip, X.dtype, X.device)
                 canary = hand.unflatten_module_order(spec, flat)
-            grads = dpsgd.noisy_gradient(sums, dp.clip, dp.noise_multiplier, z, q * n, canary)
+            grads = dpsgd.noisy_gradient(sums, dp.clip, dp.noise_multiplier, z, q * n, canary, divided=True)
         optimizer.step(grads)
     return hand.to_state(names, optimizer.result())
 
@@ -245,12 +265,14 @@ def _train_functional(
     seeds = rng.Keys(train_seeds.to(X.device))
     K, n = X.shape[:2]
     per_call = examples_per_call(arch, K, budget, X.dtype)
-    noise = Noise(seeds, steps_and_rate(n, recipe)[0], template.n_params, X.dtype)
-    clip, kept = (0.0 if dp is None else dp.clip), len(names)
+    shapes = [params[k].shape for k in names]
+    noise = Noise(seeds, steps_and_rate(n, recipe)[0], template.n_params, X.dtype,
+                  lambda flat: [part.reshape(s) for s, part in zip(shapes, torch.split(flat, sizes, dim=1))])
+    clip, kept, q = (0.0 if dp is None else dp.clip), len(names), steps_and_rate(n, recipe)[1]
 
     def clipped(tensors: list[torch.Tensor], Xs: torch.Tensor, ys: torch.Tensor, vs: torch.Tensor | None) -> Layers:
         ps, bs = dict(zip(names, tensors[:kept])), dict(zip(template.buffers, tensors[kept:]))
-        sums = clipped_sum(arch, ps, bs, Xs, ys, vs, clip, per_call)
+        sums = clipped_sum(arch, ps, bs, Xs, ys, vs, clip, per_call, scale=1.0 / (q * n))
         return [sums[k] for k in names]
 
     for t, (Xb, yb, valid) in enumerate(_stream(arch, X, y, recipe, seeds, dp)):
@@ -261,13 +283,12 @@ def _train_functional(
         else:
             per_model = [params[k] for k in names] + [buffers[k] for k in template.buffers]
             sums = _by_sampled_size(clipped, per_model, images, yb, valid)
-            q = steps_and_rate(n, recipe)[1]
             canary = None
             if dp.canaries is not None:
                 flat = dp.canaries.contribution(seeds, t, q, template.n_params, dp.clip, X.dtype, X.device)
                 canary = shaped_like(sums, flat, sizes)
-            grads = dpsgd.noisy_gradient(sums, dp.clip, dp.noise_multiplier, shaped_like(sums, noise(t), sizes), q * n,
-                                         canary)
+            grads = dpsgd.noisy_gradient(sums, dp.clip, dp.noise_multiplier, noise.layers(t), q * n, canary,
+                                         divided=True)
         optimizer.step(grads)
     released = dict(zip(names, optimizer.result()))
     return {k: released[k] if k in released else buffers[k] for k in state}

@@ -15,7 +15,7 @@ from arena.engine.dense import (
     to_layers,
     unflatten_module_order,
 )
-from arena.engine.dpsgd import clipped_noisy_gradient, clipped_sum, per_example_grad_norms
+from arena.engine.dpsgd import clipped_noisy_gradient, clipped_sum, noisy_gradient, per_example_grad_norms
 from arena.engine.ensemble import init_state
 from arena.engine.recipe import DPNoise, Recipe
 from arena.engine.trainer import train
@@ -175,3 +175,17 @@ def test_poisson_dp_sgd_matches_naive_reference():
         ref = _naive_dp_sgd(arch, X[k], y[k], recipe, init[k : k + 1], tr[k : k + 1], dp)
         for p, r in zip(out, ref):
             torch.testing.assert_close(p[k], r, rtol=1e-10, atol=1e-10)
+
+
+def test_noisy_gradient_of_sums_divided_beforehand_is_the_same_gradient():
+    """``divided=True`` (the clip factors scaled by 1/B, the noise and canary scaled instead of the sums) is DP-SGD's
+    (Σ clipped + canary + σC·z)/B to float rounding."""
+    g = torch.Generator().manual_seed(3)
+    sums, noise, canary = ([torch.randn(2, 5, 3, generator=g), torch.randn(2, 3, generator=g)] for _ in range(3))
+    B, clip, sigma = 17.0, 0.7, 1.3
+    expected = [(s + c + sigma * clip * z) / B for s, c, z in zip(sums, canary, noise)]
+    got = noisy_gradient([s / B for s in sums], clip, sigma, noise, B, canary, divided=True)
+    plain = noisy_gradient([s.clone() for s in sums], clip, sigma, noise, B, canary)
+    for e, a, b in zip(expected, got, plain):
+        torch.testing.assert_close(a, e)
+        torch.testing.assert_close(b, e)

@@ -140,11 +140,11 @@ def test_a_poisson_batch_holds_each_models_sampled_rows_in_order_then_masked_pad
     X = torch.arange(3 * 5 * 2, dtype=torch.float64).reshape(3, 5, 2)
     y = torch.arange(15).reshape(3, 5)
     mask = torch.tensor([[1, 0, 1, 0, 1], [0, 0, 0, 0, 0], [0, 0, 0, 1, 0]], dtype=torch.bool)
-    Xb, yb, valid = _poisson_batch(X, y, mask)
+    Xb, yb, valid = _poisson_batch(X, y, *rng.rows_of(mask))
     assert valid is not None and valid.tolist() == [[True] * 3, [False] * 3, [True, False, False]]
     for k, rows in enumerate([[0, 2, 4], [], [3]]):
         assert torch.equal(Xb[k, : len(rows)], X[k, rows]) and yb[k, : len(rows)].tolist() == y[k, rows].tolist()
-    alone = _poisson_batch(X[2:], y[2:], mask[2:])  # one model: its rows alone, no padding
+    alone = _poisson_batch(X[2:], y[2:], *rng.rows_of(mask[2:]))  # one model: its rows alone, no padding
     assert alone[2] is None and torch.equal(alone[0], X[2:, [3]]) and alone[1].tolist() == [[13]]
 
 

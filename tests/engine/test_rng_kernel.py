@@ -1,0 +1,100 @@
+"""The counter RNG's compiled kernel draws exactly the bits of the eager tensor passes (so a model trains the same
+on a machine with or without a C compiler), and the generator falls back to eager passes when it is unavailable."""
+
+import pytest
+import torch
+
+from arena.engine import rng, rng_kernel
+
+SEEDS = torch.tensor([0, 1, 2**40 + 7, -5, 2**63 - 1, -(2**63)], dtype=torch.int64)
+STREAMS = [rng.stream(rng.Purpose.NOISE, t) for t in (0, 3, 2**20)]
+
+needs_kernel = pytest.mark.skipif(rng_kernel.library() is None, reason="no C compiler or cache folder here")
+
+
+def _eager(monkeypatch, draw):
+    with monkeypatch.context() as m:
+        m.setattr(rng_kernel, "usable", lambda *tensors: None)
+        return draw()
+
+
+@needs_kernel
+@pytest.mark.parametrize("n", [1, 2, 9, 1501])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_kernel_normals_uniforms_and_words_are_the_eager_bits(monkeypatch, n, dtype):
+    draws = {
+        "normal": lambda: rng.normal(SEEDS, STREAMS, n, dtype),
+        "normal, one stream, a workspace": lambda: rng.normal(rng.Keys(SEEDS), STREAMS[1], (n, 3), dtype,
+                                                              rng.Workspace()),
+        "uniform": lambda: rng.uniform(SEEDS, STREAMS[2], n, dtype),
+        "bits": lambda: rng.bits(SEEDS, STREAMS[0], n),
+        "permutation": lambda: rng.permutation(SEEDS, STREAMS[0], n),
+    }
+    for name, draw in draws.items():
+        assert torch.equal(draw(), _eager(monkeypatch, draw)), name
+
+
+@needs_kernel
+def test_kernel_normals_in_column_blocks_are_the_eager_bits(monkeypatch):
+    """A draw wider than one block (``rng._BLOCK`` pairs over all rows) goes through several kernel calls."""
+    draw = lambda: rng.normal(SEEDS, STREAMS, 4 * (rng._BLOCK // (len(SEEDS) * len(STREAMS))) + 3)  # noqa: E731
+    assert torch.equal(draw(), _eager(monkeypatch, draw))
+
+
+@needs_kernel
+@pytest.mark.parametrize("p", [0.0, 1e-3, 0.32, 0.5, 1.0])
+def test_kernel_coins_are_the_eager_coins(monkeypatch, p):
+    draw = lambda: rng.bernoulli(SEEDS, STREAMS, (7, 300), p)  # noqa: E731
+    coins = draw()
+    assert coins.dtype == torch.bool and coins.shape == (3, len(SEEDS), 7, 300)
+    assert torch.equal(coins, _eager(monkeypatch, draw))
+
+
+def test_disabled_or_without_a_compiler_the_kernel_is_absent(monkeypatch, tmp_path):
+    monkeypatch.setenv("ARENA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("ARENA_RNG_KERNEL", "0")
+    assert rng_kernel.library.__wrapped__() is None
+    monkeypatch.delenv("ARENA_RNG_KERNEL")
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    assert rng_kernel.library.__wrapped__() is None
+    assert not (tmp_path / "kernels").exists() or not any((tmp_path / "kernels").iterdir())
+
+
+@needs_kernel
+def test_the_kernel_is_built_once_into_the_cache_and_loaded_from_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("ARENA_CACHE_DIR", str(tmp_path))
+    assert rng_kernel.library.__wrapped__() is not None
+    built = list((tmp_path / "kernels").iterdir())
+    assert len(built) == 1 and built[0].suffix == ".so"
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))  # a cached library needs no compiler
+    assert rng_kernel.library.__wrapped__() is not None
+
+
+@needs_kernel
+@pytest.mark.parametrize("with_present", [False, True])
+def test_kernel_sampled_rows_are_the_rows_of_the_eager_coins(monkeypatch, with_present):
+    present = torch.rand(len(SEEDS), 300, generator=torch.Generator().manual_seed(0)) < 0.7 if with_present else None
+    idx, counts = rng.sampled_rows(SEEDS, STREAMS, 300, 0.32, present)
+    assert idx.shape == (3, len(SEEDS), 300) and counts.shape == (3, len(SEEDS))
+    eager = _eager(monkeypatch, lambda: rng.sampled_rows(SEEDS, STREAMS, 300, 0.32, present))
+    assert torch.equal(counts, eager[1])
+    for s, most in enumerate(counts.amax(1).tolist()):  # the columns stream s defines
+        assert torch.equal(idx[s, :, :most], eager[0][s, :, :most])
+    coins = rng.bernoulli(SEEDS, STREAMS, 300, 0.32) & (True if present is None else present)
+    assert torch.equal(counts, coins.sum(-1))
+    for s, k in [(0, 0), (2, 3)]:
+        rows = coins[s, k].nonzero().squeeze(1)
+        most = int(counts[s].max())
+        assert torch.equal(idx[s, k, : len(rows)], rows) and not idx[s, k, len(rows) : most].any()
+
+
+@needs_kernel
+def test_a_cached_library_others_could_write_is_not_loaded(monkeypatch, tmp_path):
+    monkeypatch.setenv("ARENA_CACHE_DIR", str(tmp_path))
+    assert rng_kernel.library.__wrapped__() is not None
+    (built,) = (tmp_path / "kernels").iterdir()
+    built.chmod(0o777)
+    assert rng_kernel.library.__wrapped__() is None
+    built.chmod(0o755)
+    (tmp_path / "kernels").chmod(0o777)
+    assert rng_kernel.library.__wrapped__() is None
