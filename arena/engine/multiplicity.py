@@ -75,7 +75,7 @@ def train_augmult(arch: Architecture, X: torch.Tensor, y: torch.Tensor, recipe: 
     buffers = {k: state[k] for k in template.buffers}
     names = list(params)
     optimizer = HeavyBall([params[k] for k in names], [k in template.penalised for k in names], recipe, arch.l2)
-    sizes = [params[k][0].numel() for k in names]
+    sizes, shapes = [params[k][0].numel() for k in names], [params[k].shape for k in names]
     seeds = rng.Keys(train_seeds.to(X.device))
     q = steps_and_rate(n, recipe)[1]
     per_call = max(1, examples_per_call(arch, K, budget, X.dtype) // multiplicity)
@@ -85,7 +85,7 @@ def train_augmult(arch: Architecture, X: torch.Tensor, y: torch.Tensor, recipe: 
                              for j in range(multiplicity)], dim=2)
         total = averaged_clipped_sum(arch, params, buffers, views, yb, valid, dp.clip, per_call)
         sums = [total[k] for k in names]
-        z = rng.normal(seeds, rng.stream(rng.Purpose.NOISE, t), template.n_params, X.dtype)
-        optimizer.step(dpsgd.noisy_gradient(sums, dp.clip, dp.noise_multiplier, shaped_like(sums, z, sizes), q * n))
+        z = shaped_like(shapes, sizes, rng.normal(seeds, rng.stream(rng.Purpose.NOISE, t), template.n_params, X.dtype))
+        optimizer.step(dpsgd.noisy_gradient(sums, dp.clip, dp.noise_multiplier, z, q * n))
     released = dict(zip(names, optimizer.result()))
     return {k: released[k] if k in released else buffers[k] for k in state}

@@ -220,9 +220,9 @@ def _train_dense(
     optimizer = HeavyBall(layers, [i % 2 == 0 for i in range(len(layers))], recipe, arch.l2)
     seeds = rng.Keys(train_seeds.to(X.device))
     n = X.shape[1]
-    noise = Noise(seeds, steps_and_rate(n, recipe)[0], spec.n_params, X.dtype,
-                  functools.partial(hand.unflatten_module_order, spec))
-    clip, q = (0.0 if dp is None else dp.clip), steps_and_rate(n, recipe)[1]
+    steps, q = steps_and_rate(n, recipe)
+    noise = Noise(seeds, steps, spec.n_params, X.dtype, functools.partial(hand.unflatten_module_order, spec))
+    clip = 0.0 if dp is None else dp.clip
 
     def clipped(ls: list[torch.Tensor], Xs: torch.Tensor, ys: torch.Tensor, vs: torch.Tensor | None) -> Layers:
         inputs, out = hand.layer_inputs(spec, ls, Xs)
@@ -246,9 +246,10 @@ def _train_dense(
     return hand.to_state(names, optimizer.result())
 
 
-def shaped_like(tensors: list[torch.Tensor], flat: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
-    """[K, P] numbers in the module's parameter order, cut and shaped like ``tensors`` (views)."""
-    return [part.reshape(t.shape) for t, part in zip(tensors, torch.split(flat, sizes, dim=1))]
+def shaped_like(shapes: list[torch.Size], sizes: list[int], flat: torch.Tensor) -> list[torch.Tensor]:
+    """[K, P] numbers in the module's parameter order, cut into ``sizes`` per model and shaped as ``shapes``
+    (views)."""
+    return [part.reshape(shape) for shape, part in zip(shapes, torch.split(flat, sizes, dim=1))]
 
 
 def _train_functional(
@@ -266,9 +267,9 @@ def _train_functional(
     K, n = X.shape[:2]
     per_call = examples_per_call(arch, K, budget, X.dtype)
     shapes = [params[k].shape for k in names]
-    noise = Noise(seeds, steps_and_rate(n, recipe)[0], template.n_params, X.dtype,
-                  lambda flat: [part.reshape(s) for s, part in zip(shapes, torch.split(flat, sizes, dim=1))])
-    clip, kept, q = (0.0 if dp is None else dp.clip), len(names), steps_and_rate(n, recipe)[1]
+    steps, q = steps_and_rate(n, recipe)
+    noise = Noise(seeds, steps, template.n_params, X.dtype, functools.partial(shaped_like, shapes, sizes))
+    clip, kept = (0.0 if dp is None else dp.clip), len(names)
 
     def clipped(tensors: list[torch.Tensor], Xs: torch.Tensor, ys: torch.Tensor, vs: torch.Tensor | None) -> Layers:
         ps, bs = dict(zip(names, tensors[:kept])), dict(zip(template.buffers, tensors[kept:]))
@@ -286,7 +287,7 @@ def _train_functional(
             canary = None
             if dp.canaries is not None:
                 flat = dp.canaries.contribution(seeds, t, q, template.n_params, dp.clip, X.dtype, X.device)
-                canary = shaped_like(sums, flat, sizes)
+                canary = shaped_like(shapes, sizes, flat)
             grads = dpsgd.noisy_gradient(sums, dp.clip, dp.noise_multiplier, noise.layers(t), q * n, canary,
                                          divided=True)
         optimizer.step(grads)
