@@ -49,11 +49,15 @@ def one_run_p_values(m: int, r: int, v: int, epsilons: ArrayLike, delta: float =
     """Steinke, Nasr & Jagielski 2023: an upper bound on Pr[≥ v of r guesses correct] for an (ε, δ)-DP mechanism
     on m independent uniform canaries: β + 2mδ·max_{1≤i≤v}(Pr[B ≥ v − i] − β)/i with B ~ Binomial(r, e^ε/(1+e^ε))
     and β = Pr[B ≥ v] (the max term vanishes for δ = 0); at most 1. Vectorised over ``epsilons``."""
-    if not 0 <= v <= r <= m:
-        raise ValueError(f"need 0 <= v <= r <= m, got v={v}, r={r}, m={m}")
+    _check_counts(m, r, v)
     eps = np.asarray(epsilons, np.float64)
     flat = eps.reshape(-1)
     return _p_values(m, np.full(flat.shape, r), np.full(flat.shape, v), flat, delta).reshape(eps.shape)
+
+
+def _check_counts(m: int, r: int, v: int) -> None:
+    if not 0 <= v <= r <= m:
+        raise ValueError(f"need 0 <= v <= r <= m, got v={v}, r={r}, m={m}")
 
 
 _CELLS = 1 << 21
@@ -81,7 +85,7 @@ def _p_values(m: int, r: np.ndarray, v: np.ndarray, eps: np.ndarray, delta: floa
     log_p, log_q = -np.logaddexp(0.0, -eps)[:, None], -np.logaddexp(0.0, eps)[:, None]  # log p, log(1 − p)
     pmf = np.where(valid, np.exp(log_choose + k * log_p + (rr - k) * log_q), 0.0)
     window = np.where(valid, np.cumsum(pmf, axis=-1) / i, -np.inf).max(axis=-1)
-    return np.where(v > 0, np.minimum(1.0, b + 2 * m * delta * window), np.minimum(1.0, b))
+    return np.minimum(1.0, b + np.where(v > 0, 2 * m * delta * window, 0.0))  # v = 0: no window, β alone
 
 
 def one_run_p_value(m: int, r: int, v: int, epsilon: float, delta: float = 0.0) -> float:
@@ -96,8 +100,7 @@ def one_run_epsilon_from_counts(m: int, r: int, v: int, alpha: float = ALPHA, de
 
     δ = 0: closed form logit(Beta⁻¹(α; v, r − v + 1)) (clipped at 0). δ > 0: bisection to ``tol`` between 0 and the
     δ = 0 bound (δ only weakens the evidence), keeping the end whose p-value is at most α."""
-    if not 0 <= v <= r <= m:
-        raise ValueError(f"need 0 <= v <= r <= m, got v={v}, r={r}, m={m}")
+    _check_counts(m, r, v)
     return float(_epsilons_from_counts(m, np.array([r]), np.array([v]), alpha, delta, tol)[0])
 
 
@@ -109,8 +112,8 @@ def _epsilons_from_counts(m: int, r: np.ndarray, v: np.ndarray, alpha: float, de
     out = np.zeros(r.shape)
     live = np.flatnonzero((r > 0) & (v > 0))
     q = cp_lower(v[live], r[live], alpha)
-    with np.errstate(divide="ignore"):
-        hi = np.where(q > 0.5, np.maximum(0.0, logit(np.where(q > 0.5, q, 0.75))), 0.0)
+    hi = np.zeros(live.size)
+    hi[q > 0.5] = logit(q[q > 0.5])  # positive there; ε-DP says nothing where the accuracy's bound is ≤ ½
     if delta == 0:
         out[live] = hi
         return out
