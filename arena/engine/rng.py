@@ -18,7 +18,7 @@ from enum import IntEnum
 
 import torch
 
-from arena.engine import rng_kernel
+from arena.engine import box_muller, rng_kernel
 
 _INDEX_BITS = 24
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -219,8 +219,9 @@ def normal(
     With h = ⌈n/2⌉ pairs, pair j gives element j (r cos θ) and element h + j (r sin θ), r = √(−2 ln u₁),
     θ = 2π u₂, u₁ = (k₁ + 1)·2**-b ∈ (0, 1] and u₂ = k₂·2**-b ∈ [0, 1), with b = 24 bits in float32 (k₁, k₂ the top
     24 bits of the two 32-bit halves of word j) and b = 53 in float64 (the top 53 bits of words j and h + j).
-    Every step runs in place in buffers of the output's size (reused from ``workspace`` when given), so the cost
-    is half a 64-bit hash and two transcendental passes per normal.
+    float32 (and narrower) draws compute r, cos θ and sin θ from exact float32 operations (``box_muller``), so the
+    compiled kernel, eager CPU passes and CUDA give the same bits; float64 draws use torch's log, sin and cos.
+    Every step runs in place in buffers of the output's size (reused from ``workspace`` when given).
     """
     shape = _shape(shape)
     n = math.prod(shape)
@@ -247,26 +248,21 @@ def normal(
 
 
 _BLOCK = 1 << 16
-"""Pairs of normals (over all rows) that one block of the float32 draw hashes and transforms at a time: its two
-word buffers and its 32-bit fields (1.5 MiB) stay in cache through the ~20 passes, instead of streaming the whole
-draw through memory."""
+"""Pairs of normals (over all rows) that one block of the eager float32 draw hashes and transforms at a time: its
+word buffers and fields stay in cache through the ~40 passes, instead of streaming the whole draw through memory."""
 
 
 def _normal_split(keys: torch.Tensor, h: int, n_bits: int, dtype: torch.dtype, ws: Workspace) -> torch.Tensor:
-    """[R, 2, h] float32 Box–Muller pairs of stream keys [R], in column blocks of ``_BLOCK`` pairs."""
+    """[R, 2, h] float32 Box–Muller pairs of stream keys [R] (``box_muller``): one pass of the compiled kernel, or
+    eager passes in column blocks of ``_BLOCK`` pairs, the same bits."""
     R = keys.shape[0]
     out = ws.get("normal", (R, 2, h), dtype, keys.device)
-    width = min(h, max(1024, _BLOCK // R))
-    lib = rng_kernel.usable(keys)
+    lib = rng_kernel.usable(keys) if dtype == torch.float32 else None
     if lib is not None:
-        cosine = ws.get("cosine", (R, width), dtype, keys.device)
-        for start in range(0, h, width):
-            end = min(h, start + width)
-            radius, sine = out[:, 0, start:end], out[:, 1, start:end]  # sine holds θ until its sin_
-            lib.arena_fields32(keys.data_ptr(), R, start, end - start, n_bits, 2.0 * math.pi * 2.0**-n_bits,
-                               radius.data_ptr(), sine.data_ptr(), 2 * h)
-            _box_muller(radius, sine, cosine[:, : end - start])
+        lib.arena_normals32(keys.data_ptr(), R, 0, h, n_bits, box_muller.angle_unit(n_bits), out[:, 0].data_ptr(),
+                            out[:, 1].data_ptr(), 2 * h)
         return out
+    width = min(h, max(1024, _BLOCK // R)) if keys.device.type == "cpu" else h  # a GPU wants few, large passes
     words = ws.get("words", (R, width), torch.int64, keys.device)
     scratch = ws.get("scratch", (R, width), torch.int64, keys.device)
     fields = ws.get("fields", (2, R, width), torch.int32, keys.device)
@@ -276,18 +272,16 @@ def _normal_split(keys: torch.Tensor, h: int, n_bits: int, dtype: torch.dtype, w
         w, s, f = words[:, : end - start], scratch[:, : end - start], fields[:, :, : end - start]
         torch.add(keys.unsqueeze(1), counters[start:end], out=w)
         _mix64_(w, s, last=False)
-        _box_muller_split(w, s, f, out[:, 0, start:end], out[:, 1, start:end], n_bits)
+        _split_fields(w, s, f, n_bits)
+        box_muller.eager(f[0], f[1], out[:, 0, start:end], out[:, 1, start:end], n_bits)
     return out
 
 
-def _box_muller_split(
-    words: torch.Tensor, scratch: torch.Tensor, fields: torch.Tensor, radius: torch.Tensor, sine: torch.Tensor,
-    n_bits: int,
-) -> None:
-    """``normal``'s float32 case: ``words`` hashed up to the final xorshift x ^= x >>> 31, which leaves k₁ (bits
-    63..40) unchanged and is folded into k₂ (bits 31..8 of x ^ (x >> 31), with an arithmetic shift, whose sign
-    bits land above bit 32). The fields are narrowed into ``fields`` [2, R, w] (32-bit integers) before their
-    last shifts, masks and conversions to float: those passes cost a third of their 64-bit ones."""
+def _split_fields(words: torch.Tensor, scratch: torch.Tensor, fields: torch.Tensor, n_bits: int) -> None:
+    """``normal``'s float32 fields k₁, k₂ into ``fields`` [2, R, w] (32-bit integers) from ``words`` hashed up to the
+    final xorshift x ^= x >>> 31, which leaves k₁ (bits 63..40) unchanged and is folded into k₂ (bits 31..8 of
+    x ^ (x >> 31), with an arithmetic shift, whose sign bits land above bit 32). The fields are narrowed before
+    their last shifts and masks: those passes cost a third of their 64-bit ones."""
     mask = (1 << n_bits) - 1
     k1, k2 = fields[0], fields[1]
     torch.bitwise_right_shift(words, 31, out=scratch).bitwise_xor_(words)
@@ -295,19 +289,6 @@ def _box_muller_split(
     k2.bitwise_right_shift_(32 - n_bits).bitwise_and_(mask)
     k1.copy_(words.bitwise_right_shift_(64 - n_bits))
     k1.bitwise_and_(mask)
-    torch.add(k1, 1, out=radius).mul_(2.0**-n_bits)
-    angle = scratch.view(radius.dtype)[:, : radius.shape[1]]  # the 64-bit words are read: their memory holds θ
-    torch.mul(k2, 2.0 * math.pi * 2.0**-n_bits, out=sine)
-    _box_muller(radius, sine, angle)
-
-
-def _box_muller(radius: torch.Tensor, sine: torch.Tensor, cosine: torch.Tensor) -> None:
-    """In place: ``radius`` u₁ → √(−2 ln u₁)·cos θ, ``sine`` θ → √(−2 ln u₁)·sin θ (``cosine``: scratch of their
-    shape). The transcendental passes of every float32 draw, kernel or not, so both give the same bits."""
-    radius.log_().mul_(-2.0).sqrt_()
-    torch.cos(sine, out=cosine)
-    sine.sin_().mul_(radius)
-    radius.mul_(cosine)
 
 
 def bernoulli(

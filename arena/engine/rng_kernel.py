@@ -1,9 +1,9 @@
-"""The counter RNG's integer work in one pass of compiled C: the SplitMix64 words, Poisson coins (and the rows they
-sample) and float32 Box–Muller fields that ``arena.engine.rng`` otherwise builds from ~20 eager int64 tensor passes.
+"""The counter RNG in one pass of compiled C: the SplitMix64 words, Poisson coins (and the rows they sample) and
+float32 normals that ``arena.engine.rng`` otherwise builds from ~20 eager int64 and ~40 float32 tensor passes.
 
-Only exact operations move here (64-bit integer arithmetic, integer-to-float conversions, one float32 product), so
-a draw is bit for bit the same with or without the kernel (tests/engine/test_rng_kernel.py); the transcendental
-passes (log, sqrt, sin, cos) stay in torch, whose kernels the C library would not match to the last bit.
+Only exact operations run here (64-bit integer arithmetic, integer-to-float conversions, float32 operations each
+rounded once, no fused multiply-adds: ``arena.engine.box_muller``'s formula), so a draw is bit for bit the same with
+or without the kernel (tests/engine/test_rng_kernel.py).
 
 The library is compiled by the C compiler (``$CC``, else ``cc``) on first use in a process, at most once per
 machine: it is cached in the arena's cache folder (``$ARENA_CACHE_DIR``, default ``~/.cache/privacy-arena``), under
@@ -27,10 +27,12 @@ from pathlib import Path
 
 import torch
 
+from arena.engine import box_muller
 from arena.privacy.noise_store import cache_root
 
 SOURCE = r"""
 #include <stdint.h>
+""" + box_muller.C_SOURCE + r"""
 #define GOLDEN 0x9E3779B97F4A7C15ULL
 static inline uint64_t mix(uint64_t x) {
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -83,26 +85,32 @@ void arena_sampled_rows(const int64_t *keys, int64_t rows, int64_t n, int64_t th
         }
     }
 }
-/* word x of pair first + c: u[r, c] = ((x >>> (64 - bits)) + 1) 2^-bits, angle[r, c] = float(bits 31..32-bits of
-   x) * scale, both float32; rows `stride` apart */
-void arena_fields32(const int64_t *keys, int64_t rows, int64_t first, int64_t n, int64_t bits, float scale,
-                    float *u, float *angle, int64_t stride) {
+/* pair first + c of row r: its fields k1 = x >>> (64 - bits), k2 = bits 31..32-bits of x through box_muller, r cos θ
+   into cos_out[r, c] and r sin θ into sin_out[r, c]; rows `stride` apart. Blocks of 256: the hashes first, then
+   the float32 arithmetic, each loop vectorised on its own. */
+void arena_normals32(const int64_t *keys, int64_t rows, int64_t first, int64_t n, int64_t bits, float unit,
+                     float *cos_out, float *sin_out, int64_t stride) {
     const uint32_t mask = (1u << bits) - 1u;
-    const float unit = 1.0f / (float)(1u << bits);
+    uint32_t k1[256], k2[256];
     for (int64_t r = 0; r < rows; r++) {
         const uint64_t k = (uint64_t)keys[r];
-        float *ur = u + r * stride, *ar = angle + r * stride;
-        for (int64_t c = 0; c < n; c++) {
-            const uint64_t x = mix(k + (uint64_t)(first + c + 1) * GOLDEN);
-            ur[c] = (float)((uint32_t)(x >> (64 - bits)) + 1u) * unit;
-            ar[c] = (float)(((uint32_t)x >> (32 - bits)) & mask) * scale;
+        float *co = cos_out + r * stride, *so = sin_out + r * stride;
+        for (int64_t c0 = 0; c0 < n; c0 += 256) {
+            const int64_t w = n - c0 < 256 ? n - c0 : 256;
+            for (int64_t j = 0; j < w; j++) {
+                const uint64_t x = mix(k + (uint64_t)(first + c0 + j + 1) * GOLDEN);
+                k1[j] = (uint32_t)(x >> (64 - bits));
+                k2[j] = ((uint32_t)x >> (32 - bits)) & mask;
+            }
+            for (int64_t j = 0; j < w; j++) box_muller(k1[j], k2[j], (int)bits, unit, co + c0 + j, so + c0 + j);
         }
     }
 }
 """
 
-FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-shared", "-fPIC")
-"""-ffp-contract=off: no fused multiply-adds, so each float32 product rounds as torch's does."""
+FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-shared", "-fPIC")
+"""-ffp-contract=off: no fused multiply-adds, so each float32 product rounds as torch's does; -fno-math-errno: a
+square root that vectorises (its argument is never negative)."""
 
 
 def _cpu() -> str:
@@ -131,8 +139,8 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.arena_words.argtypes = [p, i, i, i, p, i]
     lib.arena_bernoulli.argtypes = [p, i, i, i, p]
     lib.arena_sampled_rows.argtypes = [p, i, i, i, p, i, p, p]
-    lib.arena_fields32.argtypes = [p, i, i, i, i, ctypes.c_float, p, p, i]
-    for f in (lib.arena_words, lib.arena_bernoulli, lib.arena_sampled_rows, lib.arena_fields32):
+    lib.arena_normals32.argtypes = [p, i, i, i, i, ctypes.c_float, p, p, i]
+    for f in (lib.arena_words, lib.arena_bernoulli, lib.arena_sampled_rows, lib.arena_normals32):
         f.restype = None
     return lib
 
