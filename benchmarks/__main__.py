@@ -155,6 +155,8 @@ def carried_sections(text: str, skip: set[str]) -> tuple[str, dict[str, list[str
     pairs not in ``skip``."""
     provenance = next((line for line in text.splitlines() if line.startswith("Produced by")), "an earlier run")
     provenance = provenance.split(". `make bench`")[0].removeprefix("Produced by ")
+    cpu = next((line.split("|")[2].strip() for line in text.splitlines() if line.startswith("| CPU |")), None)
+    provenance += f", on {cpu}" if cpu else ""
     rows: dict[str, list[str]] = {}
     summary = text.split("## Summary", 1)[1].split("\n## ", 1)[0] if "## Summary" in text else ""
     for line in summary.splitlines():
@@ -168,6 +170,20 @@ def carried_sections(text: str, skip: set[str]) -> tuple[str, dict[str, list[str
         if key[1:] == "." and key[0] not in skip and key[0] in PAIRS:
             bodies[key[0]] = "## " + chunk.rstrip()
     return provenance, rows, bodies
+
+
+_CARRIED = "*Carried over unchanged from "
+
+
+def carried_line(body: str, provenance: str) -> str:
+    """Where a carried section was measured: its own first carry's line if it was carried before (the run that
+    measured it), else the run of the file it comes from (``provenance``, with that file's machine)."""
+    earlier = [line for line in body.splitlines() if line.startswith(_CARRIED)]
+    return earlier[-1] if earlier else f"{_CARRIED}{provenance}; not re-measured in this run.*"
+
+
+def _without_carried_lines(body: str) -> str:
+    return "\n".join(line for line in body.splitlines() if not line.startswith(_CARRIED))
 
 
 def render(sections: list[Section], info: dict[str, str], command: str, started: datetime, minutes: float,
@@ -208,7 +224,7 @@ def render(sections: list[Section], info: dict[str, str], command: str, started:
         lines += render_section(s)
     for key in sorted(old_bodies):
         header, _, body = old_bodies[key].partition("\n")
-        lines += [header, "", f"*Carried over unchanged from {provenance}; not re-measured in this run.*", body, ""]
+        lines += [header, "", carried_line(body, provenance), _without_carried_lines(body), ""]
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -15,7 +15,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
@@ -77,26 +77,32 @@ def run_serial(
     matchups are in flight (here always one) before each starts.
     """
     _warm_for_children()
+    learned: list[str] = []
     for group in _by_release(todo).values():
         for m in group:
             on_start(1)
             for _ in range(retries + 1):
+                _warm_for_children(learned)  # what an earlier child needed, for this one (never after the last)
                 sandbox.start()  # the matchups' processes, forked from here, share this fork server (again if it died)
-                row, died = play_in_child(m, str(store.root), timeout(m))
+                row, died, learned = play_in_child(m, str(store.root), timeout(m))
                 if not died:
                     break
             on_row(row)
 
 
-WARM = ("torch._dynamo", "scipy.stats", "dp_accounting.pld", "dp_accounting.rdp")
-"""What the forked matchups would each import again, imported once before the first fork: ``torch.func.grad``
-(the functional path of any ``nn.Module``) imports Dynamo, the membership metrics rank with ``scipy.stats``, a
-DP-SGD defense calibrates its noise with dp_accounting; about 1.5, 0.8 and 1.5 s of CPU a process."""
+WARM = ("scipy.stats", "dp_accounting.pld", "dp_accounting.rdp")
+"""What the forked matchups would each import again, imported once before the first fork: the membership metrics
+rank with ``scipy.stats``, a DP-SGD defense calibrates its noise with dp_accounting; about 0.8 and 1.5 s of CPU a
+process."""
+LEARNED = ("torch._dynamo",)
+"""What only some matchups import, imported in the parent once a child has (for the matchups after it):
+``torch.func.grad`` (the ``vmap`` path of a module that is neither a dense stack nor a plain layer stack) imports
+Dynamo, ~2 s of CPU that most runs never need."""
 
 
-def _warm_for_children() -> None:
-    """Import ``WARM`` in the process the matchups fork from."""
-    for name in WARM:
+def _warm_for_children(names: Iterable[str] = WARM) -> None:
+    """Import ``names`` in the process the matchups fork from."""
+    for name in names:
         importlib.import_module(name)
 
 
@@ -107,8 +113,9 @@ def _context() -> multiprocessing.context.ForkContext | multiprocessing.context.
     return multiprocessing.get_context("spawn")
 
 
-def play_in_child(matchup: Matchup, run_dir: str, limit: float) -> tuple[dict[str, Any], bool]:
-    """Play one matchup in a child process; return its row and whether the child died without answering.
+def play_in_child(matchup: Matchup, run_dir: str, limit: float) -> tuple[dict[str, Any], bool, list[str]]:
+    """Play one matchup in a child process; return its row, whether the child died without answering, and which of
+    ``LEARNED`` it imported.
 
     The parent enforces ``limit`` by killing the child, so a plugin that catches every ``BaseException`` cannot
     outlive it. A Ctrl-C of the user reaches the parent (the child ignores SIGINT): the child is killed and the
@@ -135,14 +142,14 @@ def play_in_child(matchup: Matchup, run_dir: str, limit: float) -> tuple[dict[st
         timed_out = not answered
         _kill(child)
         if timed_out:
-            return failed_row(matchup, f"timeout: exceeded {limit:g}s", seconds), False
-        return failed_row(matchup, f"worker died: exit code {child.exitcode}", seconds), True
+            return failed_row(matchup, f"timeout: exceeded {limit:g}s", seconds), False, []
+        return failed_row(matchup, f"worker died: exit code {child.exitcode}", seconds), True, []
     child.join(5.0)
     _kill(child)
-    kind, payload = message
+    kind, payload, imported = message
     if kind == "died":  # the fork server died under the attack: no fault of the attack's, played again
-        return failed_row(matchup, f"worker died: {payload}", seconds), True
-    return (payload if kind == "row" else failed_row(matchup, payload, seconds)), False
+        return failed_row(matchup, f"worker died: {payload}", seconds), True, imported
+    return (payload if kind == "row" else failed_row(matchup, payload, seconds)), False, imported
 
 
 @contextmanager
@@ -179,7 +186,7 @@ def _child(matchup: Matchup, run_dir: str, writer: Any) -> None:
         message = ("died", str(exc))
     except BaseException as exc:  # noqa: BLE001 - sys.exit or KeyboardInterrupt raised by plugin code
         message = ("error", f"plugin raised {type(exc).__name__}: {exc}")
-    writer.send(message)
+    writer.send((*message, [m for m in LEARNED if m in sys.modules]))
     writer.close()
 
 

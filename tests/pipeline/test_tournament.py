@@ -52,3 +52,36 @@ def test_ray_local_and_two_node_cluster_match_serial(tiny_scenario: Path, tmp_pa
     assert comparable(local) == expected
     assert comparable(cluster_store) == expected
     assert len(nodes) in (0, 2)
+
+
+def test_a_module_only_some_matchups_need_is_imported_for_the_next_child_never_after_the_last(monkeypatch):
+    """A serial run forks its matchups from one process: what a child imported of ``LEARNED`` (Dynamo, ~2 s) is
+    imported there before the next child starts, so later children start with it; a run none of whose matchups
+    needs it never pays for it."""
+    import sys
+    from types import SimpleNamespace
+
+    from arena.pipeline import tournament
+
+    monkeypatch.setattr(tournament, "LEARNED", ("colorsys",))
+    monkeypatch.setattr(tournament, "play_matchup", lambda matchup, run_dir: __import__("colorsys") and {"m": matchup})
+    monkeypatch.delitem(sys.modules, "colorsys", raising=False)
+    row, died, imported = tournament.play_in_child("one", "unused", 60)
+    assert (row, died, imported) == ({"m": "one"}, False, ["colorsys"])
+    assert "colorsys" not in sys.modules, "the child's import is its own"
+
+    seen = []
+
+    def play(matchup, run_dir, limit):  # what the parent had imported when each child forked
+        seen.append("colorsys" in sys.modules)
+        return {"m": matchup}, False, ["colorsys"] if matchup == "needs it" else []
+
+    monkeypatch.setattr(tournament, "play_in_child", play)
+    monkeypatch.setattr(tournament.sandbox, "start", lambda: None)
+    monkeypatch.setattr(tournament, "_by_release", lambda todo: {"one release": todo})
+    rows = []
+    tournament.run_serial(["needs it"], SimpleNamespace(root="unused"), rows.append, lambda n: None, lambda m: 60)
+    assert seen == [False] and "colorsys" not in sys.modules, "nothing is imported after the last matchup"
+    tournament.run_serial(["needs it", "next", "last"], SimpleNamespace(root="unused"), rows.append,
+                          lambda n: None, lambda m: 60)
+    assert seen == [False, False, True, True] and len(rows) == 4
