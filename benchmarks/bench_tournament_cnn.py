@@ -58,5 +58,6 @@ def run(quick: bool, repeats: int) -> Section:
                     warmup=False)
     section.tables.append(Table("whole command, seconds", t))
     section.checks.append(ratio("digits CNN tournament: serial / 2 workers", t, serial, workers, WORKERS_TARGET,
-                                why_missed=WORKERS_MISSED))
+                                why_missed="As for the quickstart (pair e, whose section has the figures named "
+                                "here): " + WORKERS_MISSED))
     return section

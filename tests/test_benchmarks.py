@@ -96,7 +96,7 @@ def test_sections_not_run_are_carried_over_from_an_earlier_results_file_and_mark
                    carried=text)  # carried twice: the row stays, marked once
     assert again.count("| d (earlier run) | old ratio | 3× | >= 5× | **MISS** |") == 1
     d_again = again.split("## d. Old")[1]
-    assert d_again.count("Carried over unchanged") == 1, "a section carried twice names one run: the one that measured it"
+    assert d_again.count("Carried over unchanged") == 1, "a section carried twice names the one run that measured it"
     assert "on 2020-01-02" in d_again and "2021-01-02" not in d_again and "on x; not re-measured" in d_again
 
 
