@@ -220,7 +220,8 @@ def normal(
     θ = 2π u₂, u₁ = (k₁ + 1)·2**-b ∈ (0, 1] and u₂ = k₂·2**-b ∈ [0, 1), with b = 24 bits in float32 (k₁, k₂ the top
     24 bits of the two 32-bit halves of word j) and b = 53 in float64 (the top 53 bits of words j and h + j).
     float32 (and narrower) draws compute r, cos θ and sin θ from exact float32 operations (``box_muller``), so the
-    compiled kernel, eager CPU passes and CUDA give the same bits; float64 draws use torch's log, sin and cos.
+    compiled kernel and the eager passes give the same bits (on CUDA too by construction; not yet run on a GPU);
+    float64 draws use torch's log, sin and cos.
     Every step runs in place in buffers of the output's size (reused from ``workspace`` when given).
     """
     shape = _shape(shape)
