@@ -28,21 +28,21 @@ MISSED = {
         "One model alone skips `vmap`: the CNN takes the layer-by-layer path (arena/engine/ghost.py's forward, one "
         "autograd backward), the MLP the hand path. The arena keeps every image tensor and its gradient in "
         "channels-last memory, where this torch build's max-pooling runs ~4× faster than on the loop's NCHW tensors "
-        "(3 epochs profiled on the 2-core AMD EPYC machine of this run: 5.7 against 24 ms). On this machine (AVX2) "
-        "the other layers give that back: in channels-last the convolutions ran slower than the loop's NCHW ones "
-        "(forward 31 against 23 ms, backward 54 against 47 ms), the ReLU backward 12 against 3.2 ms, and the linear "
-        "layers as batched matmuls 11 against 8 ms; on the Intel machine of earlier runs (AVX-512) the same code "
-        "measured 1.01× and 0.99–1.04× over 25 interleaved epochs. Here 15 interleaved epochs measured 1.04× (median "
-        "of per-epoch ratios; best epochs 54.1 against 53.2 ms), the 5 repeats above 0.94–1.05×: at parity, within "
-        "the spread. What is left besides: the per-call seeded initialisation (~0.9 ms), the per-model gathers of "
-        "each batch (counter-RNG shuffles), the reshapes. What would close it: picking the memory format per layer "
-        "at K = 1 (NCHW convolutions, channels-last pooling) by timing both once per machine."
+        "(3 epochs profiled on a 2-core AMD EPYC machine: 5.7 against 24 ms). On that machine (AVX2) the other "
+        "layers give that back: in channels-last the convolutions ran slower than the loop's NCHW ones (forward 31 "
+        "against 23 ms, backward 54 against 47 ms), the ReLU backward 12 against 3.2 ms, and the linear layers as "
+        "batched matmuls 11 against 8 ms; the two are at parity there (16 epochs per call, 5 repeats, 2026-12-02: "
+        "1.12×, per repeat 0.96–1.24×), and on the Intel machine of earlier runs (AVX-512) the same code measured "
+        "1.01× and 0.99–1.04× over 25 interleaved epochs. What is left besides: the per-call seeded initialisation "
+        "(~0.9 ms), the per-model gathers of each batch (counter-RNG shuffles), the reshapes. What would close it: "
+        "picking the memory format per layer at K = 1 (NCHW convolutions, channels-last pooling) by timing both once "
+        "per machine."
     ),
     "cnn-dp": (
         "DP-SGD's step = a forward and backward to each layer's output + the per-example norms + the clipped sums "
         "+ the noise, on Poisson batches padded to the largest of K counts (~83 rows for an expected 64 at "
         "K = 64; cut in two passes where that saves rows). One step of 64 models on 64 rows without padding, timed "
-        "alone on this run's 2-core AMD EPYC machine: non-private ~145–170 ms, DP-SGD ~200–240 ms (~1.3×); the "
+        "alone on a 2-core AMD EPYC machine: non-private ~145–170 ms, DP-SGD ~200–240 ms (~1.3×); the "
         "epoch adds the padding. The DP-only work of that step (profiled): the first convolution's output gradient "
         "copied out of channels-last memory to examples first (~9 ms since this round moves its channel runs as "
         "16-byte elements, 15 ms before; batched matmuls cannot read it in place: (example, model) is two strides), "
@@ -58,7 +58,7 @@ MISSED = {
         "The MLP's non-private step on the hand path is a handful of small batched matmuls, so DP-SGD's fixed "
         "additions weigh heavily. The noise (one Gaussian per parameter per step, 19,210 per model) is drawn whole "
         "by the compiled kernel since issue 23's fifth round: words to normals in one pass of exact float32 "
-        "operations (arena/engine/box_muller.py, the same bits eager), ~2.5 ns a normal on this run's AMD EPYC "
+        "operations (arena/engine/box_muller.py, the same bits eager), ~2.5 ns a normal on a 2-core AMD EPYC "
         "machine against ~5.7 ns for the kernel's fields plus torch's log, sqrt, sin and cos before it, and "
         "below torch.randn's cost (figure above); that took the K = 64 ratio from ~1.75× to ~1.53× (alternating "
         "processes, best of 7 epochs each). What is left: (1) the Poisson batch padded to the largest of K counts "
@@ -82,15 +82,21 @@ MISSED = {
 @dataclass(frozen=True)
 class Sizes:
     n: int
-    epochs: int
+    model_epochs: int
+    """Model-epochs one timed call covers at least: K models train ⌈model_epochs / K⌉ epochs per call (one at
+    least), so that a figure of one model is not one ~60 ms epoch, which the machine's noise swamps."""
     models: tuple[int, ...]
     peers: int
     """Models the torch loop and Opacus train per repeat (one after another: their cost per model does not
     depend on K), at most K."""
 
+    def epochs(self, K: int) -> int:
+        """Epochs per timed call for K models (every contender of the pair trains as many)."""
+        return max(1, -(-self.model_epochs // K))
 
-FULL = Sizes(n=1000, epochs=1, models=(1, 16, 64), peers=4)
-QUICK = Sizes(n=128, epochs=1, models=(1, 4), peers=1)
+
+FULL = Sizes(n=1000, model_epochs=16, models=(1, 16, 64), peers=4)
+QUICK = Sizes(n=128, model_epochs=1, models=(1, 4), peers=1)
 
 
 def recipe(epochs: int, batch: int = 64) -> Recipe:
@@ -129,8 +135,10 @@ def _pair(name: str, arch, K: int, sizes: Sizes, repeats: int, section: Section)
     nonprivate, private = f"arena non-private, K={K} in one call", f"arena DP-SGD, K={K} in one call"
     loop, opac = f"torch loop, one model after another ({m} timed)", f"Opacus hooks, one after another ({m} timed)"
 
+    per_call = sizes.epochs(K)
+
     def epochs(r: int) -> int:
-        return 1 if r < 0 else sizes.epochs
+        return 1 if r < 0 else per_call
 
     t = compare(
         {
@@ -140,8 +148,8 @@ def _pair(name: str, arch, K: int, sizes: Sizes, repeats: int, section: Section)
             opac: lambda r: [f(epochs(r)) for f in hooks],
         },
         repeats,
-        scale={nonprivate: 1 / (sizes.epochs * K), private: 1 / (sizes.epochs * K), loop: 1 / (sizes.epochs * m),
-               opac: 1 / (sizes.epochs * m)},
+        scale={nonprivate: 1 / (per_call * K), private: 1 / (per_call * K), loop: 1 / (per_call * m),
+               opac: 1 / (per_call * m)},
         clock=CPU,
     )
     section.tables.append(Table(f"{name}, K={K}; CPU seconds per model-epoch", t, "s/model-epoch"))
@@ -169,8 +177,9 @@ def run(quick: bool, repeats: int) -> Section:
         "b",
         "Per model-epoch: arena non-private and DP-SGD vs a torch loop vs Opacus",
         f"Digits, n = {sizes.n} records per model (each model its own random subset), batch 64 (DP-SGD: Poisson "
-        f"sampling at q = 64/n, clip 1, σ 1), SGD lr 0.1 momentum 0.9, {sizes.epochs} epoch(s) per call, CPU "
-        f"seconds per model-epoch. Models: the `cnn` plugin on 1×8×8 ({CNN.template().n_params:,} parameters; "
+        f"sampling at q = 64/n, clip 1, σ 1), SGD lr 0.1 momentum 0.9, "
+        f"{', '.join(f'{sizes.epochs(K)} epoch(s) per call at K = {K}' for K in sizes.models)} (one timing covers "
+        f"{sizes.model_epochs} model-epochs at least), CPU seconds per model-epoch. Models: the `cnn` plugin on 1×8×8 ({CNN.template().n_params:,} parameters; "
         "layer-by-layer path, DP-SGD by ghost clipping, arena/engine/ghost.py) and the MLP 64→256→10 relu "
         f"({MLP.template().n_params:,} parameters; hand path, arena/engine/dense.py). The arena trains K models in "
         "one `train` call (K = 1: one model alone, which skips `vmap`); the torch loop (a plain nn.Module + "

@@ -20,11 +20,12 @@ MISSED = (
 def run(quick: bool, repeats: int) -> Section:
     sizes = QUICK if quick else FULL
     K = sizes.models[-1]
+    per_call = sizes.epochs(K)
     section = Section(
         "g",
         "torch.func path vs hand path (MLP)",
         f"The same {K} MLPs 64→256→10 relu on digits (n = {sizes.n}, batch 64, lr 0.1, momentum 0.9, "
-        f"{sizes.epochs} epoch(s)) trained by `train(..., engine=\"functional\")` (torch.func: `vmap` over models "
+        f"{per_call} epoch(s)) trained by `train(..., engine=\"functional\")` (torch.func: `vmap` over models "
         "of `grad`, and for DP-SGD `vmap(grad)` over examples, materialised per-example gradients) and by "
         "`engine=\"dense\"` (hand-written batched backprop, ghost norms for DP-SGD); same seeds, same draws, so "
         "the models agree to float tolerance (figure below). CPU time per epoch per model.",
@@ -33,9 +34,9 @@ def run(quick: bool, repeats: int) -> Section:
     seeds = torch.arange(K, dtype=torch.int64)
 
     def epochs(r: int) -> int:
-        return 1 if r < 0 else sizes.epochs
+        return 1 if r < 0 else per_call
 
-    scale = 1.0 / (sizes.epochs * K)
+    scale = 1.0 / (per_call * K)
     for dp, label in ((None, "non-private"), (NOISE, "DP-SGD")):
         func, dense = f"torch.func, {label}", f"hand path, {label}"
         t = compare(
