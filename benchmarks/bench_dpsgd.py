@@ -83,7 +83,7 @@ MISSED = {
 class Sizes:
     n: int
     model_epochs: int
-    """Model-epochs one timed call covers at least: K models train ⌈model_epochs / K⌉ epochs per call (one at
+    """Model-epochs one timed arena call trains at least: K models train ⌈model_epochs / K⌉ epochs per call (one at
     least), so that a figure of one model is not one ~60 ms epoch, which the machine's noise swamps."""
     models: tuple[int, ...]
     peers: int
@@ -178,10 +178,10 @@ def run(quick: bool, repeats: int) -> Section:
         "Per model-epoch: arena non-private and DP-SGD vs a torch loop vs Opacus",
         f"Digits, n = {sizes.n} records per model (each model its own random subset), batch 64 (DP-SGD: Poisson "
         f"sampling at q = 64/n, clip 1, σ 1), SGD lr 0.1 momentum 0.9, "
-        f"{', '.join(f'{sizes.epochs(K)} epoch(s) per call at K = {K}' for K in sizes.models)} (one timing covers "
-        f"{sizes.model_epochs} model-epochs at least), CPU seconds per model-epoch. Models: the `cnn` plugin on "
-        f"1×8×8 ({CNN.template().n_params:,} parameters; layer-by-layer path, DP-SGD by ghost clipping, "
-        "arena/engine/ghost.py) and the MLP 64→256→10 relu "
+        f"{', '.join(f'{sizes.epochs(K)} epoch(s) per call at K = {K}' for K in sizes.models)} (an arena call "
+        f"trains {sizes.model_epochs} model-epochs at least; the peers train as many epochs per model), CPU seconds "
+        f"per model-epoch. Models: the `cnn` plugin on 1×8×8 ({CNN.template().n_params:,} parameters; "
+        "layer-by-layer path, DP-SGD by ghost clipping, arena/engine/ghost.py) and the MLP 64→256→10 relu "
         f"({MLP.template().n_params:,} parameters; hand path, arena/engine/dense.py). The arena trains K models in "
         "one `train` call (K = 1: one model alone, which skips `vmap`); the torch loop (a plain nn.Module + "
         f"torch.optim.SGD, a fresh randperm per epoch) and Opacus {opacus.__version__} (`make_private`, Poisson "
