@@ -3,8 +3,9 @@
 A pair of 24-bit integer fields (k₁, k₂) gives r = √(−2 ln u₁), u₁ = (k₁ + 1)·2⁻²⁴, and θ = 2π·k₂·2⁻²⁴; the pair's
 normals are r·cos θ and r·sin θ. libm's and torch's log, sin and cos round differently, so here they are written
 out in IEEE float32 additions, products and one division, each rounded once (the C is compiled without fused
-multiply-adds), and a square root taken in float64 and rounded to float32 (the correctly rounded float32 root;
-torch's float32 root is not), in the same order in ``eager`` and in ``C_SOURCE``:
+multiply-adds), and the correctly rounded float32 square root, in the same order in ``eager`` and in ``C_SOURCE``
+(torch's float32 root is not correctly rounded, so ``eager`` takes it in float64 and rounds; C's IEEE root is the same
+value, as rounding a square root through float64 is innocuous: tests/engine/test_box_muller.py checks it):
 
 * ln u₁ = (e − b)·ln 2 + ln m, with k₁ + 1 = m·2ᵉ read off the float's exponent bits and m reduced to [√½, √2);
   ln m = 2s + 2s·z·(1/3 + z/5 + z²/7 + z³/9), s = (m − 1)/(m + 1), z = s² (|s| ≤ 0.172: truncation < 1e-9);
@@ -109,7 +110,7 @@ static inline void box_muller(uint32_t k1, uint32_t k2, int bits, float unit, fl
     const float q = {_horner(LOG_COEFFS, "z")};
     const float s2 = s + s;
     const float log_u = ef * {_c(LN2_HI)} + (ef * {_c(LN2_LO)} + (s2 + s2 * (z * q)));
-    const float r = (float)__builtin_sqrt((double)(log_u * -2.0f));
+    const float r = __builtin_sqrtf(log_u * -2.0f);  /* = the float64 root rounded: double rounding is innocuous */
     const uint32_t octant = k2 >> (bits - 3), within = k2 & ((1u << (bits - 3)) - 1u), odd = octant & 1u;
     const int32_t j = (int32_t)within + (int32_t)odd * ((int32_t)(1u << (bits - 3)) - 2 * (int32_t)within);
     const float x = (float)j * unit, zz = x * x;

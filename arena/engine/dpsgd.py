@@ -5,8 +5,11 @@ the bias), so its squared norm is ||a_i||^2 ||delta_i||^2 + ||delta_i||^2 ("ghos
 clipped sum is one bmm with deltas reweighted by the clip factors.
 """
 
+from collections.abc import Callable
+
 import torch
 
+from arena.engine import dense_kernel
 from arena.engine.dense import Layers, sum_gradients
 
 
@@ -36,30 +39,42 @@ def clipped_sum(
 ) -> Layers:
     """Sum over examples of the per-example gradients clipped to norm `clip`, times ``scale`` (folded into the
     clip factors: DP-SGD's 1 / expected batch size costs no pass over the sums); examples where ``valid`` [K, B]
-    is False (a Poisson batch's padding) contribute nothing."""
-    factors = clip_factors(per_example_grad_norms(inputs, deltas), clip, scale)
-    return sum_gradients(inputs, deltas, factors if valid is None else factors.mul_(valid))
+    is False (a Poisson batch's padding) contribute nothing. The factors come from one call of the compiled kernel
+    where it runs (``dense_kernel``), else from the eager passes below."""
+    factors = dense_kernel.clip_factors(inputs, deltas, clip, valid, scale)
+    if factors is None:
+        factors = clip_factors(per_example_grad_norms(inputs, deltas), clip, scale)
+        factors = factors if valid is None else factors.mul_(valid)
+    return sum_gradients(inputs, deltas, factors)
+
+
+AddNoise = Callable[[Layers, float], None]
+"""Adds ``alpha`` times a step's standard normals, shaped like the parameters, to the given sums in place (the
+trainer's ``Noise.add_``, which never writes the normals out where the compiled kernel runs)."""
 
 
 def noisy_gradient(
     sums: Layers,
     clip: float,
     noise_multiplier: float,
-    noise: Layers,
+    noise: Layers | AddNoise,
     expected_batch_size: float,
     canary: Layers | None = None,
     divided: bool = False,
 ) -> Layers:
     """(clipped sums [+ canary] + noise_multiplier * clip * noise) / expected batch size, as Opacus does, in place
-    in ``sums`` (no parameter-sized temporary). `noise`: standard normals shaped like the parameters. `canary`: an
-    audit's white-box gradient canaries sampled this step, shaped like the parameters, added like examples'
-    gradients. ``divided``: ``sums`` come divided by the expected batch size already (``clipped_sum``'s
-    ``scale``), so the canary and the noise are scaled instead. Multi-tensor kernels: the same arithmetic as one
-    tensor at a time, in 1 to 3 calls."""
+    in ``sums`` (no parameter-sized temporary). `noise`: standard normals shaped like the parameters, or what adds
+    them (``AddNoise``). `canary`: an audit's white-box gradient canaries sampled this step, shaped like the
+    parameters, added like examples' gradients. ``divided``: ``sums`` come divided by the expected batch size
+    already (``clipped_sum``'s ``scale``), so the canary and the noise are scaled instead. Multi-tensor kernels:
+    the same arithmetic as one tensor at a time, in 1 to 3 calls."""
     scale = 1.0 / expected_batch_size if divided else 1.0
     if canary is not None:
         torch._foreach_add_(sums, canary, alpha=scale)
-    torch._foreach_add_(sums, noise, alpha=noise_multiplier * clip * scale)
+    if callable(noise):
+        noise(sums, noise_multiplier * clip * scale)
+    else:
+        torch._foreach_add_(sums, noise, alpha=noise_multiplier * clip * scale)
     if not divided:
         torch._foreach_div_(sums, expected_batch_size)
     return sums

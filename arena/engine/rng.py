@@ -12,6 +12,7 @@ a float32 normal costs half a 64-bit hash; SplitMix64's output on consecutive co
 
 from __future__ import annotations
 
+import ctypes
 import math
 from collections.abc import Sequence
 from enum import IntEnum
@@ -97,10 +98,16 @@ class Keys:
 
     def stream_keys(self, stream_id: StreamIds) -> torch.Tensor:
         """[K] the key of stream ``stream_id`` of each model; [S·K] for S stream ids (stream-major)."""
+        ids = [_i64(mix64(s)) for s in ([stream_id] if isinstance(stream_id, int) else stream_id)]
+        lib = rng_kernel.usable(self.key)
+        if lib is not None:  # one call: the eager passes below cost ~20 µs even for one model
+            out = torch.empty(len(ids) * len(self), dtype=torch.int64)
+            lib.arena_stream_keys(self.key.data_ptr(), len(self), _int64s(ids), len(ids), out.data_ptr())
+            return out
         if isinstance(stream_id, int):
-            return _mix64_(self.key ^ _i64(mix64(stream_id)))
-        ids = torch.tensor([_i64(mix64(s)) for s in stream_id], dtype=torch.int64, device=self.key.device)
-        return _mix64_((ids.unsqueeze(1) ^ self.key).reshape(-1))
+            return _mix64_(self.key ^ ids[0])
+        mixed = torch.tensor(ids, dtype=torch.int64, device=self.key.device)
+        return _mix64_((mixed.unsqueeze(1) ^ self.key).reshape(-1))
 
 
 StreamIds = int | Sequence[int]
@@ -246,6 +253,58 @@ def normal(
     R = out.shape[0]
     flat = out.view(R, 2 * h)
     return (flat if n == 2 * h else flat[:, :n]).reshape(*_rows(seeds, stream_id), *shape)
+
+
+class NormalAdder:
+    """Adds ``alpha ·`` a stream's n float32 normals (``normal``'s, the same bits) into tensors of one layout, by the
+    compiled kernel in one pass that never writes the normals out; each sum rounds once, as torch's does.
+
+    ``layout``: per tensor its shape [K, ...], strides and start, so that it takes elements start .. start + size − 1
+    of each model's draw, row k laid out in the draw's order in one block of memory from its first element on (it
+    need not be contiguous in its own index order: a weight gradient held transposed is one block in the module's
+    order). Checked once here; a call takes tensors of exactly this layout (float32, on the CPU)."""
+
+    def __init__(self, layout: Sequence[tuple[tuple[int, ...], tuple[int, ...], int]], n: int) -> None:
+        self.order = sorted(range(len(layout)), key=lambda i: layout[i][2])
+        sizes = [math.prod(layout[i][0][1:]) for i in self.order]
+        starts = [layout[i][2] for i in self.order]
+        if not all(_dense_rows(*layout[i][:2]) for i in self.order):
+            raise ValueError("each tensor's rows must be dense blocks of memory that do not overlap")
+        if any(a + size > b for a, size, b in zip(starts, sizes, starts[1:])) or any(
+                start < 0 or start + size > n for start, size in zip(starts, sizes)):
+            raise ValueError("the tensors' elements of a draw must not overlap and must lie within its n")
+        self.n, self.rows = n, {layout[i][0][0] for i in self.order}
+        self.starts, self.sizes = _int64s(starts), _int64s(sizes)
+        self.strides = _int64s([layout[i][1][0] for i in self.order])
+
+    def __call__(self, seeds: Keys, stream_id: int, alpha: float, tensors: Sequence[torch.Tensor]) -> bool:
+        """``tensors[i] += alpha ·`` its elements of each model's draw; False, and nothing added, where the kernel
+        cannot run (then draw with ``normal`` and add)."""
+        lib = rng_kernel.usable(seeds.key)
+        if lib is None or self.rows != {len(seeds)}:
+            return False
+        bits = _mantissa_bits(torch.float32) + 1
+        lib.arena_add_normals32(seeds.key.data_ptr(), len(seeds), _i64(mix64(stream_id)), self.n, bits,
+                                box_muller.angle_unit(bits), alpha, len(self.order),
+                                _int64s([tensors[i].data_ptr() for i in self.order]), self.starts, self.sizes,
+                                self.strides)
+        return True
+
+
+def _int64s(values: list[int]) -> ctypes.Array:
+    return (ctypes.c_int64 * len(values))(*values)
+
+
+def _dense_rows(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Whether each row t[k] of a tensor of this shape and these strides fills one block of memory without gaps
+    (whatever its index order), the blocks apart."""
+    dims = sorted((st, size) for st, size in zip(strides[1:], shape[1:]) if size > 1)
+    expected = 1
+    for st, size in dims:
+        if st != expected:
+            return False
+        expected *= size
+    return shape[0] == 1 or strides[0] >= expected
 
 
 _BLOCK = 1 << 16

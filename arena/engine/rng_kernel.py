@@ -1,34 +1,24 @@
 """The counter RNG in one pass of compiled C: the SplitMix64 words, Poisson coins (and the rows they sample) and
-float32 normals that ``arena.engine.rng`` otherwise builds from ~20 eager int64 and ~40 float32 tensor passes.
+float32 normals that ``arena.engine.rng`` otherwise builds from ~20 eager int64 and ~40 float32 tensor passes; and
+DP-SGD's noise added straight into the gradient sums, never written out as a tensor of normals.
 
-Only exact operations run here (64-bit integer arithmetic, integer-to-float conversions, float32 operations each
-rounded once, no fused multiply-adds: ``arena.engine.box_muller``'s formula), so a draw is bit for bit the same with
-or without the kernel (tests/engine/test_rng_kernel.py).
+Only exact operations make the draws (64-bit integer arithmetic, integer-to-float conversions, float32 operations
+each rounded once, no fused multiply-adds: ``arena.engine.box_muller``'s formula), so a draw is bit for bit the same
+with or without the kernel (tests/engine/test_rng_kernel.py); a sum the noise is added to rounds once per element,
+as torch's addition does.
 
-The library is compiled by the C compiler (``$CC``, else ``cc``) on first use in a process, at most once per
-machine: it is cached in the arena's cache folder (``$ARENA_CACHE_DIR``, default ``~/.cache/privacy-arena``), under
-``kernels/``, named by a hash of its source, flags and the CPU it was built for (``-march=native``); deleting it is
-always safe. A cached library is loaded only if it and its folder are the user's own and writable by no one else.
-Nothing happens at import. Without a compiler, a writable cache, or with ``ARENA_RNG_KERNEL=0``, ``library()`` is
-None and the eager tensor passes run instead.
+Built and cached by ``arena.engine.native`` (``ARENA_KERNELS=0``: never); where ``library()`` is None the eager
+tensor passes run instead.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
-from pathlib import Path
 
 import torch
 
-from arena.engine import box_muller
-from arena.privacy.noise_store import cache_root
+from arena.engine import box_muller, native
 
 SOURCE = r"""
 #include <stdint.h>
@@ -38,6 +28,11 @@ static inline uint64_t mix(uint64_t x) {
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
     return x ^ (x >> 31);
+}
+/* out[s * models + k] = mix(streams[s] ^ keys[k]): the key of (already mixed) stream id s of model k */
+void arena_stream_keys(const int64_t *keys, int64_t models, const int64_t *streams, int64_t n_streams, int64_t *out) {
+    for (int64_t s = 0; s < n_streams; s++)
+        for (int64_t k = 0; k < models; k++) out[s * models + k] = (int64_t)mix((uint64_t)(streams[s] ^ keys[k]));
 }
 /* out[r, c] = mix64(keys[r] + (first + c + 1) * GOLDEN), c < n; rows `stride` apart */
 void arena_words(const int64_t *keys, int64_t rows, int64_t first, int64_t n, int64_t *out, int64_t stride) {
@@ -106,74 +101,73 @@ void arena_normals32(const int64_t *keys, int64_t rows, int64_t first, int64_t n
         }
     }
 }
+/* element e0 + j of row r, j < w, += alpha * src[j], where part p holds a row's elements start[p] ..
+   start[p] + size[p] - 1 at ptr[p] + r * stride[p] (floats); *part: a cursor that only moves forward */
+static inline void add_range(float alpha, const float *src, int64_t e0, int64_t w, int64_t r, int64_t parts,
+                             const int64_t *ptr, const int64_t *start, const int64_t *size, const int64_t *stride,
+                             int64_t *part) {
+    while (w > 0) {
+        while (*part < parts && e0 >= start[*part] + size[*part]) (*part)++;
+        if (*part == parts) return;
+        const int64_t p = *part;
+        if (e0 < start[p]) {  /* elements no part holds */
+            const int64_t skip = start[p] - e0 < w ? start[p] - e0 : w;
+            src += skip; e0 += skip; w -= skip;
+            continue;
+        }
+        const int64_t take = start[p] + size[p] - e0 < w ? start[p] + size[p] - e0 : w;
+        float *o = (float *)ptr[p] + r * stride[p] + (e0 - start[p]);
+        for (int64_t j = 0; j < take; j++) o[j] = o[j] + alpha * src[j];
+        src += take; e0 += take; w -= take;
+    }
+}
+/* alpha * the n float32 normals of model r's stream (its key: arena_stream_keys's of the mixed stream id and the
+   model's key; the normals: arena_normals32's, pair c gives element c and element h + c, h = n/2 rounded up) added
+   into the parts, model by model, in blocks of 256 pairs that never leave the cache */
+void arena_add_normals32(const int64_t *model_keys, int64_t rows, int64_t stream, int64_t n, int64_t bits,
+                         float unit, float alpha, int64_t parts, const int64_t *ptr, const int64_t *start,
+                         const int64_t *size, const int64_t *stride) {
+    const uint32_t mask = (1u << bits) - 1u;
+    const int64_t h = (n + 1) / 2;
+    uint32_t k1[256], k2[256];
+    float co[256], si[256];
+    for (int64_t r = 0; r < rows; r++) {
+        const uint64_t k = mix((uint64_t)(stream ^ model_keys[r]));
+        int64_t cos_part = 0, sin_part = 0;
+        for (int64_t c0 = 0; c0 < h; c0 += 256) {
+            const int64_t w = h - c0 < 256 ? h - c0 : 256, w_sin = n - h - c0 < w ? n - h - c0 : w;
+            for (int64_t j = 0; j < w; j++) {
+                const uint64_t x = mix(k + (uint64_t)(c0 + j + 1) * GOLDEN);
+                k1[j] = (uint32_t)(x >> (64 - bits));
+                k2[j] = ((uint32_t)x >> (32 - bits)) & mask;
+            }
+            for (int64_t j = 0; j < w; j++) box_muller(k1[j], k2[j], (int)bits, unit, co + j, si + j);
+            add_range(alpha, co, c0, w, r, parts, ptr, start, size, stride, &cos_part);
+            if (w_sin > 0) add_range(alpha, si, h + c0, w_sin, r, parts, ptr, start, size, stride, &sin_part);
+        }
+    }
+}
 """
 
-FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-shared", "-fPIC")
-"""-ffp-contract=off: no fused multiply-adds, so each float32 product rounds as torch's does; -fno-math-errno: a
-square root that vectorises (its argument is never negative)."""
-
-
-def _cpu() -> str:
-    """What -march=native compiles for: the CPU's model and feature flags where Linux lists them."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return platform.processor()
-    return "\n".join(sorted({ln for ln in lines if ln.split(":")[0].strip() in ("flags", "model name", "Features")}))
-
-
-def _build(target: Path, compiler: str) -> None:
-    """Compile ``SOURCE`` to ``target`` atomically (a unique temporary in its folder, then a rename), so that
-    processes building at once never load a half-written file."""
-    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        src, out = Path(tmp) / "rng.c", Path(tmp) / target.name
-        src.write_text(SOURCE)
-        subprocess.run([compiler, *FLAGS, "-o", str(out), str(src)], check=True, capture_output=True, timeout=120)
-        out.chmod(0o755)  # whatever the umask: ``_trusted`` refuses a library others could write
-        os.replace(out, target)
-
-
 def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
-    p, i = ctypes.c_void_p, ctypes.c_int64
+    p, i, f = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+    lib.arena_stream_keys.argtypes = [p, i, p, i, p]
     lib.arena_words.argtypes = [p, i, i, i, p, i]
     lib.arena_bernoulli.argtypes = [p, i, i, i, p]
     lib.arena_sampled_rows.argtypes = [p, i, i, i, p, i, p, p]
-    lib.arena_normals32.argtypes = [p, i, i, i, i, ctypes.c_float, p, p, i]
-    for f in (lib.arena_words, lib.arena_bernoulli, lib.arena_sampled_rows, lib.arena_normals32):
-        f.restype = None
+    lib.arena_normals32.argtypes = [p, i, i, i, i, f, p, p, i]
+    lib.arena_add_normals32.argtypes = [p, i, i, i, i, f, f, i, p, p, p, p]
+    for fn in (lib.arena_stream_keys, lib.arena_words, lib.arena_bernoulli, lib.arena_sampled_rows,
+               lib.arena_normals32, lib.arena_add_normals32):
+        fn.restype = None
     return lib
 
 
 @functools.cache
 def library() -> ctypes.CDLL | None:
-    """The compiled kernels, built or loaded once per process; None where they are unavailable or disabled."""
-    if os.environ.get("ARENA_RNG_KERNEL", "1") == "0":
-        return None
-    digest = hashlib.sha256("\0".join([SOURCE, *FLAGS, platform.machine(), _cpu()]).encode()).hexdigest()[:16]
-    target = cache_root() / "kernels" / f"rng-{digest}.so"
-    try:
-        if not target.exists():
-            compiler = shutil.which(os.environ.get("CC", "cc"))
-            if compiler is None:
-                return None
-            _build(target, compiler)
-        if not _trusted(target):
-            return None
-        return _bind(ctypes.CDLL(str(target)))
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def _trusted(path: Path) -> bool:
-    """Whether a cached library may be loaded: code, unlike a cache's data, must be the current user's own and
-    writable by no one else, in a folder no one else can write to."""
-    uid = os.getuid() if hasattr(os, "getuid") else None
-    for item in (path, path.parent):
-        st = item.stat()
-        if st.st_mode & 0o022 or (uid is not None and st.st_uid != uid):
-            return False
-    return True
+    """The compiled kernels, built or loaded once per process (``native.load``); None where they are unavailable
+    or disabled."""
+    return native.load("rng", SOURCE, _bind)
 
 
 def usable(*tensors: torch.Tensor) -> ctypes.CDLL | None:

@@ -131,8 +131,9 @@ NOISE_BLOCK = 1 << 17
 
 class Noise:
     """DP-SGD's [K, P] standard normals of each step, in the module's parameter order, each step's exactly as drawn
-    alone (its own stream), drawn several steps per call when K·P is small (a draw's fixed cost is most of it at
-    K = 1) into reused buffers, so that the steps allocate no noise-sized memory."""
+    alone (its own stream). ``add_`` adds them into a step's sums, by the compiled kernel where it runs, which never
+    writes them out; else (and for ``layers``) they are drawn several steps per call when K·P is small (a draw's
+    fixed cost is most of it at K = 1) into reused buffers, so that the steps allocate no noise-sized memory."""
 
     def __init__(
         self, seeds: rng.Keys, steps: int, n_params: int, dtype: torch.dtype,
@@ -143,6 +144,7 @@ class Noise:
         self.workspace, self.first, self.draws = rng.Workspace(), -1, torch.empty(0)
         self.shape = shape
         self._views: dict[tuple[int, int, tuple[int, ...]], list[torch.Tensor]] = {}
+        self._adders: dict[tuple, rng.NormalAdder | None] = {}
 
     def __call__(self, step: int) -> torch.Tensor:
         """Step ``step``'s normals; valid until a step of the next block is asked for."""
@@ -151,6 +153,29 @@ class Noise:
             ids = [rng.stream(rng.Purpose.NOISE, t) for t in range(step, min(self.steps, step + self.block))]
             self.draws = rng.normal(self.seeds, ids, self.n_params, self.dtype, self.workspace)
         return self.draws[step - self.first]
+
+    def add_(self, step: int, sums: list[torch.Tensor], alpha: float) -> None:
+        """``sums += alpha ·`` step ``step``'s normals shaped as ``layers`` gives them: in one pass of the compiled
+        kernel (``rng.NormalAdder``) where every sum lies in the parameters' order as its noise view does (both
+        training paths' sums do), never writing the normals out; else drawn, then added."""
+        adder = self._adder(sums)
+        if adder is None or not adder(self.seeds, rng.stream(rng.Purpose.NOISE, step), alpha, sums):
+            torch._foreach_add_(sums, self.layers(step), alpha=alpha)
+
+    def _adder(self, sums: list[torch.Tensor]) -> rng.NormalAdder | None:
+        """The kernel's adder for sums of this layout, made once per layout; None unless every sum is float32 on the
+        CPU with its noise view's strides."""
+        key = tuple((s.shape, s.stride(), s.dtype, s.device) for s in sums)
+        if key not in self._adders:
+            template = torch.empty(len(self.seeds), self.n_params, device="meta")  # strides and offsets only
+            layout = [] if self.shape is None else self.shape(template)
+            same = len(sums) == len(layout) and all(
+                shape[1:] == v.shape[1:] and stride[1:] == v.stride()[1:] and dtype == torch.float32
+                and device.type == "cpu" for (shape, stride, dtype, device), v in zip(key, layout))
+            self._adders[key] = rng.NormalAdder(
+                [(tuple(shape), stride, int(v.storage_offset())) for (shape, stride, _, _), v in zip(key, layout)],
+                self.n_params) if same else None
+        return self._adders[key]
 
     def layers(self, step: int) -> list[torch.Tensor]:
         """Step ``step``'s normals cut and shaped like the parameters by ``shape`` (views): the views of each slot of
@@ -236,12 +261,12 @@ def _train_dense(
             grads = hand.sum_gradients(inputs, deltas)
         else:
             sums = clipped(layers, Xb, yb, valid)  # one pass: cutting the padding saves nothing on this path
-            z = noise.layers(t)
             canary = None
             if dp.canaries is not None:
                 flat = dp.canaries.contribution(seeds, t, q, spec.n_params, dp.clip, X.dtype, X.device)
                 canary = hand.unflatten_module_order(spec, flat)
-            grads = dpsgd.noisy_gradient(sums, dp.clip, dp.noise_multiplier, z, q * n, canary, divided=True)
+            grads = dpsgd.noisy_gradient(sums, dp.clip, dp.noise_multiplier, functools.partial(noise.add_, t),
+                                         q * n, canary, divided=True)
         optimizer.step(grads)
     return hand.to_state(names, optimizer.result())
 
@@ -288,8 +313,8 @@ def _train_functional(
             if dp.canaries is not None:
                 flat = dp.canaries.contribution(seeds, t, q, template.n_params, dp.clip, X.dtype, X.device)
                 canary = shaped_like(shapes, sizes, flat)
-            grads = dpsgd.noisy_gradient(sums, dp.clip, dp.noise_multiplier, noise.layers(t), q * n, canary,
-                                         divided=True)
+            grads = dpsgd.noisy_gradient(sums, dp.clip, dp.noise_multiplier, functools.partial(noise.add_, t),
+                                         q * n, canary, divided=True)
         optimizer.step(grads)
     released = dict(zip(names, optimizer.result()))
     return {k: released[k] if k in released else buffers[k] for k in state}

@@ -43,3 +43,12 @@ def test_random_fields_are_within_a_few_ulps_of_the_formula():
         ulp = np.spacing(np.abs(w).astype(np.float32)).astype(np.float64)
         assert np.percentile(np.abs(gv - w) / ulp, 99.9) <= 4.0
         assert np.max(np.abs(gv - w)) < 1e-6
+
+
+def test_the_float32_root_is_the_float64_root_rounded():
+    """C takes r's root in float32, eager in float64 then rounds: the same value for every float32 that is not
+    subnormal. Every float in [1/2, 2) is checked, every mantissa at both exponent parities, which covers the rest:
+    √(4x) = 2·√x exactly in both formats."""
+    x = np.arange(np.float32(0.5).view(np.uint32), np.float32(2.0).view(np.uint32), dtype=np.uint32).view(np.float32)
+    assert len(x) == 1 << 24
+    assert np.array_equal(np.sqrt(x), np.sqrt(x.astype(np.float64)).astype(np.float32))

@@ -52,9 +52,9 @@ def test_kernel_coins_are_the_eager_coins(monkeypatch, p):
 
 def test_disabled_or_without_a_compiler_the_kernel_is_absent(monkeypatch, tmp_path):
     monkeypatch.setenv("ARENA_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("ARENA_RNG_KERNEL", "0")
+    monkeypatch.setenv("ARENA_KERNELS", "0")
     assert rng_kernel.library.__wrapped__() is None
-    monkeypatch.delenv("ARENA_RNG_KERNEL")
+    monkeypatch.delenv("ARENA_KERNELS")
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
     assert rng_kernel.library.__wrapped__() is None
     assert not (tmp_path / "kernels").exists() or not any((tmp_path / "kernels").iterdir())
@@ -98,3 +98,55 @@ def test_a_cached_library_others_could_write_is_not_loaded(monkeypatch, tmp_path
     built.chmod(0o755)
     (tmp_path / "kernels").chmod(0o777)
     assert rng_kernel.library.__wrapped__() is None
+
+
+def _adder_case(n: int, K: int):
+    """A weight held transposed ([K, in, out] memory of [K, out, in], as the dense path's gradients), a bias, a gap
+    of elements no tensor takes, and rows further apart than their size."""
+    w = torch.randn(K, 4, 3).transpose(1, 2)  # [K, 3, 4] view, each row one block in [4, 3] order
+    b = torch.randn(K, 7)[:, :5]  # row stride 7 > 5
+    layout = [(tuple(w.shape), w.stride(), 0), (tuple(b.shape), b.stride(), 12 + 2)]
+    assert n >= 12 + 2 + 5
+    return [w, b], layout
+
+
+@needs_kernel
+@pytest.mark.parametrize("n", [19, 20, 1501])
+def test_the_adder_adds_exactly_the_normals_of_the_draw(n):
+    K, alpha = 3, -0.37
+    keys = rng.Keys(SEEDS[:K])
+    (w, b), layout = _adder_case(n, K)
+    before = [w.clone(), b.clone()]
+    assert rng.NormalAdder(layout, n)(keys, STREAMS[1], alpha, [w, b])
+    z = rng.normal(keys, STREAMS[1], n)
+    expect_w = before[0] + alpha * z[:, :12].reshape(K, 4, 3).transpose(1, 2)  # one rounding per product and sum
+    expect_b = before[1] + alpha * z[:, 14:19]
+    assert torch.equal(w, expect_w) and torch.equal(b, expect_b)
+
+
+@needs_kernel
+def test_the_adder_refuses_layouts_it_would_write_outside_of():
+    (w, b), layout = _adder_case(40, 2)
+    with pytest.raises(ValueError, match="overlap"):
+        rng.NormalAdder([layout[0], (layout[1][0], layout[1][1], 11)], 40)  # the bias would take element 11 too
+    with pytest.raises(ValueError, match="within"):
+        rng.NormalAdder(layout, 18)
+    gappy = torch.randn(2, 3, 8)[:, :, :4]
+    with pytest.raises(ValueError, match="dense"):
+        rng.NormalAdder([(tuple(gappy.shape), gappy.stride(), 0)], 40)
+    assert not rng.NormalAdder(layout, 40)(rng.Keys(SEEDS[:3]), STREAMS[0], 1.0, [w, b])  # 3 models, rows for 2
+
+
+def test_without_the_kernel_the_adder_adds_nothing_and_says_so(monkeypatch):
+    (w, b), layout = _adder_case(40, 2)
+    before = [w.clone(), b.clone()]
+    monkeypatch.setattr(rng_kernel, "usable", lambda *tensors: None)
+    assert not rng.NormalAdder(layout, 40)(rng.Keys(SEEDS[:2]), STREAMS[0], 1.0, [w, b])
+    assert torch.equal(w, before[0]) and torch.equal(b, before[1])
+
+
+@needs_kernel
+def test_stream_keys_are_the_eager_keys(monkeypatch):
+    keys = rng.Keys(SEEDS)
+    for stream in (STREAMS[0], STREAMS):
+        assert torch.equal(keys.stream_keys(stream), _eager(monkeypatch, lambda s=stream: keys.stream_keys(s)))

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from arena.engine import rng, trainer
+from arena.engine import dense_kernel, rng, rng_kernel, trainer
 from arena.engine.batching import _poisson_batch, steps_and_rate, tail_split
 from arena.engine.dense import to_layers
 from arena.engine.ensemble import init_state
@@ -42,6 +42,32 @@ def test_batched_training_equals_one_model_at_a_time(arch, mode):
             torch.testing.assert_close(batched[name][k : k + 1], pa, rtol=1e-5, atol=1e-5)
     first = batched["layers.0.weight"]
     assert not torch.allclose(first[0], first[1])
+
+
+@pytest.mark.skipif(rng_kernel.library() is None, reason="no C compiler or cache folder here")
+@pytest.mark.parametrize("engine", ["dense", "functional"])
+def test_float32_dp_training_through_the_kernels_is_the_same_alone_batched_or_without_them(engine, monkeypatch):
+    """In float32 on the CPU the noise is added into the sums by the kernel (and the dense path's clip factors come
+    from one): a model trains the same alone or in a batch, and as the eager passes train it, to float rounding."""
+    X, y = _data(4, 30)
+    X = X.float()
+    recipe, dp, init, tr = RECIPES["dp"][0], DPNoise(1.0, 1.1), torch.tensor([1, 2, 3, 4]), torch.tensor([5, 6, 7, 8])
+    added = []
+    adder = rng.NormalAdder.__call__
+    monkeypatch.setattr(rng.NormalAdder, "__call__", lambda self, *a: added.append(adder(self, *a)) or added[-1])
+    batched = train(MLP, X, y, recipe, init, tr, dp, engine=engine)
+    assert added and all(added)
+    for k in (0, 3):
+        alone = train(MLP, X[k : k + 1], y[k : k + 1], recipe, init[k : k + 1], tr[k : k + 1], dp, engine=engine)
+        for name, pa in alone.items():
+            torch.testing.assert_close(batched[name][k : k + 1], pa, rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(rng_kernel, "usable", lambda *tensors: None)
+    monkeypatch.setattr(dense_kernel, "library", lambda: None)
+    added.clear()
+    eager = train(MLP, X, y, recipe, init, tr, dp, engine=engine)
+    assert not any(added)
+    for name, pe in eager.items():
+        torch.testing.assert_close(batched[name], pe, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("engine", ["dense", "functional"])
