@@ -150,6 +150,11 @@ def backprop(
     return deltas[::-1]
 
 
+def weight_sum(a: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """Σ over examples of a_i δ_iᵀ, [K, in, out] in [K, out, in] memory (see ``sum_gradients``): one bmm."""
+    return torch.matmul(d.transpose(-1, -2), a).transpose(-1, -2)
+
+
 def sum_gradients(
     inputs: list[torch.Tensor], deltas: list[torch.Tensor], weights: torch.Tensor | None = None
 ) -> Layers:
@@ -160,12 +165,10 @@ def sum_gradients(
     grads = []
     for a, d in zip(inputs, deltas):
         if weights is None:
-            grads += [torch.matmul(d.transpose(-1, -2), a).transpose(-1, -2), d.sum(dim=-2)]
+            grads += [weight_sum(a, d), d.sum(dim=-2)]
         elif a.shape[-1] < d.shape[-1]:
-            scaled = a * weights.unsqueeze(-1)
-            grads += [torch.matmul(d.transpose(-1, -2), scaled).transpose(-1, -2),
-                      torch.matmul(weights.unsqueeze(-2), d).squeeze(-2)]
+            grads += [weight_sum(a * weights.unsqueeze(-1), d), torch.matmul(weights.unsqueeze(-2), d).squeeze(-2)]
         else:
             scaled = d * weights.unsqueeze(-1)
-            grads += [torch.matmul(scaled.transpose(-1, -2), a).transpose(-1, -2), scaled.sum(dim=-2)]
+            grads += [weight_sum(a, scaled), scaled.sum(dim=-2)]
     return grads

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import torch
 
 from arena.engine import dense_kernel
-from arena.engine.dense import Layers, sum_gradients
+from arena.engine.dense import Layers, sum_gradients, weight_sum
 
 
 def _sq(t: torch.Tensor) -> torch.Tensor:
@@ -39,13 +39,16 @@ def clipped_sum(
 ) -> Layers:
     """Sum over examples of the per-example gradients clipped to norm `clip`, times ``scale`` (folded into the
     clip factors: DP-SGD's 1 / expected batch size costs no pass over the sums); examples where ``valid`` [K, B]
-    is False (a Poisson batch's padding) contribute nothing. The factors come from one call of the compiled kernel
-    where it runs (``dense_kernel``), else from the eager passes below."""
-    factors = dense_kernel.clip_factors(inputs, deltas, clip, valid, scale)
-    if factors is None:
+    is False (a Poisson batch's padding) contribute nothing. The factors, what they scale and the bias sums come from
+    one call of the compiled kernel where it runs (``dense_kernel``), else from the eager passes below."""
+    done = dense_kernel.clipped(inputs, deltas, clip, valid, scale)
+    if done is None:
         factors = clip_factors(per_example_grad_norms(inputs, deltas), clip, scale)
-        factors = factors if valid is None else factors.mul_(valid)
-    return sum_gradients(inputs, deltas, factors)
+        return sum_gradients(inputs, deltas, factors if valid is None else factors.mul_(valid))
+    grads = []
+    for a, d, scaled, on_input, bias in zip(inputs, deltas, done.scaled, done.scaled_inputs, done.biases):
+        grads += [weight_sum(scaled, d) if on_input else weight_sum(a, scaled), bias]
+    return grads
 
 
 AddNoise = Callable[[Layers, float], None]

@@ -1,10 +1,11 @@
-"""The dense layers' clip-factor kernel gives the eager ghost norms' factors to float rounding, padding rows and zero
-gradients included, and steps aside for what it cannot read."""
+"""The dense layers' clipping kernel gives the eager ghost norms' factors, the scaled sides and the bias sums to float
+rounding, padding rows and zero gradients included, and steps aside for what it cannot read."""
 
 import pytest
 import torch
 
 from arena.engine import dense_kernel, dpsgd
+from arena.engine.dense import sum_gradients
 
 needs_kernel = pytest.mark.skipif(dense_kernel.library() is None, reason="no C compiler or cache folder here")
 
@@ -22,29 +23,38 @@ def _eager(inputs, deltas, clip, valid, scale) -> torch.Tensor:
 
 
 @needs_kernel
-@pytest.mark.parametrize("widths", [[7, 3], [64, 256, 10], [5, 33, 17, 2]])
+@pytest.mark.parametrize("widths", [[7, 3], [64, 256, 10], [5, 33, 17, 2], [4, 4]])
 @pytest.mark.parametrize("clip", [0.05, 1.0, 1e4])
-def test_factors_are_the_eager_factors(widths, clip):
+def test_factors_scaled_sides_and_bias_sums_are_the_eager_ones(widths, clip):
     inputs, deltas = _layers(3, 11, widths)
     inputs[0][1, 4] = 0.0  # an example with no gradient at all: its factor is the scale
     for d in deltas:
         d[1, 4] = 0.0
     valid = torch.rand(3, 11, generator=torch.Generator().manual_seed(1)) < 0.7
     for v in (None, valid):
-        got = dense_kernel.clip_factors(inputs, deltas, clip, v, 1 / 11)
-        assert got is not None and got.shape == (3, 11)
-        torch.testing.assert_close(got, _eager(inputs, deltas, clip, v, 1 / 11), rtol=2e-6, atol=0)
-    assert dense_kernel.clip_factors(inputs, deltas, clip, None, 0.5)[1, 4] == 0.5
-    assert not dense_kernel.clip_factors(inputs, deltas, clip, valid, 1.0)[~valid].any()
+        done = dense_kernel.clipped(inputs, deltas, clip, v, 1 / 11)
+        assert done is not None
+        factors = _eager(inputs, deltas, clip, v, 1 / 11)
+        torch.testing.assert_close(done.factors, factors, rtol=2e-6, atol=0)
+        for a, d, scaled, on_input, bias in zip(inputs, deltas, done.scaled, done.scaled_inputs, done.biases):
+            assert on_input == (a.shape[-1] < d.shape[-1])  # the narrower side, the delta's on a tie
+            torch.testing.assert_close(scaled, (a if on_input else d) * factors.unsqueeze(-1), rtol=2e-6, atol=1e-7)
+            torch.testing.assert_close(bias, (d * factors.unsqueeze(-1)).sum(1), rtol=1e-5, atol=1e-6)
+        eager = sum_gradients(inputs, deltas, factors)
+        for got, want in zip(dpsgd.clipped_sum(inputs, deltas, clip, v, 1 / 11), eager):
+            assert got.stride() == want.stride()  # the module's layout, which the noise and the optimizer expect
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert dense_kernel.clipped(inputs, deltas, clip, None, 0.5).factors[1, 4] == 0.5
+    assert not dense_kernel.clipped(inputs, deltas, clip, valid, 1.0).factors[~valid].any()
 
 
 @needs_kernel
 def test_what_the_kernel_cannot_read_goes_to_the_eager_passes():
     inputs, deltas = _layers(2, 6, [4, 3])
-    assert dense_kernel.clip_factors([i.double() for i in inputs], [d.double() for d in deltas], 1.0, None, 1.0) is None
+    assert dense_kernel.clipped([i.double() for i in inputs], [d.double() for d in deltas], 1.0, None, 1.0) is None
     strided = torch.randn(2, 6, 8)[..., ::2]
-    assert dense_kernel.clip_factors([strided], deltas, 1.0, None, 1.0) is None
-    assert dense_kernel.clip_factors([inputs[0][:, :5]], [deltas[0][:, 1:]], 1.0, None, 1.0) is None  # rows differ
+    assert dense_kernel.clipped([strided], deltas, 1.0, None, 1.0) is None
+    assert dense_kernel.clipped([inputs[0][:, :5].contiguous()], deltas, 1.0, None, 1.0) is None  # rows differ
     sums = dpsgd.clipped_sum([strided], deltas, 1.0)  # the eager passes give the same sums
     factors = _eager([strided], deltas, 1.0, None, 1.0)
     torch.testing.assert_close(sums[0], torch.einsum("kb,kbi,kbo->kio", factors, strided, deltas[0]))

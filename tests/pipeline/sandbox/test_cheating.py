@@ -241,7 +241,9 @@ def test_through_the_serial_tournament_every_cheat_fails_where_honest_lira_succe
     rows = cheating_run(plugin_dist, tmp_path, monkeypatch, ["lira, shadows: 16", *names],
                         [c.name for c in cheaters.RECONSTRUCTION], serial=True)
     assert set(rows) == {"lira", *names, *(c.name for c in cheaters.RECONSTRUCTION)}
-    assert rows["lira"]["status"] == "ok" and rows["lira"]["metrics"]["auc"] > 0.5 + 2 * CHANCE, rows["lira"]
+    # the run draws its own secret, so the honest AUC varies with it (16 secrets: 0.70-0.81, median 0.78; 0.661 seen
+    # once in a full suite): above the cheats' band of chance, which it clears by far, not always above 0.7
+    assert rows["lira"]["status"] == "ok" and rows["lira"]["metrics"]["auc"] > 0.5 + CHANCE, rows["lira"]
     assert rows["lira"]["seed"] == SCENARIO_SEED, "rows keep the scenario seed"
     for name, row in rows.items():
         if name != "lira":
