@@ -17,6 +17,7 @@ The result is within a few float32 ulps of the libm formula (tests/engine/test_r
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -39,6 +40,7 @@ COS_COEFFS = tuple(_f32((-1) ** k / math.factorial(2 * k)) for k in (5, 4, 3, 2,
 """cos x = 1 + z·(−1/2! + z·(1/4! + z·(−1/6! + z·(1/8! − z/10!)))), innermost first."""
 
 
+@functools.cache
 def angle_unit(bits: int) -> float:
     """x per unit of the within-octant index: π/4 / 2^(bits − 3)."""
     return _f32(math.pi / 4 / 2.0 ** (bits - 3))

@@ -5,8 +5,6 @@ the bias), so its squared norm is ||a_i||^2 ||delta_i||^2 + ||delta_i||^2 ("ghos
 clipped sum is one bmm with deltas reweighted by the clip factors.
 """
 
-from collections.abc import Callable
-
 import torch
 
 from arena.engine import dense_kernel
@@ -51,33 +49,36 @@ def clipped_sum(
     return grads
 
 
-AddNoise = Callable[[Layers, float], None]
-"""Adds ``alpha`` times a step's standard normals, shaped like the parameters, to the given sums in place (the
-trainer's ``Noise.add_``, which never writes the normals out where the compiled kernel runs)."""
+def noise_alpha(clip: float, noise_multiplier: float, expected_batch_size: float, divided: bool = False) -> float:
+    """The coefficient of the standard normals in ``noisy_gradient``: σ·C, over the expected batch size where the
+    sums come divided by it already."""
+    return noise_multiplier * clip / expected_batch_size if divided else noise_multiplier * clip
+
+
+def add_canary_(sums: Layers, canary: Layers | None, expected_batch_size: float, divided: bool = False) -> None:
+    """An audit's white-box gradient canaries sampled this step (shaped like the parameters) added to the clipped
+    sums like examples' gradients (over the expected batch size where the sums come divided by it already)."""
+    if canary is not None:
+        torch._foreach_add_(sums, canary, alpha=1.0 / expected_batch_size if divided else 1.0)
 
 
 def noisy_gradient(
     sums: Layers,
     clip: float,
     noise_multiplier: float,
-    noise: Layers | AddNoise,
+    noise: Layers,
     expected_batch_size: float,
     canary: Layers | None = None,
     divided: bool = False,
 ) -> Layers:
     """(clipped sums [+ canary] + noise_multiplier * clip * noise) / expected batch size, as Opacus does, in place
-    in ``sums`` (no parameter-sized temporary). `noise`: standard normals shaped like the parameters, or what adds
-    them (``AddNoise``). `canary`: an audit's white-box gradient canaries sampled this step, shaped like the
-    parameters, added like examples' gradients. ``divided``: ``sums`` come divided by the expected batch size
-    already (``clipped_sum``'s ``scale``), so the canary and the noise are scaled instead. Multi-tensor kernels:
-    the same arithmetic as one tensor at a time, in 1 to 3 calls."""
-    scale = 1.0 / expected_batch_size if divided else 1.0
-    if canary is not None:
-        torch._foreach_add_(sums, canary, alpha=scale)
-    if callable(noise):
-        noise(sums, noise_multiplier * clip * scale)
-    else:
-        torch._foreach_add_(sums, noise, alpha=noise_multiplier * clip * scale)
+    in ``sums`` (no parameter-sized temporary). `noise`: standard normals shaped like the parameters. `canary`:
+    ``add_canary_``'s. ``divided``: ``sums`` come divided by the expected batch size already (``clipped_sum``'s
+    ``scale``), so the canary and the noise are scaled instead. Multi-tensor kernels: the same arithmetic as one
+    tensor at a time, in 1 to 3 calls. (The trainer adds the noise in its optimizer's pass instead:
+    ``trainer.HeavyBall.step``, with ``noise_alpha``.)"""
+    add_canary_(sums, canary, expected_batch_size, divided)
+    torch._foreach_add_(sums, noise, alpha=noise_alpha(clip, noise_multiplier, expected_batch_size, divided))
     if not divided:
         torch._foreach_div_(sums, expected_batch_size)
     return sums

@@ -274,21 +274,56 @@ class NormalAdder:
                 start < 0 or start + size > n for start, size in zip(starts, sizes)):
             raise ValueError("the tensors' elements of a draw must not overlap and must lie within its n")
         self.n, self.rows = n, {layout[i][0][0] for i in self.order}
+        self.bits = _mantissa_bits(torch.float32) + 1
+        self.unit = box_muller.angle_unit(self.bits)
+        self.layout = [(tuple(shape), tuple(stride)) for shape, stride, _ in layout]
         self.starts, self.sizes = _int64s(starts), _int64s(sizes)
         self.strides = _int64s([layout[i][1][0] for i in self.order])
 
-    def __call__(self, seeds: Keys, stream_id: int, alpha: float, tensors: Sequence[torch.Tensor]) -> bool:
-        """``tensors[i] += alpha ·`` its elements of each model's draw; False, and nothing added, where the kernel
-        cannot run (then draw with ``normal`` and add)."""
+    def __call__(self, seeds: Keys, stream_id: int, alpha: float, tensors: Sequence[torch.Tensor],
+                 then: tuple[HeavyBallPlan, Sequence[torch.Tensor]] | None = None) -> bool:
+        """``tensors[i] += alpha ·`` its elements of each model's draw, and ``then`` (a plan and the current
+        velocities) its heavy-ball step on them in the same pass; False, and nothing done, where the kernel cannot
+        run (then draw with ``normal``, add, and step)."""
         lib = rng_kernel.usable(seeds.key)
         if lib is None or self.rows != {len(seeds)}:
             return False
-        bits = _mantissa_bits(torch.float32) + 1
-        lib.arena_add_normals32(seeds.key.data_ptr(), len(seeds), _i64(mix64(stream_id)), self.n, bits,
-                                box_muller.angle_unit(bits), alpha, len(self.order),
+        extra: tuple = (None, None, None, 0.0, 0.0)
+        if then is not None:
+            plan, velocity = then
+            if not plan.usable or plan.layout != self.layout or not all(
+                    v.is_cpu and v.dtype == torch.float32 and v.shape == shape and v.stride() == stride
+                    for v, (shape, stride) in zip(velocity, plan.layout)):
+                return False  # the kernel reads each at the offsets of the tensor it belongs to
+            extra = (_int64s([velocity[i].data_ptr() for i in self.order]), *plan.arrays(self.order), plan.momentum,
+                     plan.lr)
+        lib.arena_add_normals32(seeds.key.data_ptr(), len(seeds), _i64(mix64(stream_id)), self.n, self.bits,
+                                self.unit, alpha, len(self.order),
                                 _int64s([tensors[i].data_ptr() for i in self.order]), self.starts, self.sizes,
-                                self.strides)
+                                self.strides, *extra)
         return True
+
+
+class HeavyBallPlan:
+    """The heavy-ball step ``NormalAdder`` can take in the noise's pass (``trainer.HeavyBall.step``'s arithmetic, in
+    its order): g += l2·w; g += momentum·v; w += −lr·g, where g is a tensor the noise went into, v and w its velocity
+    and parameters (laid out as g), l2 its weight decay; g becomes the new velocity. Made once per optimizer: the
+    parameters are updated in place, so their memory and layout never change."""
+
+    def __init__(self, params: Sequence[torch.Tensor], l2: Sequence[float], momentum: float, lr: float) -> None:
+        self.layout = [(tuple(p.shape), p.stride()) for p in params]
+        self.usable = all(p.is_cpu and p.dtype == torch.float32 for p in params)
+        self.momentum, self.lr = momentum, lr
+        self._pointers, self._l2 = [p.data_ptr() for p in params], list(l2)
+        self._arrays: dict[tuple[int, ...], tuple[ctypes.Array, ctypes.Array]] = {}
+
+    def arrays(self, order: Sequence[int]) -> tuple[ctypes.Array, ctypes.Array]:
+        """The parameters' addresses and weight decays in the kernel's ``order`` of the tensors."""
+        key = tuple(order)
+        if key not in self._arrays:
+            self._arrays[key] = (_int64s([self._pointers[i] for i in order]),
+                                 (ctypes.c_float * len(order))(*(self._l2[i] for i in order)))
+        return self._arrays[key]
 
 
 def _int64s(values: list[int]) -> ctypes.Array:

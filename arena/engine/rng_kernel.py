@@ -1,6 +1,7 @@
 """The counter RNG in one pass of compiled C: the SplitMix64 words, Poisson coins (and the rows they sample) and
 float32 normals that ``arena.engine.rng`` otherwise builds from ~20 eager int64 and ~40 float32 tensor passes; and
-DP-SGD's noise added straight into the gradient sums, never written out as a tensor of normals.
+DP-SGD's noise added straight into the gradient sums, never written out as a tensor of normals, with the optimizer's
+heavy-ball step taken in the same pass.
 
 Only exact operations make the draws (64-bit integer arithmetic, integer-to-float conversions, float32 operations
 each rounded once, no fused multiply-adds: ``arena.engine.box_muller``'s formula), so a draw is bit for bit the same
@@ -101,32 +102,51 @@ void arena_normals32(const int64_t *keys, int64_t rows, int64_t first, int64_t n
         }
     }
 }
-/* element e0 + j of row r, j < w, += alpha * src[j], where part p holds a row's elements start[p] ..
-   start[p] + size[p] - 1 at ptr[p] + r * stride[p] (floats); *part: a cursor that only moves forward */
-static inline void add_range(float alpha, const float *src, int64_t e0, int64_t w, int64_t r, int64_t parts,
-                             const int64_t *ptr, const int64_t *start, const int64_t *size, const int64_t *stride,
-                             int64_t *part) {
+/* where the tensors' elements go: part p holds a row's elements start[p] .. start[p] + size[p] - 1 at
+   ptr[p] + r * stride[p] (floats), and, for a heavy-ball step, the velocity's and the parameters' at velocity[p] and
+   param[p] + the same offset, with weight decay l2[p] */
+struct parts { int64_t n; const int64_t *ptr, *start, *size, *stride, *velocity, *param; const float *l2; };
+/* element e0 + j of row r, j < w: g += alpha * src[j], then, if parts->velocity, the heavy-ball step as
+   trainer.HeavyBall.step takes it: g += l2 * w, g += momentum * v, w += -lr * g (g becomes the velocity); *part:
+   a cursor that only moves forward */
+static inline void add_range(float alpha, const float *src, int64_t e0, int64_t w, int64_t r, const struct parts *pt,
+                             float momentum, float neg_lr, int64_t *part) {
     while (w > 0) {
-        while (*part < parts && e0 >= start[*part] + size[*part]) (*part)++;
-        if (*part == parts) return;
-        const int64_t p = *part;
-        if (e0 < start[p]) {  /* elements no part holds */
-            const int64_t skip = start[p] - e0 < w ? start[p] - e0 : w;
+        while (*part < pt->n && e0 >= pt->start[*part] + pt->size[*part]) (*part)++;
+        if (*part == pt->n) return;
+        const int64_t p = *part, start = pt->start[p], end = start + pt->size[p];
+        if (e0 < start) {  /* elements no part holds */
+            const int64_t skip = start - e0 < w ? start - e0 : w;
             src += skip; e0 += skip; w -= skip;
             continue;
         }
-        const int64_t take = start[p] + size[p] - e0 < w ? start[p] + size[p] - e0 : w;
-        float *o = (float *)ptr[p] + r * stride[p] + (e0 - start[p]);
-        for (int64_t j = 0; j < take; j++) o[j] = o[j] + alpha * src[j];
+        const int64_t take = end - e0 < w ? end - e0 : w, at = r * pt->stride[p] + (e0 - start);
+        float *g = (float *)pt->ptr[p] + at;
+        if (pt->velocity) {
+            const float *v = (const float *)pt->velocity[p] + at, decay = pt->l2[p];
+            float *wt = (float *)pt->param[p] + at;
+            for (int64_t j = 0; j < take; j++) {
+                float x = g[j] + alpha * src[j];
+                x = x + decay * wt[j];
+                x = x + momentum * v[j];
+                g[j] = x;
+                wt[j] = wt[j] + neg_lr * x;
+            }
+        } else {
+            for (int64_t j = 0; j < take; j++) g[j] = g[j] + alpha * src[j];
+        }
         src += take; e0 += take; w -= take;
     }
 }
 /* alpha * the n float32 normals of model r's stream (its key: arena_stream_keys's of the mixed stream id and the
    model's key; the normals: arena_normals32's, pair c gives element c and element h + c, h = n/2 rounded up) added
-   into the parts, model by model, in blocks of 256 pairs that never leave the cache */
+   into the parts (and the heavy-ball step taken, velocity non-NULL), model by model, in blocks of 256 pairs that
+   never leave the cache */
 void arena_add_normals32(const int64_t *model_keys, int64_t rows, int64_t stream, int64_t n, int64_t bits,
                          float unit, float alpha, int64_t parts, const int64_t *ptr, const int64_t *start,
-                         const int64_t *size, const int64_t *stride) {
+                         const int64_t *size, const int64_t *stride, const int64_t *velocity, const int64_t *param,
+                         const float *l2, float momentum, float lr) {
+    const struct parts pt = {parts, ptr, start, size, stride, velocity, param, l2};
     const uint32_t mask = (1u << bits) - 1u;
     const int64_t h = (n + 1) / 2;
     uint32_t k1[256], k2[256];
@@ -142,8 +162,8 @@ void arena_add_normals32(const int64_t *model_keys, int64_t rows, int64_t stream
                 k2[j] = ((uint32_t)x >> (32 - bits)) & mask;
             }
             for (int64_t j = 0; j < w; j++) box_muller(k1[j], k2[j], (int)bits, unit, co + j, si + j);
-            add_range(alpha, co, c0, w, r, parts, ptr, start, size, stride, &cos_part);
-            if (w_sin > 0) add_range(alpha, si, h + c0, w_sin, r, parts, ptr, start, size, stride, &sin_part);
+            add_range(alpha, co, c0, w, r, &pt, momentum, -lr, &cos_part);
+            if (w_sin > 0) add_range(alpha, si, h + c0, w_sin, r, &pt, momentum, -lr, &sin_part);
         }
     }
 }
@@ -156,7 +176,7 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.arena_bernoulli.argtypes = [p, i, i, i, p]
     lib.arena_sampled_rows.argtypes = [p, i, i, i, p, i, p, p]
     lib.arena_normals32.argtypes = [p, i, i, i, i, f, p, p, i]
-    lib.arena_add_normals32.argtypes = [p, i, i, i, i, f, f, i, p, p, p, p]
+    lib.arena_add_normals32.argtypes = [p, i, i, i, i, f, f, i, p, p, p, p, p, p, p, f, f]
     for fn in (lib.arena_stream_keys, lib.arena_words, lib.arena_bernoulli, lib.arena_sampled_rows,
                lib.arena_normals32, lib.arena_add_normals32):
         fn.restype = None

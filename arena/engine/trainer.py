@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Iterator
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 
@@ -154,13 +154,17 @@ class Noise:
             self.draws = rng.normal(self.seeds, ids, self.n_params, self.dtype, self.workspace)
         return self.draws[step - self.first]
 
-    def add_(self, step: int, sums: list[torch.Tensor], alpha: float) -> None:
+    def add_(self, step: int, sums: list[torch.Tensor], alpha: float,
+             then: tuple[rng.HeavyBallPlan, list[torch.Tensor]] | None = None) -> bool:
         """``sums += alpha ·`` step ``step``'s normals shaped as ``layers`` gives them: in one pass of the compiled
         kernel (``rng.NormalAdder``) where every sum lies in the parameters' order as its noise view does (both
-        training paths' sums do), never writing the normals out; else drawn, then added."""
+        training paths' sums do), never writing the normals out, and ``then`` taken in the same pass (True); else
+        drawn, then added, and ``then`` left to the caller (False)."""
         adder = self._adder(sums)
-        if adder is None or not adder(self.seeds, rng.stream(rng.Purpose.NOISE, step), alpha, sums):
-            torch._foreach_add_(sums, self.layers(step), alpha=alpha)
+        if adder is not None and adder(self.seeds, rng.stream(rng.Purpose.NOISE, step), alpha, sums, then):
+            return True
+        torch._foreach_add_(sums, self.layers(step), alpha=alpha)
+        return False
 
     def _adder(self, sums: list[torch.Tensor]) -> rng.NormalAdder | None:
         """The kernel's adder for sums of this layout, made once per layout; None unless every sum is float32 on the
@@ -189,25 +193,40 @@ class Noise:
         return views
 
 
+class StepNoise(NamedTuple):
+    """DP-SGD's noise of step ``step`` still to be added to the gradient: ``alpha`` times ``source``'s normals."""
+
+    source: Noise
+    step: int
+    alpha: float
+
+
 class HeavyBall:
     """Momentum SGD on K stacked models in place: v ← μv + g (+ l2·w on weights); w ← w − lr·v; optionally an
     exponential moving average of the iterates (``recipe.ema``), which ``result`` then returns."""
 
     def __init__(self, params: list[torch.Tensor], penalised: list[bool], recipe: Recipe, l2: float) -> None:
-        self.params, self.penalised, self.recipe, self.l2 = params, penalised, recipe, l2
+        self.params, self.recipe = params, recipe
         self.velocity = [torch.zeros_like(p) for p in params]
         self.average = [p.clone() for p in params] if recipe.ema else None
+        self.decay = [l2 if pen else 0.0 for pen in penalised]
+        """Each tensor's weight decay: l2 on the penalised (weights), 0 on the rest."""
+        self.plan = rng.HeavyBallPlan(params, self.decay, recipe.momentum, recipe.lr)
 
-    def step(self, grads: list[torch.Tensor]) -> None:
+    def step(self, grads: list[torch.Tensor], noise: StepNoise | None = None) -> None:
         """One update of every tensor, as multi-tensor (``_foreach``) kernels like ``torch.optim.SGD``'s. The caller
         hands ``grads`` over (fresh tensors nothing else holds): they become the new velocity, g + μv made in place
-        in them, so that an update makes two passes over the parameters' size, not three."""
-        for g, p, pen in zip(grads, self.params, self.penalised):
-            if pen and self.l2:
-                g.add_(p, alpha=self.l2)
-        torch._foreach_add_(grads, self.velocity, alpha=self.recipe.momentum)
+        in them, so that an update makes two passes over the parameters' size, not three. ``noise``: DP-SGD's noise
+        of a step, still to be added to ``grads``: in the same single pass as the update where the compiled kernel
+        runs (the arithmetic below, in its order), else first."""
+        fused = noise is not None and noise.source.add_(noise.step, grads, noise.alpha, (self.plan, self.velocity))
+        if not fused:
+            for g, p, decay in zip(grads, self.params, self.decay):
+                if decay:
+                    g.add_(p, alpha=decay)
+            torch._foreach_add_(grads, self.velocity, alpha=self.recipe.momentum)
+            torch._foreach_add_(self.params, grads, alpha=-self.recipe.lr)
         self.velocity = grads
-        torch._foreach_add_(self.params, self.velocity, alpha=-self.recipe.lr)
         if self.average is not None:
             torch._foreach_mul_(self.average, self.recipe.ema)
             torch._foreach_add_(self.average, self.params, alpha=1.0 - self.recipe.ema)
@@ -258,16 +277,16 @@ def _train_dense(
         if dp is None:
             inputs, out = hand.layer_inputs(spec, layers, Xb)
             deltas = hand.backprop(spec, layers, inputs, hand.output_delta(out, yb) / Xb.shape[1])
-            grads = hand.sum_gradients(inputs, deltas)
+            grads, step_noise = hand.sum_gradients(inputs, deltas), None
         else:
             sums = clipped(layers, Xb, yb, valid)  # one pass: cutting the padding saves nothing on this path
             canary = None
             if dp.canaries is not None:
                 flat = dp.canaries.contribution(seeds, t, q, spec.n_params, dp.clip, X.dtype, X.device)
                 canary = hand.unflatten_module_order(spec, flat)
-            grads = dpsgd.noisy_gradient(sums, dp.clip, dp.noise_multiplier, functools.partial(noise.add_, t),
-                                         q * n, canary, divided=True)
-        optimizer.step(grads)
+            dpsgd.add_canary_(sums, canary, q * n, divided=True)
+            grads, step_noise = sums, StepNoise(noise, t, dpsgd.noise_alpha(dp.clip, dp.noise_multiplier, q * n, True))
+        optimizer.step(grads, step_noise)
     return hand.to_state(names, optimizer.result())
 
 
@@ -305,7 +324,7 @@ def _train_functional(
         images = Xb.reshape(K, Xb.shape[1], *arch.input_shape)
         if dp is None:
             g = mean_gradient(arch, params, buffers, images, yb)
-            grads = [g[k] for k in names]
+            grads, step_noise = [g[k] for k in names], None
         else:
             per_model = [params[k] for k in names] + [buffers[k] for k in template.buffers]
             sums = _by_sampled_size(clipped, per_model, images, yb, valid)
@@ -313,8 +332,8 @@ def _train_functional(
             if dp.canaries is not None:
                 flat = dp.canaries.contribution(seeds, t, q, template.n_params, dp.clip, X.dtype, X.device)
                 canary = shaped_like(shapes, sizes, flat)
-            grads = dpsgd.noisy_gradient(sums, dp.clip, dp.noise_multiplier, functools.partial(noise.add_, t),
-                                         q * n, canary, divided=True)
-        optimizer.step(grads)
+            dpsgd.add_canary_(sums, canary, q * n, divided=True)
+            grads, step_noise = sums, StepNoise(noise, t, dpsgd.noise_alpha(dp.clip, dp.noise_multiplier, q * n, True))
+        optimizer.step(grads, step_noise)
     released = dict(zip(names, optimizer.result()))
     return {k: released[k] if k in released else buffers[k] for k in state}

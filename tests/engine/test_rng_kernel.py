@@ -150,3 +150,42 @@ def test_stream_keys_are_the_eager_keys(monkeypatch):
     keys = rng.Keys(SEEDS)
     for stream in (STREAMS[0], STREAMS):
         assert torch.equal(keys.stream_keys(stream), _eager(monkeypatch, lambda s=stream: keys.stream_keys(s)))
+
+
+@needs_kernel
+def test_the_adders_heavy_ball_step_is_the_eager_step_after_the_noise():
+    """Noise, weight decay, momentum and the update in the kernel's one pass: HeavyBall.step's arithmetic, in its
+    order, each operation rounded once (so to an ulp of torch's, which may fuse a multiply-add)."""
+    K, n, alpha, decay, momentum, lr = 3, 40, 0.3, 0.01, 0.9, 0.1
+    keys = rng.Keys(SEEDS[:K])
+    (w_grad, b_grad), layout = _adder_case(n, K)
+    params = [torch.randn(K, 4, 3).transpose(1, 2), torch.randn(K, 7)[:, :5]]
+    velocity = [torch.randn(K, 4, 3).transpose(1, 2), torch.randn(K, 7)[:, :5]]
+    grads, start = [w_grad, b_grad], [g.clone() for g in (w_grad, b_grad)]
+    expect_params, expect_velocity = [p.clone() for p in params], []
+    z = rng.normal(keys, STREAMS[0], n)
+    noise = [z[:, :12].reshape(K, 4, 3).transpose(1, 2), z[:, 14:19]]
+    for g, v, p, e, l2 in zip(start, velocity, expect_params, noise, [decay, 0.0]):
+        x = g + alpha * e
+        x = x + l2 * p
+        x = x + momentum * v
+        expect_velocity.append(x)
+        p += -lr * x
+    plan = rng.HeavyBallPlan(params, [decay, 0.0], momentum, lr)
+    assert rng.NormalAdder(layout, n)(keys, STREAMS[0], alpha, grads, (plan, velocity))
+    for got, want in [*zip(grads, expect_velocity), *zip(params, expect_params)]:
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+@needs_kernel
+def test_the_adder_takes_no_step_with_a_velocity_laid_out_otherwise():
+    K, n = 2, 40
+    (w_grad, b_grad), layout = _adder_case(n, K)
+    params = [torch.randn(K, 4, 3).transpose(1, 2), torch.randn(K, 7)[:, :5]]
+    before = [w_grad.clone(), b_grad.clone(), *(p.clone() for p in params)]
+    plan = rng.HeavyBallPlan(params, [0.0, 0.0], 0.9, 0.1)
+    for velocity in ([torch.zeros(K, 3, 4), torch.zeros(K, 5)],  # contiguous, not the gradient's transposed memory
+                     [torch.zeros(K, 4, 3, dtype=torch.float64).transpose(1, 2), torch.zeros(K, 7)[:, :5]]):
+        assert not rng.NormalAdder(layout, n)(rng.Keys(SEEDS[:K]), STREAMS[0], 1.0, [w_grad, b_grad], (plan, velocity))
+    for got, want in zip([w_grad, b_grad, *params], before):
+        assert torch.equal(got, want)

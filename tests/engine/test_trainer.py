@@ -5,7 +5,7 @@ import torch
 
 from arena.engine import dense_kernel, rng, rng_kernel, trainer
 from arena.engine.batching import _poisson_batch, steps_and_rate, tail_split
-from arena.engine.dense import to_layers
+from arena.engine.dense import to_layers, unflatten_module_order
 from arena.engine.ensemble import init_state
 from arena.engine.recipe import DPNoise, Recipe
 from arena.engine.trainer import train
@@ -198,3 +198,32 @@ def test_cutting_the_padding_of_dp_batches_changes_no_model(monkeypatch):
     whole = train(arch, X, y, recipe, seeds, seeds, dp)
     for name in whole:
         torch.testing.assert_close(cut[name], whole[name], rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.skipif(rng_kernel.library() is None, reason="no C compiler or cache folder here")
+@pytest.mark.parametrize("ema", [0.0, 0.9])
+def test_a_noisy_step_through_the_kernel_is_the_eager_noisy_step(ema, monkeypatch):
+    """HeavyBall.step with a step's noise: in the kernel's one pass, or the noise added first and then the eager
+    step, the same update to float rounding (weight decay on the weights only, momentum, the moving average)."""
+    arch = architecture("mlp", 6, 3, hidden=[8], activation="tanh", l2=0.05)
+    recipe = Recipe(epochs=1, lr=0.1, momentum=0.9, batch_size=7, ema=ema)
+    state = init_state(arch, torch.arange(3), torch.float32)
+    seeds = rng.Keys(torch.arange(3))
+
+    def run(steps: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        layers = [p.clone() for p in to_layers(state)]
+        optimizer = trainer.HeavyBall(layers, [i % 2 == 0 for i in range(len(layers))], recipe, arch.l2)
+        noise = trainer.Noise(seeds, steps, arch.dense.n_params, torch.float32,
+                              lambda flat: unflatten_module_order(arch.dense, flat))
+        g = torch.Generator().manual_seed(0)
+        for t in range(steps):
+            grads = [torch.randn(p.shape, generator=g).transpose(1, 2).contiguous().transpose(1, 2) if p.dim() == 3
+                     else torch.randn(p.shape, generator=g) for p in layers]
+            optimizer.step(grads, trainer.StepNoise(noise, t, 0.2))
+        return optimizer.result(), optimizer.velocity
+
+    fused = run(4)
+    monkeypatch.setattr(rng_kernel, "usable", lambda *tensors: None)
+    eager = run(4)
+    for got, want in [*zip(*[fused[0], eager[0]]), *zip(fused[1], eager[1])]:
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
