@@ -201,6 +201,14 @@ class StepNoise(NamedTuple):
     alpha: float
 
 
+def _step_noise(sums: Layers, canary: Layers | None, noise: Noise, step: int, dp: DPNoise, expected: float
+                ) -> StepNoise:
+    """DP-SGD's ``noisy_gradient`` on clipped sums already divided by the ``expected`` batch size, split where the
+    optimizer fuses it: the canaries added now, the noise left to ``HeavyBall.step``."""
+    dpsgd.add_canary_(sums, canary, expected, divided=True)
+    return StepNoise(noise, step, dpsgd.noise_alpha(dp.clip, dp.noise_multiplier, expected, divided=True))
+
+
 class HeavyBall:
     """Momentum SGD on K stacked models in place: v ← μv + g (+ l2·w on weights); w ← w − lr·v; optionally an
     exponential moving average of the iterates (``recipe.ema``), which ``result`` then returns."""
@@ -284,8 +292,7 @@ def _train_dense(
             if dp.canaries is not None:
                 flat = dp.canaries.contribution(seeds, t, q, spec.n_params, dp.clip, X.dtype, X.device)
                 canary = hand.unflatten_module_order(spec, flat)
-            dpsgd.add_canary_(sums, canary, q * n, divided=True)
-            grads, step_noise = sums, StepNoise(noise, t, dpsgd.noise_alpha(dp.clip, dp.noise_multiplier, q * n, True))
+            grads, step_noise = sums, _step_noise(sums, canary, noise, t, dp, q * n)
         optimizer.step(grads, step_noise)
     return hand.to_state(names, optimizer.result())
 
@@ -332,8 +339,7 @@ def _train_functional(
             if dp.canaries is not None:
                 flat = dp.canaries.contribution(seeds, t, q, template.n_params, dp.clip, X.dtype, X.device)
                 canary = shaped_like(shapes, sizes, flat)
-            dpsgd.add_canary_(sums, canary, q * n, divided=True)
-            grads, step_noise = sums, StepNoise(noise, t, dpsgd.noise_alpha(dp.clip, dp.noise_multiplier, q * n, True))
+            grads, step_noise = sums, _step_noise(sums, canary, noise, t, dp, q * n)
         optimizer.step(grads, step_noise)
     released = dict(zip(names, optimizer.result()))
     return {k: released[k] if k in released else buffers[k] for k in state}
