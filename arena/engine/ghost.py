@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from arena.engine import conv_kernel
 from arena.engine.conv_ghost import Offsets, conv_ghost_norm, conv_offsets, pair_map, positions_first, unfold
 
 Kind = Literal["linear", "conv", "group_norm", "channelwise", "free"]
@@ -306,6 +307,12 @@ def _norms(
             kept["bias"] = (G.sum(dims) if dims else G).view(B, K, -1)
             sq += _sq(kept["weight"], B, K) + _sq(kept["bias"], B, K)
             continue
+        if layer.kind == "conv":
+            done = conv_kernel.norms(cast(nn.Conv2d, layer.module), a, G, K, layer.materialise)
+            if done is not None:  # the compiled kernel read the channels-last maps as they are
+                sq += done.sq
+                kept.update(done.held)
+                continue
         Gl = positions_first(G, K) if layer.kind == "conv" else G.reshape(B * K, -1, G.shape[-1])  # [BK, L, O]
         if layer.module.bias is not None:
             kept["bias"] = (G.sum((2, 3)) if layer.kind == "conv" else Gl.sum(1)).view(B, K, -1)
