@@ -81,32 +81,29 @@ static inline float dot(const float *restrict x, const float *restrict y, int64_
     return s;
 }
 
-/* bias[o] = sum over rows l < L of rows[l][o] (rows ld floats apart), o < n; returns its squared norm */
-static float column_sums(const float *restrict rows, int64_t ld, int64_t L, int64_t n, float *restrict bias) {
-    memset(bias, 0, sizeof(float) * n);
-    for (int64_t l = 0; l < L; l++)
-        for (int64_t o = 0; o < n; o++) bias[o] += rows[l * ld + o];
-    return dot(bias, bias, n);
-}
-
 /* per example n = b*K + k: its weight gradient A^T G (A its unfolded input [L][kh*kw*C], G its output gradient
    [L][O]) into weight[n][O][C*kh*kw] (the layout of the layer's weight), its bias gradient into bias[n][O] (if
    bias), and both squared norms added into sq[n]. A is held transposed (a row per kernel offset and channel, runs
    of an output row's positions contiguous) and cut from a copy of the example's map with a zero border, so no
-   read needs a bounds test. Returns 0, or -1 without memory. */
+   read needs a bounds test; with a bias it has one more row of ones, so the same product gives G's column sums.
+   Returns 0, or -1 without memory. */
 int arena_conv_materialise(const int64_t *g, const float *restrict a, const float *restrict d, float *restrict weight,
                            float *restrict bias, float *restrict sq) {
     const int64_t B = g[NB], K = g[NK], C = g[NC], O = g[NO], H = g[NH], W = g[NW], Ho = g[NHO], Wo = g[NWO];
-    const int64_t offsets = g[KH] * g[KW], P = C * offsets, Lo = Ho * Wo, Pp = pad16(P), Op = pad16(O);
+    const int64_t offsets = g[KH] * g[KW], P = C * offsets, Lo = Ho * Wo, Op = pad16(O);
+    const int64_t R = P + (bias != NULL), Pp = pad16(R);  /* with a bias, A's row P is all ones: G's column sums */
     const int64_t Hp = H + 2 * g[PH], Wp = W + 2 * g[PW];
     const int direct = O % 16 == 0;  /* G's rows read in place: nothing to pad */
-    float *buf = calloc(Hp * Wp * C + Pp * Lo + Pp * Op + (direct ? 0 : Lo * Op) + O, sizeof(float));
+    float *buf = calloc(Hp * Wp * C + Pp * Lo + Pp * Op + (direct ? 0 : Lo * Op), sizeof(float));
     if (!buf) return -1;
     float *xpad = buf, *At = xpad + Hp * Wp * C, *w = At + Pp * Lo, *Gbuf = w + Pp * Op;
-    float *bsum = Gbuf + (direct ? 0 : Lo * Op);
+    for (int64_t l = 0; l < Lo && bias; l++) At[P * Lo + l] = 1.0f;
     for (int64_t b = 0; b < B; b++)
         for (int64_t k = 0; k < K; k++) {
             const int64_t n = b * K + k;
+            if (k + 1 < K)  /* the next model's rows are a map's row apart: fetched ahead, or each read waits */
+                for (int64_t l = 0; l < Lo; l++)
+                    for (int64_t o = 0; o < O; o += 16) __builtin_prefetch(d + (b * Lo + l) * K * O + (k + 1) * O + o);
             for (int64_t h = 0; h < H; h++)
                 for (int64_t x = 0; x < W; x++) {
                     const float *src = a + ((b * H + h) * W + x) * K * C + k * C;
@@ -136,17 +133,13 @@ int arena_conv_materialise(const int64_t *g, const float *restrict a, const floa
                 G = Gbuf;
                 ldg = Op;
             }
-            tn(At, 1, Lo, P, G, ldg, O, Lo, w, Op);
+            tn(At, 1, Lo, R, G, ldg, O, Lo, w, Op);
             float *out = weight + n * O * P;
             for (int64_t ij = 0; ij < offsets; ij++)
                 for (int64_t c = 0; c < C; c++)
                     for (int64_t o = 0; o < O; o++) out[o * P + c * offsets + ij] = w[(ij * C + c) * Op + o];
-            float s = dot(w, w, P * Op);  /* the columns past O are zeros */
-            if (bias) {
-                s += column_sums(G, ldg, Lo, O, bsum);
-                memcpy(bias + n * O, bsum, sizeof(float) * O);
-            }
-            sq[n] += s;
+            sq[n] += dot(w, w, R * Op);  /* weight and bias; the columns past O are zeros */
+            if (bias) memcpy(bias + n * O, w + P * Op, sizeof(float) * O);
         }
     free(buf);
     return 0;
