@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple, cast
 
 import torch
@@ -254,6 +256,22 @@ def _channels_last(t: torch.Tensor) -> bool:
     return t.is_cpu and t.dtype == torch.float32 and t.ndim == 4 and t.is_contiguous(memory_format=torch.channels_last)
 
 
+MIN_EXAMPLES_PER_THREAD = 64
+"""Examples (of all K models) each of torch's intra-op threads takes at least: a call with fewer runs on fewer
+threads, one at K = 1's usual batch, where a thread's hand-off would cost more than it saves."""
+
+_pools: dict[tuple[int, int], ThreadPoolExecutor] = {}
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    """A pool of ``workers`` threads for this process (a forked child makes its own: the parent's threads are not
+    in it). ctypes releases the GIL during a call, so the threads run the kernel at once."""
+    key = (os.getpid(), workers)
+    if key not in _pools:
+        _pools[key] = ThreadPoolExecutor(workers, thread_name_prefix="arena-conv")
+    return _pools[key]
+
+
 def norms(m: nn.Conv2d, a: torch.Tensor, G: torch.Tensor, K: int, materialise: bool) -> Norms | None:
     """Layer ``m``'s per-example squared gradient norms from its input ``a`` [B, K·C, H, W] and output gradient
     ``G`` [B, K·O, Ho, Wo] (K models' channels, channels-last float32 on the CPU), and what ``Norms.held`` keeps;
@@ -266,14 +284,25 @@ def norms(m: nn.Conv2d, a: torch.Tensor, G: torch.Tensor, K: int, materialise: b
     (B, KC, H, W), (KO, Ho, Wo) = a.shape, G.shape[1:]
     C, O = KC // K, KO // K
     ph, pw = cast(tuple[int, int], m.padding)
-    geometry = torch.tensor([B, K, C, O, H, W, Ho, Wo, *m.kernel_size, *m.stride, ph, pw, *m.dilation])
+    shape = [K, C, O, H, W, Ho, Wo, *m.kernel_size, *m.stride, ph, pw, *m.dilation]
     sq = torch.zeros(B, K)
     held = {"bias": torch.empty(B, K, O)} if m.bias is not None else {}
-    bias = held["bias"].data_ptr() if held else None
     if materialise:
         held["weight"] = torch.empty(B, K, O, C * m.kernel_size[0] * m.kernel_size[1])
-        failed = lib.arena_conv_materialise(geometry.data_ptr(), a.data_ptr(), G.data_ptr(),
-                                            held["weight"].data_ptr(), bias, sq.data_ptr())
-    else:
-        failed = lib.arena_conv_ghost(geometry.data_ptr(), a.data_ptr(), G.data_ptr(), bias, sq.data_ptr())
+
+    def rows(b0: int, b1: int) -> int:  # examples b0 <= b < b1 of every model: disjoint rows of every output
+        geometry = (ctypes.c_int64 * 16)(b1 - b0, *shape)
+        bias = held["bias"][b0:b1].data_ptr() if "bias" in held else None
+        if materialise:
+            return cast(int, lib.arena_conv_materialise(geometry, a[b0:b1].data_ptr(), G[b0:b1].data_ptr(),
+                                                        held["weight"][b0:b1].data_ptr(), bias, sq[b0:b1].data_ptr()))
+        return cast(int, lib.arena_conv_ghost(geometry, a[b0:b1].data_ptr(), G[b0:b1].data_ptr(), bias,
+                                              sq[b0:b1].data_ptr()))
+
+    parts = max(1, min(torch.get_num_threads(), B * K // MIN_EXAMPLES_PER_THREAD, B))
+    if parts == 1:
+        failed = rows(0, B)
+    else:  # each example is computed alone, so the split changes no bit of the result
+        bounds = [B * i // parts for i in range(parts + 1)]
+        failed = any(_pool(parts).map(rows, bounds[:-1], bounds[1:]))
     return None if failed else Norms(sq, held)

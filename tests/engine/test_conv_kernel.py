@@ -89,3 +89,25 @@ def test_disabled_the_kernel_is_absent(monkeypatch, tmp_path):
     monkeypatch.setenv("ARENA_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("ARENA_KERNELS", "0")
     assert conv_kernel.library.__wrapped__() is None
+
+
+@needs_kernel
+@pytest.mark.parametrize("materialise", [True, False])
+def test_torchs_threads_split_the_examples_without_changing_a_bit(materialise, monkeypatch):
+    conv = nn.Conv2d(3, 5, 3, padding=1)
+    a, G = _maps(3, 5, 6, 6, conv, 23, 7)  # 161 examples: three threads of at least 32, unequal shares
+    monkeypatch.setattr(conv_kernel, "MIN_EXAMPLES_PER_THREAD", 32)
+    pools: list[int] = []
+    pool = conv_kernel._pool
+    monkeypatch.setattr(conv_kernel, "_pool", lambda workers: pools.append(workers) or pool(workers))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = conv_kernel.norms(conv, a, G, 7, materialise)
+        torch.set_num_threads(3)
+        split = conv_kernel.norms(conv, a, G, 7, materialise)
+    finally:
+        torch.set_num_threads(threads)
+    assert alone is not None and split is not None and pools == [3]  # one call alone, one in three threads
+    assert torch.equal(alone.sq, split.sq) and alone.held.keys() == split.held.keys()
+    assert all(torch.equal(alone.held[k], split.held[k]) for k in alone.held)

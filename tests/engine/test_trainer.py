@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from arena.engine import dense_kernel, rng, rng_kernel, trainer
+from arena.engine import conv_kernel, dense_kernel, rng, rng_kernel, trainer
 from arena.engine.batching import _poisson_batch, steps_and_rate, tail_split
 from arena.engine.dense import to_layers, unflatten_module_order
 from arena.engine.ensemble import init_state
@@ -66,6 +66,30 @@ def test_float32_dp_training_through_the_kernels_is_the_same_alone_batched_or_wi
     added.clear()
     eager = train(MLP, X, y, recipe, init, tr, dp, engine=engine)
     assert not any(added)
+    for name, pe in eager.items():
+        torch.testing.assert_close(batched[name], pe, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(conv_kernel.library() is None, reason="no C compiler or cache folder here")
+def test_float32_dp_training_of_a_cnn_through_the_conv_kernel_is_the_same_alone_batched_or_without_it(monkeypatch):
+    """The convolutions' per-example norms come from the C kernel in float32 (one layer's gradients formed, the
+    other's ghost norm): a CNN trains the same alone or in a batch, and as the eager passes train it."""
+    cnn = architecture("cnn", (1, 8, 8), 3, channels=[4, 16], hidden=8)
+    g = torch.Generator().manual_seed(2)
+    X, y = torch.rand(3, 40, 64, generator=g), torch.randint(0, 3, (3, 40), generator=g)
+    recipe, dp = Recipe(epochs=2, lr=0.1, momentum=0.9, batch_size=8), DPNoise(1.0, 1.1)
+    init, tr = torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6])
+    calls: list[bool] = []
+    norms = conv_kernel.norms
+    monkeypatch.setattr(conv_kernel, "norms", lambda m, a, G, K, mat: calls.append(mat) or norms(m, a, G, K, mat))
+    batched = train(cnn, X, y, recipe, init, tr, dp)
+    assert True in calls and False in calls  # both of the kernel's ways ran
+    for k in (0, 2):
+        alone = train(cnn, X[k : k + 1], y[k : k + 1], recipe, init[k : k + 1], tr[k : k + 1], dp)
+        for name, pa in alone.items():
+            torch.testing.assert_close(batched[name][k : k + 1], pa, rtol=1e-4, atol=1e-5)
+    monkeypatch.setattr(conv_kernel, "library", lambda: None)
+    eager = train(cnn, X, y, recipe, init, tr, dp)
     for name, pe in eager.items():
         torch.testing.assert_close(batched[name], pe, rtol=1e-4, atol=1e-5)
 
