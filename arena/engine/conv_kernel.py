@@ -71,18 +71,7 @@ static void tn(const float *restrict u, int64_t ut, int64_t ur, int64_t R, const
         }
 }
 
-/* sum of x[j] * y[j], j < n, in 16 running partial sums (vectorises without -ffast-math) */
-static inline float dot(const float *restrict x, const float *restrict y, int64_t n) {
-    float acc[16] = {0};
-    int64_t j = 0;
-    for (; j + 16 <= n; j += 16)
-        for (int l = 0; l < 16; l++) acc[l] += x[j + l] * y[j + l];
-    float s = 0.0f;
-    for (; j < n; j++) s += x[j] * y[j];
-    for (int l = 0; l < 16; l++) s += acc[l];
-    return s;
-}
-
+""" + native.DOT + r"""
 /* per example n = b*K + k: its weight gradient A^T G (A its unfolded input [L][kh*kw*C], G its output gradient
    [L][O]) into weight[n][O][C*kh*kw] (the layout of the layer's weight), its bias gradient into bias[n][O] (if
    bias), and both squared norms added into sq[n]. A is held transposed (a row per kernel offset and channel, runs

@@ -20,17 +20,7 @@ from arena.engine import native
 
 SOURCE = r"""
 #include <stdint.h>
-/* sum of x[j]^2, j < n, in 16 running partial sums (a loop that vectorises without reassociating by flags) */
-static inline float sq_norm(const float *x, int64_t n) {
-    float acc[16] = {0};
-    int64_t j = 0;
-    for (; j + 16 <= n; j += 16)
-        for (int l = 0; l < 16; l++) acc[l] += x[j + l] * x[j + l];
-    float s = 0.0f;
-    for (; j < n; j++) s += x[j] * x[j];
-    for (int l = 0; l < 16; l++) s += acc[l];
-    return s;
-}
+""" + native.DOT + r"""
 /* per example r < rows: g² = sum over layers l of (|a_l[r]|² + 1)·|d_l[r]|² (layer l's input a_l and delta d_l, rows
    of width in_width[l] and delta_width[l]), f = min(scale, clip_scale / g), or 0 where valid[r] is 0, into
    factors[r]; and while the example's rows are in cache, per layer, f times the narrower of a_l[r] and d_l[r]
@@ -48,7 +38,7 @@ void arena_dense_clipped(int64_t layers, const int64_t *inputs, const int64_t *i
         for (int64_t l = 0; l < layers; l++) {
             const float *a = (const float *)inputs[l] + r * in_width[l];
             const float *d = (const float *)deltas[l] + r * delta_width[l];
-            sq += (sq_norm(a, in_width[l]) + 1.0f) * sq_norm(d, delta_width[l]);
+            sq += (dot(a, a, in_width[l]) + 1.0f) * dot(d, d, delta_width[l]);
         }
         const float g = clip_scale / __builtin_sqrtf(sq);  /* a zero gradient: +inf, so the factor is scale */
         const float f = valid && !valid[r] ? 0.0f : (g < scale ? g : scale);

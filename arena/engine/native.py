@@ -32,6 +32,22 @@ square root that vectorises (its argument is never negative); on x86-64, 512-bit
 (GCC's default for -march=native is 256: ~17 % slower normals on an AVX-512 Xeon; a no-op without AVX-512)."""
 
 
+DOT = r"""
+/* sum of x[j] * y[j], j < n, in 16 running partial sums (vectorises without flags that reassociate) */
+static inline float dot(const float *x, const float *y, int64_t n) {
+    float acc[16] = {0};
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int l = 0; l < 16; l++) acc[l] += x[j + l] * y[j + l];
+    float s = 0.0f;
+    for (; j < n; j++) s += x[j] * y[j];
+    for (int l = 0; l < 16; l++) s += acc[l];
+    return s;
+}
+"""
+"""C shared by the kernels' sources (after ``#include <stdint.h>``): a dot product in a fixed order of sums."""
+
+
 def _cpu() -> str:
     """What -march=native compiles for: the CPU's model and feature flags where Linux lists them."""
     try:

@@ -8,15 +8,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from arena.engine import conv_kernel
+from tests.engine import test_conv_ghost
 
 needs_kernel = pytest.mark.skipif(conv_kernel.library() is None, reason="no C compiler or cache folder here")
 
-GEOMETRIES = {  # (C, O, H, W, kernel, stride, dilation, padding)
-    "same": (3, 5, 4, 4, 3, 1, 1, 1),
-    "strided": (3, 4, 5, 3, 3, 2, 1, 1),
-    "dilated": (2, 4, 4, 4, 3, 1, 2, 2),
-    "no-padding": (4, 3, 6, 2, 2, 2, 1, 0),
-    "rectangular": (2, 3, 5, 3, (3, 2), (1, 2), (1, 1), (0, 1)),
+GEOMETRIES = {  # (C, O, H, W, kernel, stride, dilation, padding): the eager ghost norm's, and
+    **test_conv_ghost.GEOMETRIES,
     "one-channel": (1, 16, 8, 8, 3, 1, 1, 1),  # the digits CNN's first layer: G's rows read in place
     "wide-map": (2, 3, 9, 20, 3, 1, 1, 1),  # output rows wider than one 16-float vector
     "padding-past-kernel": (2, 2, 3, 3, 2, 1, 1, 2),  # output positions that read no pixel at all
