@@ -2,8 +2,9 @@
 straight from the channels-last layer input and output gradient that the layer-by-layer path holds: per example,
 either the weight gradient formed (``materialise``) or its ghost norm ⟨AᵀA, GᵀG⟩ from the input's Gram matrix,
 and the bias gradient. The eager passes move each map to positions-first order first (a transposing copy of the
-whole [B, K·C, H, W] tensor, then batched matmuls and the pair-map product): at K = 64 on digits, ~23 of a ~87 ms
-DP-SGD step; here each example's rows are read once while its map is in cache.
+whole [B, K·C, H, W] tensor, then batched matmuls and the pair-map product); here each example's rows are read once
+while its map is in cache (the digits CNN's DP-SGD / non-private at K = 64: 1.56× eager, 1.37× with the kernel, in
+one side-by-side run on a 2-core AMD EPYC).
 
 Built and cached by ``arena.engine.native`` (``ARENA_KERNELS=0``: never); where ``library()`` is None, or the
 tensors are not float32 channels-last maps on the CPU, ``norms`` returns None and the eager passes run. The two
@@ -38,7 +39,6 @@ SOURCE = r"""
 /* geometry g[16]: B, K, C, O, H, W, Ho, Wo, kh, kw, stride h/w, padding h/w, dilation h/w. Maps are channels-last:
    input a [B][H][W][K*C], output gradient d [B][Ho][Wo][K*O]; model k's channels of a pixel are contiguous. */
 enum { NB, NK, NC, NO, NH, NW, NHO, NWO, KH, KW, SH, SW, PH, PW, DH, DW };
-#define CHUNK_FLOATS 65536  /* scratch per chunk of models (256 KiB), so that a chunk's maps stay in cache */
 
 static inline int64_t pad16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
