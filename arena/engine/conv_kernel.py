@@ -141,11 +141,13 @@ int arena_conv_materialise(const int64_t *g, const float *restrict a, const floa
    the map (zero padding adds nothing). Those reads are listed once per call as runs along an output row (a run of
    A^T A's row l and of a Gram row, the Gram's entries `stride` apart), so each example adds contiguous runs, not
    scattered entries. Its bias gradient into bias[n][O] (if bias); both squared norms added into sq[n]. Each
-   example's maps are first moved channels-first into small buffers. Returns 0, or -1 without memory. */
+   example's maps are first moved channels-first into small buffers. Returns 0, or -1 without memory or where a
+   Gram matrix has more entries than the runs' int32 offsets reach. */
 int arena_conv_ghost(const int64_t *g, const float *restrict a, const float *restrict d, float *restrict bias,
                      float *restrict sq) {
     const int64_t B = g[NB], K = g[NK], C = g[NC], O = g[NO], H = g[NH], W = g[NW], Ho = g[NHO], Wo = g[NWO];
     const int64_t Li = H * W, Lo = Ho * Wo, Lip = pad16(Li), Lop = pad16(Lo), stride = g[SW];
+    if (Lip * Lip > INT32_MAX || Lo * Lop > INT32_MAX) return -1;  /* the runs' offsets are int32 */
     int32_t *runs = malloc(sizeof(int32_t) * 3 * (g[KH] * g[KW] * Lo * Ho + 1));
     float *buf = calloc(C * Lip + O * Lop + Lip * Lip + Lo * Lop + Lop * Lop + O + 16, sizeof(float));
     if (!runs || !buf) { free(runs); free(buf); return -1; }

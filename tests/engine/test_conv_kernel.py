@@ -108,3 +108,11 @@ def test_torchs_threads_split_the_examples_without_changing_a_bit(materialise, m
     assert alone is not None and split is not None and pools == [3]  # one call alone, one in three threads
     assert torch.equal(alone.sq, split.sq) and alone.held.keys() == split.held.keys()
     assert all(torch.equal(alone.held[k], split.held[k]) for k in alone.held)
+
+
+@needs_kernel
+def test_a_map_too_large_for_the_ghost_kernels_offsets_goes_to_the_eager_passes():
+    conv = nn.Conv2d(1, 1, 3, padding=1)  # 216 × 216 pixels: a Gram matrix of 46,656² > 2³¹ entries
+    a, G = _maps(1, 1, 216, 216, conv, 1, 1)
+    assert conv_kernel.norms(conv, a, G, 1, False) is None
+    assert conv_kernel.norms(conv, a, G, 1, True) is not None  # the formed gradient has no such offsets
