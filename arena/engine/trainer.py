@@ -8,6 +8,7 @@ tolerance) alone or inside any batch. Dense models (logistic regression, MLPs) t
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 from collections.abc import Callable, Iterator
@@ -63,16 +64,28 @@ def models_per_chunk(arch: Architecture, recipe: Recipe, n: int, dp: DPNoise | N
     return max(1, budget // max(per_model, 1))
 
 
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+"""glibc's ``mallopt`` parameters (malloc.h)."""
+HEAP_KEPT = 512 << 20
+"""Bytes glibc's malloc serves from its heap, and keeps free there, rather than mapping and unmapping them."""
+
+
 @functools.cache
-def _prime_allocator() -> None:
-    """Free one untouched block of just under 32 MiB, once per process. glibc's malloc then serves blocks up to its
-    size from the heap and keeps up to twice that of freed memory (its own adaptive rule, which any large temporary
-    triggers), instead of mapping each multi-megabyte temporary afresh and faulting its pages in at every step: an
-    MLP epoch of 64 models took ~5,000-30,000 page faults and ran ~8% (DP-SGD) to ~20% (a LiRA pool's small
-    batches) slower. Temporaries past 32 MiB (a CNN pass of many models) are mapped whatever the threshold. The
-    block's pages are never touched; other allocators ignore it."""
-    block = torch.empty((32 << 20) - (1 << 16), dtype=torch.uint8)
-    del block
+def _keep_freed_memory() -> None:
+    """Once per process, have glibc's malloc serve blocks up to ``HEAP_KEPT`` from its heap and keep that much of
+    freed memory there. By default it maps each block past an adaptive threshold (32 MiB at most) afresh and gives
+    freed memory past twice that back, so a step's multi-megabyte temporaries fault their pages in at every step:
+    an MLP epoch of 64 models took ~5,000-30,000 page faults and ran ~8-20% slower; the digits CNN's DP-SGD epoch
+    of 64 models ~14,000 and ~10% slower (a grouped convolution's forward on fresh pages took 2-3× as long). No-op
+    where the C library has no ``mallopt``."""
+    try:
+        mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    except OSError:
+        return
+    if mallopt is not None:
+        if not mallopt(M_MMAP_THRESHOLD, HEAP_KEPT):  # a glibc that caps the threshold: its own cap
+            mallopt(M_MMAP_THRESHOLD, 32 << 20)
+        mallopt(M_TRIM_THRESHOLD, HEAP_KEPT)
 
 
 def train(
@@ -97,7 +110,7 @@ def train(
     if d != arch.n_features:
         raise ValueError(f"X has {d} features, the model expects {arch.n_features} (input shape {arch.input_shape})")
     dp = _with_instruments(dp, K, n, recipe)
-    _prime_allocator()
+    _keep_freed_memory()
     if state is None:
         state = init_state(arch, init_seeds, X.dtype, X.device)
     path = choose_engine(arch, engine)
