@@ -163,7 +163,7 @@ int arena_conv_ghost(const int64_t *g, const float *restrict a, const float *res
     const int64_t Li = H * W, Lo = Ho * Wo, Lip = pad16(Li), Lop = pad16(Lo), stride = g[SW];
     if (Lip * Lip > INT32_MAX || Lo * Lop > INT32_MAX) return -1;  /* the runs' offsets are int32 */
     int32_t *runs = malloc(sizeof(int32_t) * 3 * (g[KH] * g[KW] * Lo * Ho + 1));
-    float *buf = calloc(C * Lip + O * Lop + Lip * Lip + Lo * Lop + Lop * Lop + O + 16, sizeof(float));
+    float *buf = calloc(C * Lip + O * Lop + Lip * Lip + Lop * Lop + O + 16, sizeof(float));
     if (!runs || !buf) { free(runs); free(buf); return -1; }
     int64_t nruns = 0;
     for (int64_t i = 0; i < g[KH]; i++)
@@ -189,12 +189,18 @@ int arena_conv_ghost(const int64_t *g, const float *restrict a, const float *res
                 }
             }
         }
-    float *xt = buf, *dt = xt + C * Lip, *gram = dt + O * Lop, *ata = gram + Lip * Lip, *gtg = ata + Lo * Lop;
-    float *bsum = gtg + Lop * Lop;  /* tn writes Lo rounded up to 4 rows */
+    float *xt = buf, *dt = xt + C * Lip, *gram = dt + O * Lop, *gtg = gram + Lip * Lip;
+    float *bsum = gtg + Lop * Lop;  /* tn writes Lo rounded up to 4 rows; bsum is gtg's slack */
     const vi16 lanes = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     for (int64_t b = 0; b < B; b++)
         for (int64_t k = 0; k < K; k++) {
             const int64_t n = b * K + k;
+            if (k + 1 < K) {  /* the next model's rows are a map's row apart: fetched ahead, or each read waits */
+                for (int64_t l = 0; l < Lo; l++)
+                    for (int64_t o = 0; o < O; o += 16) __builtin_prefetch(d + (b * Lo + l) * K * O + (k + 1) * O + o);
+                for (int64_t p = 0; p < Li; p++)
+                    for (int64_t c = 0; c < C; c += 16) __builtin_prefetch(a + (b * Li + p) * K * C + (k + 1) * C + c);
+            }
             for (int64_t p = 0; p < Li; p++) {  /* channels first: the Grams' sums run over channels */
                 const float *row = a + (b * Li + p) * K * C + k * C;
                 for (int64_t c = 0; c < C; c++) xt[c * Lip + p] = row[c];
@@ -207,20 +213,31 @@ int arena_conv_ghost(const int64_t *g, const float *restrict a, const float *res
             }
             tn(xt, Lip, 1, Li, xt, Lip, Li, C, gram, Lip);
             tn(dt, Lop, 1, Lo, dt, Lop, Lo, O, gtg, Lop);
-            memset(ata, 0, sizeof(float) * Lo * Lop);
-            if (stride == 1 && Wo <= 16)  /* each run one masked vector add (the buffers have 16 floats of slack) */
-                for (int64_t r = 0; r < nruns; r++) {
-                    float *out = ata + runs[3 * r];
-                    const vi16 keep = lanes < runs[3 * r + 2];
-                    store16(out, load16(out) + (v16)((vi16)load16(gram + runs[3 * r + 1]) & keep));
+            /* <A^T A, G^T G> run by run: each run of Gram entries times its run of G^T G, never forming A^T A */
+            v16 even = {0}, odd = {0};  /* two chains of multiply-adds: each waits less on the one before */
+            float s = 0.0f;
+            if (stride == 1 && Wo <= 16) {  /* each run one masked vector (the buffers have 16 floats of slack) */
+                int64_t r = 0;
+                for (; r + 2 <= nruns; r += 2) {
+                    const int32_t *u = runs + 3 * r;
+                    even += (v16)((vi16)load16(gram + u[1]) & (lanes < u[2])) * load16(gtg + u[0]);
+                    odd += (v16)((vi16)load16(gram + u[4]) & (lanes < u[5])) * load16(gtg + u[3]);
                 }
-            else
+                if (r < nruns)
+                    even += (v16)((vi16)load16(gram + runs[3 * r + 1]) & (lanes < runs[3 * r + 2])) *
+                            load16(gtg + runs[3 * r]);
+                even += odd;
+                for (int l = 0; l < 16; l++) s += even[l];
+            } else {  /* many runs of any length: each run's sum then the total in double, as accurate as a dot */
+                double total = 0.0;
                 for (int64_t r = 0; r < nruns; r++) {
-                    float *out = ata + runs[3 * r];
-                    const float *in = gram + runs[3 * r + 1];
-                    for (int32_t t = 0; t < runs[3 * r + 2]; t++) out[t] += in[t * stride];
+                    const float *out = gtg + runs[3 * r], *in = gram + runs[3 * r + 1];
+                    float part = 0.0f;
+                    for (int32_t t = 0; t < runs[3 * r + 2]; t++) part += in[t * stride] * out[t];
+                    total += part;
                 }
-            float s = dot(ata, gtg, Lo * Lop);  /* A^T A is 0 in the columns past Lo */
+                s = (float)total;
+            }
             if (bias) {
                 s += dot(bsum, bsum, O);
                 memcpy(bias + n * O, bsum, sizeof(float) * O);
