@@ -368,7 +368,7 @@ def _accumulate(
             w = params[layer.prefix + "weight"]
 
             def scaled(t: torch.Tensor) -> torch.Tensor:  # t [B, K·C, H, W], channels-last kept
-                return t * c.repeat_interleave(t.shape[1] // K, dim=1).view(B, -1, 1, 1)
+                return (t.view(B, K, -1, *t.shape[2:]) * c.view(B, K, 1, 1, 1)).view(t.shape)
 
             Gc, ac = (scaled(G), a) if G.numel() <= a.numel() else (G, scaled(a))
             _, gw, _ = torch.ops.aten.convolution_backward(
