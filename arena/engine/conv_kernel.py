@@ -86,23 +86,32 @@ static void tn(const float *restrict u, int64_t ut, int64_t ur, int64_t R, const
 }
 
 """ + native.DOT + r"""
+/* rows of A^T G one block of the formed-gradient kernel computes at once: 12 vector accumulators of a 16-column
+   block, each multiply-add chain waiting less on the one before than with fewer */
+enum { ROWS = 12 };
+
 /* per example n = b*K + k: its weight gradient A^T G (A its unfolded input [L][kh*kw*C], G its output gradient
-   [L][O]) into weight[n][O][C*kh*kw] (the layout of the layer's weight), its bias gradient into bias[n][O] (if
-   bias), and both squared norms added into sq[n]. A is held transposed (a row per kernel offset and channel, runs
-   of an output row's positions contiguous) and cut from a copy of the example's map with a zero border, so no
-   read needs a bounds test; with a bias it has one more row of ones, so the same product gives G's column sums.
-   Returns 0, or -1 without memory. */
+   [L][O]) into weight[n][O][C*kh*kw] (the layout of the layer's weight), its bias gradient (G's column sums) into
+   bias[n][O] (if bias), and both squared norms added into sq[n]. A is never formed: its row for output position l
+   and its column for kernel offset (i, j) and channel c is a copy of the example's map with a zero border read at
+   base[l] + off[(i, j, c)], so no read needs a bounds test, and ROWS columns of A^T G stay in vector registers
+   while l runs. Returns 0, or -1 without memory. */
 int arena_conv_materialise(const int64_t *g, const float *restrict a, const float *restrict d, float *restrict weight,
                            float *restrict bias, float *restrict sq) {
     const int64_t B = g[NB], K = g[NK], C = g[NC], O = g[NO], H = g[NH], W = g[NW], Ho = g[NHO], Wo = g[NWO];
     const int64_t offsets = g[KH] * g[KW], P = C * offsets, Lo = Ho * Wo, Op = pad16(O);
-    const int64_t R = P + (bias != NULL), Pp = pad16(R);  /* with a bias, A's row P is all ones: G's column sums */
-    const int64_t Hp = H + 2 * g[PH], Wp = W + 2 * g[PW];
+    const int64_t Pr = (P + ROWS - 1) / ROWS * ROWS, Hp = H + 2 * g[PH], Wp = W + 2 * g[PW];
     const int direct = O % 16 == 0;  /* G's rows read in place: nothing to pad */
-    float *buf = calloc(Hp * Wp * C + Pp * Lo + Pp * Op + (direct ? 0 : Lo * Op), sizeof(float));
-    if (!buf) return -1;
-    float *xpad = buf, *At = xpad + Hp * Wp * C, *w = At + Pp * Lo, *Gbuf = w + Pp * Op;
-    for (int64_t l = 0; l < Lo && bias; l++) At[P * Lo + l] = 1.0f;
+    float *buf = calloc(Hp * Wp * C + (direct ? 0 : Lo * Op), sizeof(float));
+    int64_t *off = malloc(sizeof(int64_t) * (Pr + Lo));
+    if (!buf || !off) { free(buf); free(off); return -1; }
+    float *xpad = buf, *Gbuf = xpad + Hp * Wp * C;
+    int64_t *base = off + Pr;
+    for (int64_t r = 0; r < Pr; r++) {  /* column r = (i*kw + j)*C + c; the block's columns past P repeat column 0 */
+        const int64_t rr = r < P ? r : 0, ij = rr / C, c = rr % C;
+        off[r] = ((ij / g[KW]) * g[DH] * Wp + (ij % g[KW]) * g[DW]) * C + c;
+    }
+    for (int64_t l = 0; l < Lo; l++) base[l] = ((l / Wo) * g[SH] * Wp + (l % Wo) * g[SW]) * C;
     for (int64_t b = 0; b < B; b++)
         for (int64_t k = 0; k < K; k++) {
             const int64_t n = b * K + k;
@@ -118,19 +127,6 @@ int arena_conv_materialise(const int64_t *g, const float *restrict a, const floa
                     else
                         memcpy(dst, src, sizeof(float) * C);
                 }
-            for (int64_t i = 0; i < g[KH]; i++)
-                for (int64_t j = 0; j < g[KW]; j++)
-                    for (int64_t c = 0; c < C; c++) {
-                        float *row = At + ((i * g[KW] + j) * C + c) * Lo;
-                        for (int64_t ho = 0; ho < Ho; ho++) {
-                            const float *px = xpad + ((ho * g[SH] + i * g[DH]) * Wp + j * g[DW]) * C + c;
-                            const int64_t step = g[SW] * C;
-                            if (step == 1)  /* a contiguous run: one vector copy */
-                                for (int64_t wo = 0; wo < Wo; wo++) row[ho * Wo + wo] = px[wo];
-                            else
-                                for (int64_t wo = 0; wo < Wo; wo++) row[ho * Wo + wo] = px[wo * step];
-                        }
-                    }
             const float *G = d + b * Lo * K * O + k * O;
             int64_t ldg = K * O;
             if (!direct) {
@@ -138,14 +134,44 @@ int arena_conv_materialise(const int64_t *g, const float *restrict a, const floa
                 G = Gbuf;
                 ldg = Op;
             }
-            tn(At, 1, Lo, R, G, ldg, O, Lo, w, Op);
             float *out = weight + n * O * P;
-            for (int64_t ij = 0; ij < offsets; ij++)
-                for (int64_t c = 0; c < C; c++)
-                    for (int64_t o = 0; o < O; o++) out[o * P + c * offsets + ij] = w[(ij * C + c) * Op + o];
-            sq[n] += dot(w, w, R * Op);  /* weight and bias; the columns past O are zeros */
-            if (bias) memcpy(bias + n * O, w + P * Op, sizeof(float) * O);
+            v16 squares = {0};  /* the lanes past O are zeros: G's padding */
+            for (int64_t q0 = 0; q0 < O; q0 += 16) {
+                const int64_t lanes = O - q0 < 16 ? O - q0 : 16;
+                for (int64_t r0 = 0; r0 < P; r0 += ROWS) {
+                    v16 acc[ROWS] = {{0}};
+                    const int64_t *o = off + r0;
+                    for (int64_t l = 0; l < Lo; l++) {
+                        const v16 gl = load16(G + l * ldg + q0);
+                        const float *x = xpad + base[l];
+#pragma GCC unroll 12
+                        for (int r = 0; r < ROWS; r++) acc[r] += x[o[r]] * gl;
+                    }
+                    for (int64_t r = r0; r < P && r < r0 + ROWS; r++) {
+                        const int64_t p = (r % C) * offsets + r / C;  /* the weight's order: channel, then offset */
+                        squares += acc[r - r0] * acc[r - r0];
+                        for (int64_t q = 0; q < lanes; q++) out[(q0 + q) * P + p] = acc[r - r0][q];
+                    }
+                }
+                if (bias) {
+                    v16 sums = {0}, odd = {0};  /* G's column sums (the bias gradient) in two chains */
+                    int64_t l = 0;
+                    for (; l + 2 <= Lo; l += 2) {
+                        sums += load16(G + l * ldg + q0);
+                        odd += load16(G + (l + 1) * ldg + q0);
+                    }
+                    if (l < Lo)
+                        sums += load16(G + l * ldg + q0);
+                    sums += odd;
+                    squares += sums * sums;
+                    for (int64_t q = 0; q < lanes; q++) bias[n * O + q0 + q] = sums[q];
+                }
+            }
+            float s = 0.0f;
+            for (int q = 0; q < 16; q++) s += squares[q];
+            sq[n] += s;
         }
+    free(off);
     free(buf);
     return 0;
 }
