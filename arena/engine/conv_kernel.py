@@ -176,6 +176,14 @@ int arena_conv_materialise(const int64_t *g, const float *restrict a, const floa
     return 0;
 }
 
+/* orders runs (A^T A start, Gram start, length) by the distance between their two starts, then by Gram start */
+static int by_shift(const void *x, const void *y) {
+    const int32_t *u = x, *v = y;
+    const int64_t du = (int64_t)u[0] - u[1], dv = (int64_t)v[0] - v[1];
+    if (du != dv) return du < dv ? -1 : 1;
+    return (u[1] > v[1]) - (u[1] < v[1]);
+}
+
 /* per example: the ghost norm <A^T A, G^T G> of its weight gradient, where A^T A[l][l'] sums the input's Gram
    matrix X X^T at the pixels that output positions l and l' read under each kernel offset that keeps both inside
    the map (zero padding adds nothing). Those reads are listed once per call as runs along an output row (a run of
@@ -215,6 +223,35 @@ int arena_conv_ghost(const int64_t *g, const float *restrict a, const float *res
                 }
             }
         }
+    /* stride 1: the runs' entries packed into vectors of 16 Gram entries, each lane at the same distance from its
+       A^T A entry (a run's entries all are), so one masked vector takes the entries of several runs: of runs along
+       consecutive rows of a small map, whole rows at once. Sorted by that distance and Gram position, each run's
+       entries ascend, and no two runs of one distance share an entry. */
+    int64_t nvec = 0, entries = 0;
+    for (int64_t r = 0; r < nruns; r++) entries += runs[3 * r + 2];
+    int32_t *vecs = stride == 1 ? malloc(sizeof(int32_t) * 3 * (entries + 1)) : NULL;
+    if (stride == 1 && !vecs) { free(runs); free(buf); return -1; }
+    if (stride == 1) {
+        qsort(runs, nruns, 3 * sizeof(int32_t), by_shift);
+        for (int64_t r = 0; r < nruns;) {
+            const int64_t shift = (int64_t)runs[3 * r] - runs[3 * r + 1];
+            int64_t start = -1;
+            uint32_t bits = 0;
+            for (; r < nruns && (int64_t)runs[3 * r] - runs[3 * r + 1] == shift; r++)
+                for (int32_t t = 0; t < runs[3 * r + 2]; t++) {
+                    const int64_t e = runs[3 * r + 1] + t;
+                    if (start >= 0 && e >= start + 16) {
+                        vecs[3 * nvec] = (int32_t)(start + shift), vecs[3 * nvec + 1] = (int32_t)start;
+                        vecs[3 * nvec++ + 2] = (int32_t)bits;
+                        start = -1;
+                    }
+                    if (start < 0) start = e, bits = 0;
+                    bits |= 1u << (e - start);
+                }
+            vecs[3 * nvec] = (int32_t)(start + shift), vecs[3 * nvec + 1] = (int32_t)start;
+            vecs[3 * nvec++ + 2] = (int32_t)bits;
+        }
+    }
     float *xt = buf, *dt = xt + C * Lip, *gram = dt + O * Lop, *gtg = gram + Lip * Lip;
     float *bsum = gtg + Lop * Lop;  /* tn writes Lo rounded up to 4 rows; bsum is gtg's slack */
     const vi16 lanes = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
@@ -240,21 +277,23 @@ int arena_conv_ghost(const int64_t *g, const float *restrict a, const float *res
             tn(xt, Lip, 1, Li, xt, Lip, Li, C, gram, Lip);
             tn(dt, Lop, 1, Lo, dt, Lop, Lo, O, gtg, Lop);
             /* <A^T A, G^T G> run by run: each run of Gram entries times its run of G^T G, never forming A^T A */
-            v16 even = {0}, odd = {0};  /* two chains of multiply-adds: each waits less on the one before */
             float s = 0.0f;
-            if (stride == 1 && Wo <= 16) {  /* each run one masked vector (the buffers have 16 floats of slack) */
-                int64_t r = 0;
-                for (; r + 2 <= nruns; r += 2) {
-                    const int32_t *u = runs + 3 * r;
-                    even += (v16)((vi16)load16(gram + u[1]) & (lanes < u[2])) * load16(gtg + u[0]);
-                    odd += (v16)((vi16)load16(gram + u[4]) & (lanes < u[5])) * load16(gtg + u[3]);
+            if (stride == 1) {  /* a masked vector a step, in two chains, summed into a double every 256 vectors */
+                v16 even = {0}, odd = {0};
+                double total = 0.0;
+                for (int64_t v = 0; v < nvec; v++) {
+                    const int32_t *u = vecs + 3 * v;
+                    const vi16 keep = -((((vi16){0} + u[2]) >> lanes) & 1);
+                    const v16 term = (v16)((vi16)load16(gram + u[1]) & keep) * load16(gtg + u[0]);
+                    if (v & 1) odd += term; else even += term;
+                    if ((v & 255) == 255 || v + 1 == nvec) {
+                        even += odd;
+                        for (int l = 0; l < 16; l++) total += even[l];
+                        even = (v16){0}, odd = (v16){0};
+                    }
                 }
-                if (r < nruns)
-                    even += (v16)((vi16)load16(gram + runs[3 * r + 1]) & (lanes < runs[3 * r + 2])) *
-                            load16(gtg + runs[3 * r]);
-                even += odd;
-                for (int l = 0; l < 16; l++) s += even[l];
-            } else {  /* many runs of any length: each run's sum then the total in double, as accurate as a dot */
+                s = (float)total;
+            } else {  /* runs `stride` apart in the Gram: each run's sum, then the total in double */
                 double total = 0.0;
                 for (int64_t r = 0; r < nruns; r++) {
                     const float *out = gtg + runs[3 * r], *in = gram + runs[3 * r + 1];
@@ -270,6 +309,7 @@ int arena_conv_ghost(const int64_t *g, const float *restrict a, const float *res
             }
             sq[n] += s;
         }
+    free(vecs);
     free(runs);
     free(buf);
     return 0;
