@@ -77,7 +77,9 @@ def _keep_freed_memory() -> None:
     freed memory past twice that back, so a step's multi-megabyte temporaries fault their pages in at every step:
     an MLP epoch of 64 models took ~5,000-30,000 page faults and ran ~8-20% slower; the digits CNN's DP-SGD epoch
     of 64 models ~14,000 and ~10% slower (a grouped convolution's forward on fresh pages took 2-3× as long). No-op
-    where the C library has no ``mallopt``."""
+    where the C library has no ``mallopt``, or with ``ARENA_MALLOC=0``."""
+    if os.environ.get("ARENA_MALLOC", "1") == "0":
+        return
     try:
         mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
     except OSError:

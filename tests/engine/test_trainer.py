@@ -1,5 +1,6 @@
 """Trainer: batching over models changes nothing, and it equals plain torch SGD with momentum."""
 
+import os
 import platform
 import subprocess
 import sys
@@ -276,10 +277,13 @@ print(min(faults[4:]), max(faults[4:]))
 @pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc", reason="glibc only")
 def test_training_keeps_freed_memory_so_a_steps_temporaries_do_not_fault_their_pages_in_again():
     """Once the heap has grown, a block freed and made again is served without a page fault per page (24,576
-    pages): glibc's default maps it afresh every time."""
-    def faults(mode: str) -> list[int]:
-        run = subprocess.run([sys.executable, "-c", _REUSE, mode], capture_output=True, text=True, check=True)
+    pages): glibc's default maps it afresh every time, and so does ``ARENA_MALLOC=0``."""
+    def faults(mode: str, **env: str) -> list[int]:
+        environ = {k: v for k, v in os.environ.items() if k != "ARENA_MALLOC"} | env
+        run = subprocess.run([sys.executable, "-c", _REUSE, mode], capture_output=True, text=True, check=True,
+                             env=environ)
         return [int(f) for f in run.stdout.split()]
 
     assert faults("default")[0] > 20_000
     assert faults("kept")[1] < 1_000
+    assert faults("kept", ARENA_MALLOC="0")[0] > 20_000
