@@ -184,13 +184,20 @@ static int by_shift(const void *x, const void *y) {
     return (u[1] > v[1]) - (u[1] < v[1]);
 }
 
+/* appends one packed vector: its G^T G start, its Gram start, and which of its 16 lanes hold entries */
+static inline void emit(int32_t *vecs, int64_t *nvec, int64_t start, int64_t shift, uint32_t bits) {
+    int32_t *v = vecs + 3 * (*nvec)++;
+    v[0] = (int32_t)(start + shift), v[1] = (int32_t)start, v[2] = (int32_t)bits;
+}
+
 /* per example: the ghost norm <A^T A, G^T G> of its weight gradient, where A^T A[l][l'] sums the input's Gram
    matrix X X^T at the pixels that output positions l and l' read under each kernel offset that keeps both inside
    the map (zero padding adds nothing). Those reads are listed once per call as runs along an output row (a run of
-   A^T A's row l and of a Gram row, the Gram's entries `stride` apart), so each example adds contiguous runs, not
-   scattered entries. Its bias gradient into bias[n][O] (if bias); both squared norms added into sq[n]. Each
-   example's maps are first moved channels-first into small buffers. Returns 0, or -1 without memory or where a
-   Gram matrix has more entries than the runs' int32 offsets reach. */
+   A^T A's row l and of a Gram row, the Gram's entries `stride` apart), so each example sums contiguous runs of its
+   Gram against the same runs of G^T G (at stride 1 packed into masked vectors), never forming A^T A. Its bias
+   gradient into bias[n][O] (if bias); both squared norms added into sq[n]. Each example's maps are first moved
+   channels-first into small buffers. Returns 0, or -1 without memory or where a Gram matrix has more entries than
+   the runs' int32 offsets reach. */
 int arena_conv_ghost(const int64_t *g, const float *restrict a, const float *restrict d, float *restrict bias,
                      float *restrict sq) {
     const int64_t B = g[NB], K = g[NK], C = g[NC], O = g[NO], H = g[NH], W = g[NW], Ho = g[NHO], Wo = g[NWO];
@@ -241,15 +248,13 @@ int arena_conv_ghost(const int64_t *g, const float *restrict a, const float *res
                 for (int32_t t = 0; t < runs[3 * r + 2]; t++) {
                     const int64_t e = runs[3 * r + 1] + t;
                     if (start >= 0 && e >= start + 16) {
-                        vecs[3 * nvec] = (int32_t)(start + shift), vecs[3 * nvec + 1] = (int32_t)start;
-                        vecs[3 * nvec++ + 2] = (int32_t)bits;
+                        emit(vecs, &nvec, start, shift, bits);
                         start = -1;
                     }
                     if (start < 0) start = e, bits = 0;
                     bits |= 1u << (e - start);
                 }
-            vecs[3 * nvec] = (int32_t)(start + shift), vecs[3 * nvec + 1] = (int32_t)start;
-            vecs[3 * nvec++ + 2] = (int32_t)bits;
+            emit(vecs, &nvec, start, shift, bits);
         }
     }
     float *xt = buf, *dt = xt + C * Lip, *gram = dt + O * Lop, *gtg = gram + Lip * Lip;
