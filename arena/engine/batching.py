@@ -49,22 +49,34 @@ def _poisson_batch(
 MASK_BLOCK = 1 << 18
 """Poisson draws (steps × models × records) made in one call: at K = 1 a step's draw is mostly fixed cost."""
 
-def tail_split(valid: torch.Tensor | None, saving: float = 0.1) -> tuple[int, torch.Tensor] | None:
-    """Where to cut a step's padded Poisson batch (``valid`` [K, B], each model's rows first): the rows past the
-    cut then go through a second pass with only the models that have any, (cut, their indices). The cut m
-    minimises the rows computed, K·m + #{count > m}·(B − m); None unless that saves ``saving`` of the K·B rows."""
-    if valid is None or valid.shape[0] < 2:
-        return None
-    K, B = valid.shape
-    counts = sorted(valid.sum(1).tolist())
-    best, cut = K * B, B
-    for i, m in enumerate(counts):
-        tail = K - i - counts[i:].count(m)  # models with more than m rows
-        if m < B and K * m + tail * (B - m) < best:
-            best, cut = K * m + tail * (B - m), m
-    if best > (1 - saving) * K * B:
-        return None
-    return cut, (valid[:, cut:].any(1)).nonzero().squeeze(1)
+Pass = tuple[slice | torch.Tensor, int]
+"""One pass of a step: its models (a slice, or their indices) and the rows it takes of each (its largest count)."""
+
+
+def model_passes(valid: torch.Tensor | None, K: int, B: int, per_pass: int, pass_rows: float) -> list[Pass]:
+    """How a step's K models (B rows each, or ``valid`` [K, B]'s counts, each model's rows first) go through the
+    layers in passes of at most ``per_pass`` models, each padded to its largest count. Without a mask: consecutive
+    slices of equal size. With one: the models sorted by count and cut where the cost Σ (models · rows + ``pass_rows``) is least
+    (dynamic programming over the sorted counts, K · per_pass steps), so that models of like counts share a pass
+    and Poisson padding costs ~5 % of the rows at K = 64 instead of ~30 % (one pass) or ~12 % (a cut at one row)."""
+    if valid is None or K == 1:
+        bounds = [K * i // -(-K // per_pass) for i in range(-(-K // per_pass) + 1)]  # equal shares, ≤ per_pass
+        return [(slice(a, b), B) for a, b in zip(bounds[:-1], bounds[1:])]
+    counts = valid.sum(1)
+    order = torch.argsort(counts, stable=True)
+    c = counts[order].tolist()
+    cost, back = [0.0] + [math.inf] * K, [0] * (K + 1)
+    for i in range(1, K + 1):
+        for s in range(max(0, i - per_pass), i):
+            total = cost[s] + (i - s) * c[i - 1] + pass_rows
+            if total < cost[i]:
+                cost[i], back[i] = total, s
+    passes: list[Pass] = []
+    i = K
+    while i > 0:
+        passes.append((order[back[i] : i], c[i - 1]))
+        i = back[i]
+    return passes[::-1]
 
 
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]

@@ -19,10 +19,10 @@ import torch
 from arena.engine import dense as hand
 from arena.engine import dpsgd, instruments, rng
 from arena.engine.architecture import Architecture, State
-from arena.engine.batching import Batch, augmented, batches, poisson_batches, steps_and_rate, tail_split
+from arena.engine.batching import Batch, augmented, batches, poisson_batches, steps_and_rate, model_passes
 from arena.engine.dense import Layers
 from arena.engine.ensemble import init_state
-from arena.engine.functional import clipped_sum, examples_per_call, mean_gradient
+from arena.engine.functional import PassShape, clipped_sum, examples_per_call, mean_gradient, pass_shape
 from arena.engine.recipe import DPNoise, Recipe
 
 Engine = Literal["auto", "functional", "dense"]
@@ -259,20 +259,33 @@ class HeavyBall:
         return self.params if self.average is None else self.average
 
 
-def _by_sampled_size(
-    clipped: Callable[[list[torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor | None], list[torch.Tensor]],
-    per_model: list[torch.Tensor], Xb: torch.Tensor, yb: torch.Tensor, valid: torch.Tensor | None,
-) -> list[torch.Tensor]:
-    """``clipped(per_model, Xb, yb, valid)``: per-model sums [K, ...] of a step's clipped gradients, in two passes
-    when the padded Poisson batch is worth cutting (``batching.tail_split``): the rows before the cut for every
-    model, the rest for the models that have any. Clipping is per example, so the sums are the same."""
-    split = tail_split(valid)
-    if split is None or valid is None:
-        return clipped(per_model, Xb, yb, valid)
-    cut, idx = split
-    head = clipped(per_model, Xb[:, :cut], yb[:, :cut], valid[:, :cut])
-    tail = clipped([t[idx] for t in per_model], Xb[idx, cut:], yb[idx, cut:], valid[idx, cut:])
-    return [h.index_add_(0, idx, t) for h, t in zip(head, tail)]
+StepSums = Callable[[list[torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor | None], list[torch.Tensor]]
+"""A step's per-model sums [K, ...] (the mean gradient, or DP-SGD's clipped sum) of (per-model tensors, X, y,
+validity mask)."""
+
+
+def _in_passes(sums: StepSums, per_model: list[torch.Tensor], Xb: torch.Tensor, yb: torch.Tensor,
+               valid: torch.Tensor | None, shape: PassShape) -> list[torch.Tensor]:
+    """``sums(per_model, Xb, yb, valid)`` over ``batching.model_passes``: the models in passes of like Poisson
+    counts, each padded to its largest. Every model's sums are its own (gradients never mix models), so they are
+    the same in any pass; a pass whose models sampled no rows adds nothing."""
+    K, B = Xb.shape[:2]
+    passes = model_passes(valid, K, B, shape.models, shape.rows)
+    if len(passes) == 1:
+        return sums(per_model, Xb, yb, valid)
+    out: list[torch.Tensor] = []
+    for models, rows in passes:
+        def take(t: torch.Tensor) -> torch.Tensor:
+            return t[models] if isinstance(models, slice) else t.index_select(0, models)
+
+        if rows == 0:
+            continue
+        part = sums([take(t) for t in per_model], take(Xb)[:, :rows], take(yb)[:, :rows],
+                    None if valid is None else take(valid)[:, :rows])
+        out = out or [p.new_zeros(K, *p.shape[1:]) for p in part]
+        for o, p in zip(out, part):
+            o[models] = p
+    return out or [t.new_zeros(t.shape) for t in per_model]
 
 
 def _train_dense(
@@ -331,7 +344,8 @@ def _train_functional(
     sizes = [params[k][0].numel() for k in names]
     seeds = rng.Keys(train_seeds.to(X.device))
     K, n = X.shape[:2]
-    per_call = examples_per_call(arch, K, budget, X.dtype)
+    shape = pass_shape(arch, min(recipe.batch_size or n, n), X.dtype, X.device)
+    per_call = examples_per_call(arch, min(K, shape.models), budget, X.dtype)
     shapes = [params[k].shape for k in names]
     steps, q = steps_and_rate(n, recipe)
     noise = Noise(seeds, steps, template.n_params, X.dtype, functools.partial(shaped_like, shapes, sizes))
@@ -342,14 +356,17 @@ def _train_functional(
         sums = clipped_sum(arch, ps, bs, Xs, ys, vs, clip, per_call, scale=1.0 / (q * n))
         return [sums[k] for k in names]
 
+    def mean(tensors: list[torch.Tensor], Xs: torch.Tensor, ys: torch.Tensor, _: torch.Tensor | None) -> Layers:
+        g = mean_gradient(arch, dict(zip(names, tensors[:kept])), dict(zip(template.buffers, tensors[kept:])), Xs, ys)
+        return [g[k] for k in names]
+
     for t, (Xb, yb, valid) in enumerate(_stream(arch, X, y, recipe, seeds, dp)):
         images = Xb.reshape(K, Xb.shape[1], *arch.input_shape)
+        per_model = [params[k] for k in names] + [buffers[k] for k in template.buffers]
         if dp is None:
-            g = mean_gradient(arch, params, buffers, images, yb)
-            grads, step_noise = [g[k] for k in names], None
+            grads, step_noise = _in_passes(mean, per_model, images, yb, None, shape), None
         else:
-            per_model = [params[k] for k in names] + [buffers[k] for k in template.buffers]
-            sums = _by_sampled_size(clipped, per_model, images, yb, valid)
+            sums = _in_passes(clipped, per_model, images, yb, valid, shape)
             canary = None
             if dp.canaries is not None:
                 flat = dp.canaries.contribution(seeds, t, q, template.n_params, dp.clip, X.dtype, X.device)

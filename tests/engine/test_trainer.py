@@ -1,5 +1,7 @@
 """Trainer: batching over models changes nothing, and it equals plain torch SGD with momentum."""
 
+import itertools
+import math
 import os
 import platform
 import subprocess
@@ -9,7 +11,7 @@ import pytest
 import torch
 
 from arena.engine import conv_kernel, dense_kernel, rng, rng_kernel, trainer
-from arena.engine.batching import _poisson_batch, steps_and_rate, tail_split
+from arena.engine.batching import _poisson_batch, model_passes, steps_and_rate
 from arena.engine.dense import to_layers, unflatten_module_order
 from arena.engine.ensemble import init_state
 from arena.engine.recipe import DPNoise, Recipe
@@ -203,30 +205,60 @@ def test_a_poisson_batch_holds_each_models_sampled_rows_in_order_then_masked_pad
     assert alone[2] is None and torch.equal(alone[0], X[2:, [3]]) and alone[1].tolist() == [[13]]
 
 
-def test_a_padded_poisson_batch_is_cut_where_it_saves_the_most_rows():
-    cut, models = tail_split(_valid([10, 10, 10, 3], 10))  # 4·3 + 3·7 = 33 rows instead of 40
-    assert cut == 3 and models.tolist() == [0, 1, 2]
-    cut, models = tail_split(_valid([2, 10, 2, 2], 10))  # 4·2 + 1·8 = 16 instead of 40
-    assert cut == 2 and models.tolist() == [1]
-    assert tail_split(_valid([9, 10, 10, 10], 10)) is None  # 37 of 40 at best: not worth a second pass
-    assert tail_split(_valid([3], 10)) is None and tail_split(None) is None  # one model: nothing to share
+def _best_cost(counts: list[int], per_pass: int, pass_rows: float) -> float:
+    """The least cost over every split of the sorted counts into runs of at most ``per_pass``, by brute force."""
+    c, best = sorted(counts), math.inf
+    for cuts in itertools.product([False, True], repeat=len(c) - 1):
+        bounds = [0] + [i + 1 for i, cut in enumerate(cuts) if cut] + [len(c)]
+        runs = list(zip(bounds[:-1], bounds[1:]))
+        if all(b - a <= per_pass for a, b in runs):
+            best = min(best, sum((b - a) * c[b - 1] + pass_rows for a, b in runs))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_models_go_in_passes_of_like_counts_at_the_least_cost(seed):
+    g = torch.Generator().manual_seed(seed)
+    K, B = 9, 20
+    counts = torch.randint(0, B + 1, (K,), generator=g).tolist()
+    per_pass, pass_rows = [3, 4, 9][seed % 3], [0.0, 5.0, 40.0][seed // 2]
+    passes = model_passes(_valid(counts, B), K, B, per_pass, pass_rows)
+    models = torch.cat([torch.as_tensor(m) for m, _ in passes])
+    assert sorted(models.tolist()) == list(range(K))  # each model in exactly one pass
+    assert all(len(m) <= per_pass and rows == max(counts[i] for i in m.tolist()) for m, rows in passes)
+    cost = sum(len(m) * rows + pass_rows for m, rows in passes)
+    assert cost == pytest.approx(_best_cost(counts, per_pass, pass_rows))
+
+
+def test_passes_without_a_mask_are_equal_slices():
+    assert model_passes(None, 10, 7, 4, 100.0) == [(slice(0, 3), 7), (slice(3, 6), 7), (slice(6, 10), 7)]
+    assert model_passes(None, 3, 7, 4, 100.0) == [(slice(0, 3), 7)]
+    # like counts share a pass; a lone large count is worth its own pass only when a pass costs few rows
+    assert [(m.tolist(), r) for m, r in model_passes(_valid([5, 5, 20, 5], 20), 4, 20, 4, 10.0)] == [
+        ([0, 1, 3], 5), ([2], 20)]
+    assert [(m.tolist(), r) for m, r in model_passes(_valid([5, 5, 20, 5], 20), 4, 20, 4, 50.0)] == [
+        ([0, 1, 3, 2], 20)]
 
 
 @pytest.mark.slow
-def test_cutting_the_padding_of_dp_batches_changes_no_model(monkeypatch):
-    """Clipping is per example, so the second pass over the rows past the cut gives the same clipped sums."""
+@pytest.mark.parametrize("dp", [DPNoise(0.5, 0.7), None], ids=["dp", "non-private"])
+def test_training_in_passes_changes_no_model(dp, monkeypatch):
+    """Gradients never mix models, so passes of any models give each model the same sums, and the same training."""
     arch = architecture("cnn", (1, 4, 4), 3, channels=[2], hidden=4)
     g = torch.Generator().manual_seed(3)
     X, y = torch.rand(6, 40, 16, generator=g, dtype=torch.float64), torch.randint(0, 3, (6, 40), generator=g)
-    recipe, dp, seeds = Recipe(epochs=2, lr=0.1, momentum=0.9, batch_size=6), DPNoise(0.5, 0.7), torch.arange(6)
-    cuts = []
-    monkeypatch.setattr(trainer, "tail_split", lambda v: cuts.append(tail_split(v)) or cuts[-1])
-    cut = train(arch, X, y, recipe, seeds, seeds, dp)
-    assert any(c is not None for c in cuts)  # the seeds give steps worth cutting
-    monkeypatch.setattr(trainer, "tail_split", lambda v: None)
+    recipe, seeds = Recipe(epochs=2, lr=0.1, momentum=0.9, batch_size=6), torch.arange(6)
+    seen = []
+    monkeypatch.setattr(trainer, "model_passes", lambda v, K, B, *_: seen.append(model_passes(v, K, B, 2, 1.0))
+                        or seen[-1])
+    split = train(arch, X, y, recipe, seeds, seeds, dp)
+    assert all(len(p) >= 3 for p in seen)  # at most 2 models a pass: 3 or more passes a step
+    if dp is not None:
+        assert any(r < max(rr for _, rr in p) for p in seen for _, r in p)  # some passes cut rows of padding
+    monkeypatch.setattr(trainer, "model_passes", lambda v, K, B, *_: [(slice(0, K), B)])
     whole = train(arch, X, y, recipe, seeds, seeds, dp)
     for name in whole:
-        torch.testing.assert_close(cut[name], whole[name], rtol=1e-9, atol=1e-9)
+        torch.testing.assert_close(split[name], whole[name], rtol=1e-9, atol=1e-9)
 
 
 @pytest.mark.skipif(rng_kernel.library() is None, reason="no C compiler or cache folder here")
