@@ -56,9 +56,9 @@ Pass = tuple[slice | torch.Tensor, int]
 def model_passes(valid: torch.Tensor | None, K: int, B: int, per_pass: int, pass_rows: float) -> list[Pass]:
     """How a step's K models (B rows each, or ``valid`` [K, B]'s counts, each model's rows first) go through the
     layers in passes of at most ``per_pass`` models, each padded to its largest count. Without a mask: consecutive
-    slices of equal size. With one: the models sorted by count and cut where the cost Σ (models · rows + ``pass_rows``) is least
-    (dynamic programming over the sorted counts, K · per_pass steps), so that models of like counts share a pass
-    and Poisson padding costs ~5 % of the rows at K = 64 instead of ~30 % (one pass) or ~12 % (a cut at one row)."""
+    slices of equal size. With one: the models sorted by count and cut where Σ (models · rows + ``pass_rows``) is
+    least (dynamic programming over the sorted counts, K · per_pass steps), so that models of like counts share a
+    pass and Poisson padding costs ~5 % of the rows at K = 64 instead of ~30 % (one pass) or ~12 % (one cut)."""
     if valid is None or K == 1:
         bounds = [K * i // -(-K // per_pass) for i in range(-(-K // per_pass) + 1)]  # equal shares, ≤ per_pass
         return [(slice(a, b), B) for a, b in zip(bounds[:-1], bounds[1:])]

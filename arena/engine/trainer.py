@@ -19,7 +19,7 @@ import torch
 from arena.engine import dense as hand
 from arena.engine import dpsgd, instruments, rng
 from arena.engine.architecture import Architecture, State
-from arena.engine.batching import Batch, augmented, batches, poisson_batches, steps_and_rate, model_passes
+from arena.engine.batching import Batch, augmented, batches, model_passes, poisson_batches, steps_and_rate
 from arena.engine.dense import Layers
 from arena.engine.ensemble import init_state
 from arena.engine.functional import PassShape, clipped_sum, examples_per_call, mean_gradient, pass_shape
@@ -268,24 +268,19 @@ def _in_passes(sums: StepSums, per_model: list[torch.Tensor], Xb: torch.Tensor, 
                valid: torch.Tensor | None, shape: PassShape) -> list[torch.Tensor]:
     """``sums(per_model, Xb, yb, valid)`` over ``batching.model_passes``: the models in passes of like Poisson
     counts, each padded to its largest. Every model's sums are its own (gradients never mix models), so they are
-    the same in any pass; a pass whose models sampled no rows adds nothing."""
+    the same in any pass."""
     K, B = Xb.shape[:2]
     passes = model_passes(valid, K, B, shape.models, shape.rows)
     if len(passes) == 1:
         return sums(per_model, Xb, yb, valid)
     out: list[torch.Tensor] = []
-    for models, rows in passes:
-        def take(t: torch.Tensor) -> torch.Tensor:
-            return t[models] if isinstance(models, slice) else t.index_select(0, models)
-
-        if rows == 0:
-            continue
-        part = sums([take(t) for t in per_model], take(Xb)[:, :rows], take(yb)[:, :rows],
-                    None if valid is None else take(valid)[:, :rows])
+    for models, rows in passes:  # a slice is a view; indices gather (and the sums scatter back)
+        part = sums([t[models] for t in per_model], Xb[models, :rows], yb[models, :rows],
+                    None if valid is None else valid[models, :rows])
         out = out or [p.new_zeros(K, *p.shape[1:]) for p in part]
         for o, p in zip(out, part):
             o[models] = p
-    return out or [t.new_zeros(t.shape) for t in per_model]
+    return out
 
 
 def _train_dense(
