@@ -343,29 +343,28 @@ def _norms(
 
 @torch.no_grad()
 def _accumulate(
-    total: dict[str, torch.Tensor], params: dict[str, torch.Tensor],
-    saved: list[tuple[Layer, torch.Tensor, torch.Tensor]], grads: tuple[torch.Tensor, ...], held: list[Held],
-    c: torch.Tensor,
-) -> None:
-    """total[name] += Σ_b c[b, k] · (example b's gradient of model k), for every parameter: from the per-example
-    gradients in ``held`` where formed, else as one batched weight gradient with c folded into the smaller of the
-    layer's input and its output gradient."""
+    params: dict[str, torch.Tensor], saved: list[tuple[Layer, torch.Tensor, torch.Tensor]],
+    grads: tuple[torch.Tensor, ...], held: list[Held], c: torch.Tensor,
+) -> dict[str, torch.Tensor]:
+    """Σ_b c[b, k] · (example b's gradient of model k) for every parameter, as fresh contiguous tensors shaped like
+    ``params``: from the per-example gradients in ``held`` where formed, else as one batched weight gradient with c
+    folded into the smaller of the layer's input and its output gradient."""
     B, K = c.shape
     rows = c.T.unsqueeze(1)  # [K, 1, B]: Σ_b c[b, k]·t[b, k] as one batched matmul (einsum dispatches ~3× slower)
+    out: dict[str, torch.Tensor] = {}
 
-    def weighted(t: torch.Tensor) -> torch.Tensor:  # t [B, K, ...] → [K, 1, ...numel]
-        return torch.bmm(rows, t.reshape(B, K, -1).transpose(0, 1))
+    def weighted(t: torch.Tensor, name: str) -> None:  # t [B, K, ...] → out[name] [K, ...]
+        out[name] = torch.bmm(rows, t.reshape(B, K, -1).transpose(0, 1)).view(params[name].shape)
 
     for (layer, a, _), G, kept in zip(saved, grads, held):
-        m = layer.module
-        weight, bias = total[layer.prefix + "weight"], total.get(layer.prefix + "bias")
-        if bias is not None:
-            bias += weighted(kept["bias"]).view(bias.shape)
+        m, name = layer.module, layer.prefix + "weight"
+        if layer.prefix + "bias" in params:
+            weighted(kept["bias"], layer.prefix + "bias")
         if "weight" in kept:
-            weight += weighted(kept["weight"]).view(weight.shape)
+            weighted(kept["weight"], name)
         elif layer.kind == "conv":
             m = cast(nn.Conv2d, m)
-            w = params[layer.prefix + "weight"]
+            w = params[name]
 
             def scaled(t: torch.Tensor) -> torch.Tensor:  # t [B, K·C, H, W], channels-last kept
                 return (t.view(B, K, -1, *t.shape[2:]) * c.view(B, K, 1, 1, 1)).view(t.shape)
@@ -375,10 +374,11 @@ def _accumulate(
                 Gc, ac, w.reshape(-1, *w.shape[2:]), None, list(m.stride), list(m.padding), list(m.dilation), False,
                 [0, 0], K, [False, True, False],
             )
-            weight += gw.view(weight.shape)
+            out[name] = gw.contiguous().view(w.shape)  # mkldnn may hand it back in channels-last strides
         else:  # [K, O, B·L] @ [K, B·L, F]
             Gc = (G * c.view(B, K, *[1] * (G.ndim - 2))).transpose(0, 1).reshape(K, -1, G.shape[-1])
-            weight += torch.bmm(Gc.mT, a.transpose(0, 1).reshape(K, -1, a.shape[-1]))
+            out[name] = torch.bmm(Gc.mT, a.transpose(0, 1).reshape(K, -1, a.shape[-1]))
+    return {k: out[k] for k in params}  # the parameters' order
 
 
 def mean_gradient(
@@ -408,7 +408,7 @@ def clipped_sum(
     times ``scale`` (folded into the clip factors) (``valid`` [K, B] False: the row contributes nothing).
     X [K, B, *input], y [K, B]; ``params`` [K, ...]."""
     weights = {k: v.detach() for k, v in params.items()}
-    total = {k: torch.zeros_like(v) for k, v in weights.items()}
+    total: dict[str, torch.Tensor] | None = None
     for start in range(0, X.shape[1], examples_per_call):
         sl = slice(start, start + examples_per_call)
         x, t = X[:, sl].transpose(0, 1), y[:, sl].transpose(0, 1)  # [B, K, ...]
@@ -420,5 +420,6 @@ def clipped_sum(
         c = (clip * scale / sq.sqrt()).clamp_(max=scale)
         if valid is not None:
             c = c * valid[:, sl].transpose(0, 1).to(c.dtype)
-        _accumulate(total, weights, saved, grads, held, c)
-    return total
+        part = _accumulate(weights, saved, grads, held, c)
+        total = part if total is None else {k: total[k].add_(v) for k, v in part.items()}
+    return total if total is not None else {k: torch.zeros_like(v) for k, v in weights.items()}
