@@ -60,7 +60,8 @@ def model_passes(valid: torch.Tensor | None, K: int, B: int, per_pass: int, pass
     least (dynamic programming over the sorted counts, K · per_pass steps), so that models of like counts share a
     pass and Poisson padding costs ~5 % of the rows at K = 64 instead of ~30 % (one pass) or ~12 % (one cut)."""
     if valid is None or K == 1:
-        bounds = [K * i // -(-K // per_pass) for i in range(-(-K // per_pass) + 1)]  # equal shares, ≤ per_pass
+        count = -(-K // per_pass)  # the fewest passes; equal shares of them hold at most per_pass
+        bounds = [K * i // count for i in range(count + 1)]
         return [(slice(a, b), B) for a, b in zip(bounds[:-1], bounds[1:])]
     counts = valid.sum(1)
     order = torch.argsort(counts, stable=True)

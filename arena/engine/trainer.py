@@ -346,18 +346,21 @@ def _train_functional(
     noise = Noise(seeds, steps, template.n_params, X.dtype, functools.partial(shaped_like, shapes, sizes))
     clip, kept = (0.0 if dp is None else dp.clip), len(names)
 
+    per_model = [params[k] for k in names] + [buffers[k] for k in template.buffers]  # updated in place
+
+    def split(tensors: list[torch.Tensor]) -> tuple[State, State]:  # ``per_model``'s order → (params, buffers)
+        return dict(zip(names, tensors[:kept])), dict(zip(template.buffers, tensors[kept:]))
+
     def clipped(tensors: list[torch.Tensor], Xs: torch.Tensor, ys: torch.Tensor, vs: torch.Tensor | None) -> Layers:
-        ps, bs = dict(zip(names, tensors[:kept])), dict(zip(template.buffers, tensors[kept:]))
-        sums = clipped_sum(arch, ps, bs, Xs, ys, vs, clip, per_call, scale=1.0 / (q * n))
+        sums = clipped_sum(arch, *split(tensors), Xs, ys, vs, clip, per_call, scale=1.0 / (q * n))
         return [sums[k] for k in names]
 
     def mean(tensors: list[torch.Tensor], Xs: torch.Tensor, ys: torch.Tensor, _: torch.Tensor | None) -> Layers:
-        g = mean_gradient(arch, dict(zip(names, tensors[:kept])), dict(zip(template.buffers, tensors[kept:])), Xs, ys)
+        g = mean_gradient(arch, *split(tensors), Xs, ys)
         return [g[k] for k in names]
 
     for t, (Xb, yb, valid) in enumerate(_stream(arch, X, y, recipe, seeds, dp)):
         images = Xb.reshape(K, Xb.shape[1], *arch.input_shape)
-        per_model = [params[k] for k in names] + [buffers[k] for k in template.buffers]
         if dp is None:
             grads, step_noise = _in_passes(mean, per_model, images, yb, None, shape), None
         else:
