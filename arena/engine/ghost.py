@@ -350,7 +350,8 @@ def _accumulate(
     ``params``: from the per-example gradients in ``held`` where formed, else as one batched weight gradient with c
     folded into the smaller of the layer's input and its output gradient."""
     B, K = c.shape
-    rows = c.T.unsqueeze(1)  # [K, 1, B]: Σ_b c[b, k]·t[b, k] as one batched matmul (einsum dispatches ~3× slower)
+    rows = c.T.contiguous().unsqueeze(1)  # [K, 1, B]: Σ_b c[b, k]·t[b, k] as one batched matmul (einsum dispatches
+    # ~3× slower); contiguous, or bmm multiplies model by model (at K = 16, 36 against 10 µs a tensor)
     out: dict[str, torch.Tensor] = {}
 
     def weighted(t: torch.Tensor, name: str) -> None:  # t [B, K, ...] → out[name] [K, ...]
