@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple, cast
 
@@ -386,17 +387,24 @@ def norms(m: nn.Conv2d, a: torch.Tensor, G: torch.Tensor, K: int, materialise: b
         held["weight"] = torch.empty(B, K, O, C * m.kernel_size[0] * m.kernel_size[1])
     kernel = lib.arena_conv_materialise if materialise else lib.arena_conv_ghost
     outputs = ([held["weight"]] if materialise else []) + [held.get("bias"), sq]
-    # each tensor's address and bytes per example (row b of each is example b of all K models): no slicing
-    rows_at = [(0, 0) if t is None else (t.data_ptr(), t.stride(0) * t.element_size()) for t in (a, G, *outputs)]
+    done = over_examples(kernel, shape, B, K, [(t, True) for t in (a, G, *outputs)])
+    return Norms(sq, held) if done else None
 
-    def rows(b0: int, b1: int) -> int:  # examples b0 <= b < b1 of every model: disjoint rows of every output
-        pointers = [p + b0 * step if p else None for p, step in rows_at]
-        return cast(int, kernel((ctypes.c_int64 * 16)(b1 - b0, *shape), *pointers))
+
+def over_examples(kernel: Callable[..., int], shape: tuple[int, ...], B: int, K: int,
+                  args: Sequence[tuple[torch.Tensor | None, bool]]) -> bool:
+    """``kernel((b1 - b0, *shape), *pointers)`` over examples b0 <= b < b1 of every model, split across torch's
+    intra-op threads: ``args`` are each tensor (None: a null pointer) and whether it holds a row per example (row b
+    of it is example b of all K models), whose pointer then starts at row b0. True where every call returned 0.
+    A kernel computes each example alone, so the split changes no bit of the result."""
+    at = [(0, 0) if t is None else (t.data_ptr(), t.stride(0) * t.element_size() if rows else 0) for t, rows in args]
+
+    def rows(b0: int, b1: int) -> int:
+        pointers = [p + b0 * step if p else None for p, step in at]
+        return kernel((ctypes.c_int64 * 16)(b1 - b0, *shape), *pointers)
 
     parts = max(1, min(torch.get_num_threads(), B * K // MIN_EXAMPLES_PER_THREAD, B))
     if parts == 1:
-        failed = rows(0, B)
-    else:  # each example is computed alone, so the split changes no bit of the result
-        bounds = [B * i // parts for i in range(parts + 1)]
-        failed = any(_pool(parts).map(rows, bounds[:-1], bounds[1:]))
-    return None if failed else Norms(sq, held)
+        return rows(0, B) == 0
+    bounds = [B * i // parts for i in range(parts + 1)]
+    return not any(_pool(parts).map(rows, bounds[:-1], bounds[1:]))

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from arena.engine import conv_kernel
+from arena.engine import conv_forward, conv_kernel
 from arena.engine.conv_ghost import Offsets, conv_ghost_norm, conv_offsets, pair_map, positions_first, unfold
 
 Kind = Literal["linear", "conv", "group_norm", "channelwise", "free"]
@@ -217,16 +217,6 @@ class _ModelsFirst(torch.autograd.Function):
         return g.reshape(B, K * C, *g.shape[3:]).contiguous(memory_format=torch.channels_last), None
 
 
-def _conv_weight(w: torch.Tensor) -> torch.Tensor:
-    """K models' convolution weights [K, O, C, kh, kw] as one grouped convolution's [K·O, C, kh, kw], in
-    channels-last strides when C = 1: an input of one channel (K = 1, a grey image) is contiguous in both layouts,
-    and torch would then give the output in NCHW, where the following pooling runs ~20× slower on CPU."""
-    w = w.reshape(-1, *w.shape[2:])
-    if w.shape[1] != 1:
-        return w
-    return w.view(w.shape[0], *w.shape[2:], 1).permute(0, 3, 1, 2)
-
-
 def _forward(
     layers: tuple[Layer, ...], params: dict[str, torch.Tensor], x: torch.Tensor
 ) -> tuple[torch.Tensor, list[tuple[Layer, torch.Tensor, torch.Tensor]]]:
@@ -250,8 +240,10 @@ def _forward(
         if layer.kind == "conv":
             m = cast(nn.Conv2d, m)
             a = h.as_image()
-            z = F.conv2d(a, _conv_weight(w), None if b is None else b.reshape(-1), m.stride, m.padding,
-                         m.dilation, K)
+            z = conv_forward.conv2d(m, a, w, b, K)
+            if z is None:
+                z = F.conv2d(a, conv_forward.grouped_weight(w), None if b is None else b.reshape(-1), m.stride,
+                             m.padding, m.dilation, K)
         elif layer.kind == "linear":
             a = h.as_models()
             if a.ndim == 3:  # [B, K, f]: a batched matmul over models, cheaper to dispatch than einsum
