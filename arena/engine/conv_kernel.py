@@ -39,7 +39,7 @@ SOURCE = r"""
 #include <string.h>
 /* geometry g[16]: B, K, C, O, H, W, Ho, Wo, kh, kw, stride h/w, padding h/w, dilation h/w. Maps are channels-last:
    input a [B][H][W][K*C], output gradient d [B][Ho][Wo][K*O]; model k's channels of a pixel are contiguous. */
-enum { NB, NK, NC, NO, NH, NW, NHO, NWO, KH, KW, SH, SW, PH, PW, DH, DW };
+enum { NB, NK, NC, NO, NH, NW, NHO, NWO, KH, KW, SH, SW, PH, PW, DH, DW, NPLAN };
 
 static inline int64_t pad16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
@@ -193,22 +193,22 @@ static inline void emit(int32_t *vecs, int64_t *nvec, int64_t start, int64_t shi
     v[0] = (int32_t)(start + shift), v[1] = (int32_t)start, v[2] = (int32_t)bits;
 }
 
-/* per example: the ghost norm <A^T A, G^T G> of its weight gradient, where A^T A[l][l'] sums the input's Gram
-   matrix X X^T at the pixels that output positions l and l' read under each kernel offset that keeps both inside
-   the map (zero padding adds nothing). Those reads are listed once per call as runs along an output row (a run of
-   A^T A's row l and of a Gram row, the Gram's entries `stride` apart), so each example sums contiguous runs of its
-   Gram against the same runs of G^T G (at stride 1 packed into masked vectors), never forming A^T A. Its bias
-   gradient into bias[n][O] (if bias); both squared norms added into sq[n]. Each example's maps are first moved
-   channels-first into small buffers. Returns 0, or -1 without memory or where a Gram matrix has more entries than
-   the runs' int32 offsets reach. */
-int arena_conv_ghost(const int64_t *g, const float *restrict a, const float *restrict d, float *restrict bias,
-                     float *restrict sq) {
-    const int64_t B = g[NB], K = g[NK], C = g[NC], O = g[NO], H = g[NH], W = g[NW], Ho = g[NHO], Wo = g[NWO];
+/* The reads of the ghost norm below, for a geometry: where A^T A[l][l'] sums the input's Gram matrix X X^T at the
+   pixels that output positions l and l' read under each kernel offset that keeps both inside the map (zero padding
+   adds nothing), those reads listed as runs along an output row (a run of A^T A's row l and of a Gram row, the
+   Gram's entries `stride` apart). At stride 1 the runs' entries are packed into vectors of 16 Gram entries, each
+   lane at the same distance from its A^T A entry (a run's entries all are), so one masked vector takes the entries
+   of several runs: of runs along consecutive rows of a small map, whole rows at once. Sorted by that distance and
+   Gram position, each run's entries ascend, and no two runs of one distance share an entry. Writes the plan's
+   triples (runs, or vectors: G^T G start, Gram start, lanes) into plan when `capacity` int32s hold them; returns
+   how many int32s they take, or -1 without memory or where a Gram matrix has more entries than int32 offsets
+   reach. Made once per geometry: the sort is most of a call's fixed cost. */
+int64_t arena_conv_ghost_plan(const int64_t *g, int32_t *plan, int64_t capacity) {
+    const int64_t H = g[NH], W = g[NW], Ho = g[NHO], Wo = g[NWO];
     const int64_t Li = H * W, Lo = Ho * Wo, Lip = pad16(Li), Lop = pad16(Lo), stride = g[SW];
-    if (Lip * Lip > INT32_MAX || Lo * Lop > INT32_MAX) return -1;  /* the runs' offsets are int32 */
+    if (Lip * Lip > INT32_MAX || Lo * Lop > INT32_MAX) return -1;
     int32_t *runs = malloc(sizeof(int32_t) * 3 * (g[KH] * g[KW] * Lo * Ho + 1));
-    float *buf = calloc(C * Lip + O * Lop + Lip * Lip + Lop * Lop + O + 16, sizeof(float));
-    if (!runs || !buf) { free(runs); free(buf); return -1; }
+    if (!runs) return -1;
     int64_t nruns = 0;
     for (int64_t i = 0; i < g[KH]; i++)
         for (int64_t j = 0; j < g[KW]; j++) {
@@ -233,33 +233,48 @@ int arena_conv_ghost(const int64_t *g, const float *restrict a, const float *res
                 }
             }
         }
-    /* stride 1: the runs' entries packed into vectors of 16 Gram entries, each lane at the same distance from its
-       A^T A entry (a run's entries all are), so one masked vector takes the entries of several runs: of runs along
-       consecutive rows of a small map, whole rows at once. Sorted by that distance and Gram position, each run's
-       entries ascend, and no two runs of one distance share an entry. */
+    if (stride != 1) {
+        if (3 * nruns <= capacity) memcpy(plan, runs, sizeof(int32_t) * 3 * nruns);
+        free(runs);
+        return 3 * nruns;
+    }
     int64_t nvec = 0, entries = 0;
     for (int64_t r = 0; r < nruns; r++) entries += runs[3 * r + 2];
-    int32_t *vecs = stride == 1 ? malloc(sizeof(int32_t) * 3 * (entries + 1)) : NULL;
-    if (stride == 1 && !vecs) { free(runs); free(buf); return -1; }
-    if (stride == 1) {
-        qsort(runs, nruns, 3 * sizeof(int32_t), by_shift);
-        for (int64_t r = 0; r < nruns;) {
-            const int64_t shift = (int64_t)runs[3 * r] - runs[3 * r + 1];
-            int64_t start = -1;
-            uint32_t bits = 0;
-            for (; r < nruns && (int64_t)runs[3 * r] - runs[3 * r + 1] == shift; r++)
-                for (int32_t t = 0; t < runs[3 * r + 2]; t++) {
-                    const int64_t e = runs[3 * r + 1] + t;
-                    if (start >= 0 && e >= start + 16) {
-                        emit(vecs, &nvec, start, shift, bits);
-                        start = -1;
-                    }
-                    if (start < 0) start = e, bits = 0;
-                    bits |= 1u << (e - start);
+    int32_t *vecs = malloc(sizeof(int32_t) * 3 * (entries + 1));
+    if (!vecs) { free(runs); return -1; }
+    qsort(runs, nruns, 3 * sizeof(int32_t), by_shift);
+    for (int64_t r = 0; r < nruns;) {
+        const int64_t shift = (int64_t)runs[3 * r] - runs[3 * r + 1];
+        int64_t start = -1;
+        uint32_t bits = 0;
+        for (; r < nruns && (int64_t)runs[3 * r] - runs[3 * r + 1] == shift; r++)
+            for (int32_t t = 0; t < runs[3 * r + 2]; t++) {
+                const int64_t e = runs[3 * r + 1] + t;
+                if (start >= 0 && e >= start + 16) {
+                    emit(vecs, &nvec, start, shift, bits);
+                    start = -1;
                 }
-            emit(vecs, &nvec, start, shift, bits);
-        }
+                if (start < 0) start = e, bits = 0;
+                bits |= 1u << (e - start);
+            }
+        emit(vecs, &nvec, start, shift, bits);
     }
+    if (3 * nvec <= capacity) memcpy(plan, vecs, sizeof(int32_t) * 3 * nvec);
+    free(vecs);
+    free(runs);
+    return 3 * nvec;
+}
+
+/* per example: the ghost norm <A^T A, G^T G> of its weight gradient, from `plan` (arena_conv_ghost_plan's, g[NPLAN]
+   triples): each run or vector of its Gram's entries times the same run of G^T G, never forming A^T A. Its bias
+   gradient into bias[n][O] (if bias); both squared norms added into sq[n]. Each example's maps are first moved
+   channels-first into small buffers. Returns 0, or -1 without memory. */
+int arena_conv_ghost(const int64_t *g, const int32_t *restrict plan, const float *restrict a,
+                     const float *restrict d, float *restrict bias, float *restrict sq) {
+    const int64_t B = g[NB], K = g[NK], C = g[NC], O = g[NO], H = g[NH], W = g[NW], Ho = g[NHO], Wo = g[NWO];
+    const int64_t Li = H * W, Lo = Ho * Wo, Lip = pad16(Li), Lop = pad16(Lo), stride = g[SW], count = g[NPLAN];
+    float *buf = calloc(C * Lip + O * Lop + Lip * Lip + Lop * Lop + O + 16, sizeof(float));
+    if (!buf) return -1;
     float *xt = buf, *dt = xt + C * Lip, *gram = dt + O * Lop, *gtg = gram + Lip * Lip;
     float *bsum = gtg + Lop * Lop;  /* tn writes Lo rounded up to 4 rows; bsum is gtg's slack */
     const vi16 lanes = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
@@ -289,12 +304,12 @@ int arena_conv_ghost(const int64_t *g, const float *restrict a, const float *res
             if (stride == 1) {  /* a masked vector a step, in two chains, summed into a double every 256 vectors */
                 v16 even = {0}, odd = {0};
                 double total = 0.0;
-                for (int64_t v = 0; v < nvec; v++) {
-                    const int32_t *u = vecs + 3 * v;
+                for (int64_t v = 0; v < count; v++) {
+                    const int32_t *u = plan + 3 * v;
                     const vi16 keep = -((((vi16){0} + u[2]) >> lanes) & 1);
                     const v16 term = (v16)((vi16)load16(gram + u[1]) & keep) * load16(gtg + u[0]);
                     if (v & 1) odd += term; else even += term;
-                    if ((v & 255) == 255 || v + 1 == nvec) {
+                    if ((v & 255) == 255 || v + 1 == count) {
                         even += odd;
                         for (int l = 0; l < 16; l++) total += even[l];
                         even = (v16){0}, odd = (v16){0};
@@ -303,10 +318,11 @@ int arena_conv_ghost(const int64_t *g, const float *restrict a, const float *res
                 s = (float)total;
             } else {  /* runs `stride` apart in the Gram: each run's sum, then the total in double */
                 double total = 0.0;
-                for (int64_t r = 0; r < nruns; r++) {
-                    const float *out = gtg + runs[3 * r], *in = gram + runs[3 * r + 1];
+                for (int64_t r = 0; r < count; r++) {
+                    const int32_t *run = plan + 3 * r;
+                    const float *out = gtg + run[0], *in = gram + run[1];
                     float part = 0.0f;
-                    for (int32_t t = 0; t < runs[3 * r + 2]; t++) part += in[t * stride] * out[t];
+                    for (int32_t t = 0; t < run[2]; t++) part += in[t * stride] * out[t];
                     total += part;
                 }
                 s = (float)total;
@@ -317,8 +333,6 @@ int arena_conv_ghost(const int64_t *g, const float *restrict a, const float *res
             }
             sq[n] += s;
         }
-    free(vecs);
-    free(runs);
     free(buf);
     return 0;
 }
@@ -327,9 +341,10 @@ int arena_conv_ghost(const int64_t *g, const float *restrict a, const float *res
 
 def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     p = ctypes.c_void_p
-    lib.arena_conv_materialise.argtypes = [p, p, p, p, p, p]
-    lib.arena_conv_ghost.argtypes = [p, p, p, p, p]
+    lib.arena_conv_materialise.argtypes = lib.arena_conv_ghost.argtypes = [p, p, p, p, p, p]
     lib.arena_conv_materialise.restype = lib.arena_conv_ghost.restype = ctypes.c_int
+    lib.arena_conv_ghost_plan.argtypes = [p, p, ctypes.c_int64]
+    lib.arena_conv_ghost_plan.restype = ctypes.c_int64
     return lib
 
 
@@ -385,10 +400,28 @@ def norms(m: nn.Conv2d, a: torch.Tensor, G: torch.Tensor, K: int, materialise: b
     held = {"bias": torch.empty(B, K, O)} if m.bias is not None else {}
     if materialise:
         held["weight"] = torch.empty(B, K, O, C * m.kernel_size[0] * m.kernel_size[1])
-    kernel = lib.arena_conv_materialise if materialise else lib.arena_conv_ghost
-    outputs = ([held["weight"]] if materialise else []) + [held.get("bias"), sq]
-    done = over_examples(kernel, shape, B, K, [(t, True) for t in (a, G, *outputs)])
+    if materialise:
+        args = [(t, True) for t in (a, G, held["weight"], held.get("bias"), sq)]
+        done = over_examples(lib.arena_conv_materialise, shape, B, K, args)
+    else:
+        plan = _ghost_plan(shape[1:])
+        args = [(plan, False)] + [(t, True) for t in (a, G, held.get("bias"), sq)]
+        done = plan is not None and over_examples(lib.arena_conv_ghost, (*shape, plan.numel() // 3), B, K, args)
     return Norms(sq, held) if done else None
+
+
+@functools.lru_cache(maxsize=64)
+def _ghost_plan(shape: tuple[int, ...]) -> torch.Tensor | None:
+    """``arena_conv_ghost_plan``'s reads for a geometry (C, O, H, W, Ho, Wo, kernel, stride, padding, dilation):
+    int32 triples, made once per geometry; None where the kernel cannot take it."""
+    lib = library()
+    assert lib is not None  # only ``norms`` asks, once it has the kernel
+    g = (ctypes.c_int64 * 16)(0, 1, *shape)
+    size = lib.arena_conv_ghost_plan(g, None, 0)
+    if size < 0:
+        return None
+    plan = torch.empty(max(size, 1), dtype=torch.int32)
+    return plan[:size] if lib.arena_conv_ghost_plan(g, plan.data_ptr(), size) == size else None
 
 
 def over_examples(kernel: Callable[..., int], shape: tuple[int, ...], B: int, K: int,
@@ -401,7 +434,7 @@ def over_examples(kernel: Callable[..., int], shape: tuple[int, ...], B: int, K:
 
     def rows(b0: int, b1: int) -> int:
         pointers = [p + b0 * step if p else None for p, step in at]
-        return kernel((ctypes.c_int64 * 16)(b1 - b0, *shape), *pointers)
+        return kernel((ctypes.c_int64 * (1 + len(shape)))(b1 - b0, *shape), *pointers)
 
     parts = max(1, min(torch.get_num_threads(), B * K // MIN_EXAMPLES_PER_THREAD, B))
     if parts == 1:
