@@ -2,15 +2,16 @@
 C, its output in channels-last memory as the layer-by-layer path (``arena.engine.ghost``) keeps it.
 
 oneDNN runs such a layer on a generic path: the digits CNN's first layer (1 → 16 channels, 3×3 on 8×8 maps) at
-batch 64 took 118 µs a call there against 30 µs here, on a 2-core AMD EPYC, at every step of both DP-SGD and
-non-private training. With K > 1 models the layer is one grouped convolution that oneDNN runs on its depthwise
-kernel, faster than this one (270 against 510 µs at K = 16), and with three or more input channels its own kernels
-win too (733 against 832 µs for 3 → 16 channels on 32×32 maps), so only one model with one input channel comes here.
+batch 64 took 118 µs a call there against 30 µs here, on a 2-core AMD EPYC. With K > 1 models the layer is one
+grouped convolution that oneDNN runs on its depthwise kernel, faster than this one (270 against 510 µs at K = 16),
+and with three or more input channels its own kernels win too (733 against 832 µs for 3 → 16 channels on 32×32
+maps), so only one model with one input channel comes here.
 
 Each output is its bias plus the taps in (row, column) order, so it differs from oneDNN's by float rounding; each
-example is computed alone. Autograd's backward is torch's own. Built and cached by ``arena.engine.native``
-(``ARENA_KERNELS=0``: never); where ``library()`` is None, or the tensors are not float32 on the CPU, ``conv2d``
-returns None and torch's convolution runs.
+example is computed alone. It runs where no gradient flows back through the layer: DP-SGD's clipped sum, which
+takes the gradient at the layer's output. Built and cached by ``arena.engine.native`` (``ARENA_KERNELS=0``: never);
+where ``library()`` is None, or the tensors are not float32 on the CPU, ``conv2d`` returns None and torch's
+convolution runs.
 """
 
 from __future__ import annotations
@@ -112,8 +113,7 @@ def library() -> ctypes.CDLL | None:
 def grouped_weight(w: torch.Tensor) -> torch.Tensor:
     """K models' convolution weights [K, O, C, kh, kw] as one grouped convolution's [K·O, C, kh, kw], in
     channels-last strides when C = 1: an input of one channel (K = 1, a grey image) is contiguous in both layouts,
-    and torch would then give the output in NCHW, where the following pooling runs ~20× slower on CPU (and the
-    weight gradient of one model's grey layer ~1.7× slower)."""
+    and torch would then give the output in NCHW, where the following pooling runs ~20× slower on CPU."""
     w = w.reshape(-1, *w.shape[2:])
     if w.shape[1] != 1:
         return w
@@ -144,34 +144,16 @@ def _forward(m: nn.Conv2d, a: torch.Tensor, w: torch.Tensor, b: torch.Tensor | N
                     m.dilation)
 
 
-class _Convolution(torch.autograd.Function):
-    """The kernel's forward; the backward is torch's convolution backward of whichever inputs need a gradient."""
-
-    @staticmethod
-    def forward(ctx, a: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, m: nn.Conv2d  # noqa: ANN001
-                ) -> torch.Tensor:
-        ctx.save_for_backward(a, w)
-        ctx.m, ctx.bias_shape = m, None if b is None else b.shape
-        return _forward(m, a, w, b)
-
-    @staticmethod
-    def backward(ctx, g: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # noqa: ANN001
-        a, w = ctx.saved_tensors
-        m, bias_shape = ctx.m, ctx.bias_shape
-        need_a, need_w, need_b = ctx.needs_input_grad[:3]
-        ga, gw, gb = torch.ops.aten.convolution_backward(
-            g, a, grouped_weight(w), None if bias_shape is None else [w.shape[1]], list(m.stride),
-            list(m.padding), list(m.dilation), False, [0, 0], 1, [need_a, need_w, need_b])
-        return (ga if need_a else None, gw.reshape(w.shape) if need_w else None,
-                gb.reshape(bias_shape) if need_b else None, None)
-
-
 def conv2d(m: nn.Conv2d, a: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, K: int) -> torch.Tensor | None:
-    """Layer ``m`` of K models on ``a`` [B, K·C, H, W] (weights w [K, O, C, kh, kw], bias b [K, O]) by the kernel,
-    differentiable; None unless it is one model with one input channel in float32 on the CPU where the kernel is
-    built (elsewhere torch's convolution is the one to run)."""
+    """Layer ``m`` of K models on ``a`` [B, K·C, H, W] (weights w [K, O, C, kh, kw], bias b [K, O]) by the kernel;
+    None unless it is one model with one input channel in float32 on the CPU where the kernel is built (elsewhere
+    torch's convolution is the faster one) and no gradient flows back through the layer: DP-SGD's clipped sum,
+    which takes the gradient at the layer's output. Where autograd differentiates through it (non-private
+    training), a Python backward costs what the kernel saves (+62 against -72 µs a step of the digits CNN)."""
     tensors = (a, w) if b is None else (a, w, b)
     if K != 1 or w.shape[2] != 1 or isinstance(m.padding, str) or library() is None or not all(
-            t.is_cpu and t.dtype == torch.float32 for t in tensors):
+            t.is_cpu and t.dtype == torch.float32 for t in tensors) or (
+            torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
         return None
-    return cast(torch.Tensor, _Convolution.apply(a, w, b, m))
+    with torch.no_grad():
+        return _forward(m, a, w, b)

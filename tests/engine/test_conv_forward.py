@@ -1,6 +1,6 @@
-"""The one-channel convolution kernel gives torch's output and gradients to float rounding for every geometry the
-layer-by-layer path admits, in channels-last memory, and steps aside for what it does not take; a grey-image CNN
-trains alone through it as in a batch without it."""
+"""The one-channel convolution kernel gives torch's output to float rounding for every geometry the layer-by-layer
+path admits, in channels-last memory, and steps aside for what it does not take; a grey-image CNN trains alone
+through it (DP-SGD) as in a batch without it."""
 
 import pytest
 import torch
@@ -38,21 +38,12 @@ def _layer(name: str, bias: bool) -> tuple[nn.Conv2d, torch.Tensor, torch.Tensor
 @needs_kernel
 @pytest.mark.parametrize("name", list(GEOMETRIES))
 @pytest.mark.parametrize("bias", [True, False])
-def test_the_kernel_gives_torchs_output_and_gradients(name, bias):
+def test_the_kernel_gives_torchs_output_in_channels_last_memory(name, bias):
     conv, a, w, b = _layer(name, bias)
-    params = [w, b] if b is not None else [w]
-    leaves = [t.clone().requires_grad_() for t in (a, *params)]
-    out = conv_forward.conv2d(conv, *leaves[:2], leaves[2] if bias else None, 1)
+    out = conv_forward.conv2d(conv, a, w, b, 1)
     assert out is not None and out.is_contiguous(memory_format=torch.channels_last)
-    ref_leaves = [t.clone().requires_grad_() for t in (a, *params)]
-    ref = F.conv2d(ref_leaves[0], ref_leaves[1][0], ref_leaves[2][0] if bias else None, conv.stride, conv.padding,
-                   conv.dilation)
+    ref = F.conv2d(a, w[0], None if b is None else b[0], conv.stride, conv.padding, conv.dilation)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
-    upstream = torch.randn_like(ref)
-    grads = torch.autograd.grad(out, leaves, upstream)
-    expected = torch.autograd.grad(ref, ref_leaves, upstream)
-    for got, want in zip(grads, expected):
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
 @needs_kernel
@@ -71,12 +62,17 @@ def test_each_example_is_its_own_and_threads_change_no_bit():
     assert torch.equal(whole[7:9], part) and torch.equal(whole, split)
 
 
+@needs_kernel
 def test_it_steps_aside_for_what_torch_runs_faster_or_it_cannot_read(monkeypatch):
     conv, a, w, b = _layer("digits-first-layer", True)
     assert conv_forward.conv2d(conv, a.repeat(1, 2, 1, 1), w.repeat(2, 1, 1, 1, 1), b.repeat(2, 1), 2) is None
     three = nn.Conv2d(3, 4, 3)
     assert conv_forward.conv2d(three, torch.randn(2, 3, 5, 5), torch.randn(1, 4, 3, 3, 3), None, 1) is None
     assert conv_forward.conv2d(conv, a.double(), w.double(), b.double(), 1) is None
+    with torch.enable_grad():  # autograd would differentiate through it: torch's convolution
+        assert conv_forward.conv2d(conv, a, w.clone().requires_grad_(), b, 1) is None
+    with torch.no_grad():
+        assert conv_forward.conv2d(conv, a, w.clone().requires_grad_(), b, 1) is not None
     monkeypatch.setattr(conv_forward, "library", lambda: None)
     assert conv_forward.conv2d(conv, a, w, b, 1) is None
 
@@ -105,7 +101,7 @@ def test_a_grey_cnn_trains_alone_through_the_kernel_as_in_a_batch_and_without_it
     for k in (0, 2):
         used.clear()
         alone = train(cnn, X[k : k + 1], y[k : k + 1], recipe, init[k : k + 1], tr[k : k + 1], dp)
-        assert used and all(used)
+        assert used and all(used) == (dp is not None)  # non-private: autograd differentiates through the layer
         for name, pa in alone.items():
             torch.testing.assert_close(batched[name][k : k + 1], pa, rtol=1e-4, atol=1e-5)
     monkeypatch.setattr(conv_forward, "library", lambda: None)
