@@ -11,7 +11,7 @@ Each output is its bias plus the taps in (row, column) order, so it differs from
 example is computed alone. It runs where no gradient flows back through the layer: DP-SGD's clipped sum, which
 takes the gradient at the layer's output. Built and cached by ``arena.engine.native`` (``ARENA_KERNELS=0``: never);
 where ``library()`` is None, or the tensors are not float32 on the CPU, ``conv2d`` returns None and torch's
-convolution runs.
+convolution runs. The kernel only reads its inputs and writes a fresh tensor, so it needs no autograd.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import functools
 from typing import cast
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from arena.engine import conv_kernel, native
@@ -120,40 +119,25 @@ def grouped_weight(w: torch.Tensor) -> torch.Tensor:
     return w.view(w.shape[0], *w.shape[2:], 1).permute(0, 3, 1, 2)
 
 
-def _output_size(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
-    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
-
-
-def _forward(m: nn.Conv2d, a: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-    """Layer ``m`` on a [B, 1, H, W] with weight w [1, O, 1, kh, kw] and bias b [1, O]: the kernel's output
-    [B, O, Ho, Wo] in channels-last strides, or torch's where the kernel fails (no memory)."""
-    lib = library()
-    B, _, H, W = a.shape
-    O = w.shape[1]
-    ph, pw = cast(tuple[int, int], m.padding)
-    (kh, kw), (sh, sw), (dh, dw) = m.kernel_size, m.stride, m.dilation
-    Ho, Wo = _output_size(H, kh, sh, ph, dh), _output_size(W, kw, sw, pw, dw)
-    out = torch.empty(B, Ho, Wo, O).permute(0, 3, 1, 2)  # channels-last strides
-    geometry = (1, 1, O, H, W, Ho, Wo, kh, kw, sh, sw, ph, pw, dh, dw)
-    a, w = a.contiguous(), w.contiguous()
-    bias = None if b is None else b.contiguous()
-    if lib is not None and conv_kernel.over_examples(
-            lib.arena_conv_forward, geometry, B, 1, [(a, True), (w, False), (bias, False), (out, True)]):
-        return out
-    return F.conv2d(a, grouped_weight(w), None if b is None else b.reshape(-1), m.stride, m.padding,
-                    m.dilation)
-
-
-def conv2d(m: nn.Conv2d, a: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, K: int) -> torch.Tensor | None:
-    """Layer ``m`` of K models on ``a`` [B, K·C, H, W] (weights w [K, O, C, kh, kw], bias b [K, O]) by the kernel;
-    None unless it is one model with one input channel in float32 on the CPU where the kernel is built (elsewhere
-    torch's convolution is the faster one) and no gradient flows back through the layer: DP-SGD's clipped sum,
-    which takes the gradient at the layer's output. Where autograd differentiates through it (non-private
-    training), a Python backward costs what the kernel saves (+62 against -72 µs a step of the digits CNN)."""
+def conv2d(m: nn.Conv2d, a: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, K: int,
+           out_size: tuple[int, int]) -> torch.Tensor | None:
+    """Layer ``m`` of K models on ``a`` [B, K·C, H, W] (weights w [K, O, C, kh, kw], bias b [K, O]) by the kernel,
+    [B, K·O, *out_size] in channels-last strides; None unless it is one model with one input channel in float32 on
+    the CPU where the kernel is built (elsewhere torch's convolution is the faster one) and no gradient flows back
+    through the layer: DP-SGD's clipped sum, which takes the gradient at the layer's output. Where autograd
+    differentiates through it (non-private training), a Python backward costs what the kernel saves (+62 against
+    -72 µs a step of the digits CNN). None too where the kernel fails (no memory)."""
     tensors = (a, w) if b is None else (a, w, b)
-    if K != 1 or w.shape[2] != 1 or isinstance(m.padding, str) or library() is None or not all(
+    lib = library()
+    if K != 1 or w.shape[2] != 1 or isinstance(m.padding, str) or lib is None or not all(
             t.is_cpu and t.dtype == torch.float32 for t in tensors) or (
             torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
         return None
-    with torch.no_grad():
-        return _forward(m, a, w, b)
+    B, _, H, W = a.shape
+    O, (Ho, Wo) = w.shape[1], out_size
+    ph, pw = cast(tuple[int, int], m.padding)
+    geometry = (1, 1, O, H, W, Ho, Wo, *m.kernel_size, *m.stride, ph, pw, *m.dilation)
+    out = torch.empty(B, Ho, Wo, O).permute(0, 3, 1, 2)  # channels-last strides
+    args = [(a.contiguous(), True), (w.contiguous(), False), (None if b is None else b.contiguous(), False),
+            (out, True)]
+    return out if conv_kernel.over_examples(lib.arena_conv_forward, geometry, B, 1, args) else None

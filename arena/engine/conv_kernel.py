@@ -400,7 +400,6 @@ def norms(m: nn.Conv2d, a: torch.Tensor, G: torch.Tensor, K: int, materialise: b
     held = {"bias": torch.empty(B, K, O)} if m.bias is not None else {}
     if materialise:
         held["weight"] = torch.empty(B, K, O, C * m.kernel_size[0] * m.kernel_size[1])
-    if materialise:
         args = [(t, True) for t in (a, G, held["weight"], held.get("bias"), sq)]
         done = over_examples(lib.arena_conv_materialise, shape, B, K, args)
     else:

@@ -240,7 +240,7 @@ def _forward(
         if layer.kind == "conv":
             m = cast(nn.Conv2d, m)
             a = h.as_image()
-            z = conv_forward.conv2d(m, a, w, b, K)
+            z = conv_forward.conv2d(m, a, w, b, K, cast(tuple[int, int], layer.out_shape[1:]))
             if z is None:
                 z = F.conv2d(a, conv_forward.grouped_weight(w), None if b is None else b.reshape(-1), m.stride,
                              m.padding, m.dilation, K)

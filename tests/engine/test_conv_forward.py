@@ -25,6 +25,11 @@ GEOMETRIES = {  # (O, H, W, kernel, stride, dilation, padding)
 }
 
 
+def _size(conv: nn.Conv2d, a: torch.Tensor) -> tuple[int, int]:
+    """The layer's output height and width on maps like a's."""
+    return tuple(conv(torch.zeros(1, conv.in_channels, *a.shape[2:])).shape[2:])
+
+
 def _layer(name: str, bias: bool) -> tuple[nn.Conv2d, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     O, H, W, k, s, d, p = GEOMETRIES[name]
     conv = nn.Conv2d(1, O, k, stride=s, dilation=d, padding=p, bias=bias)
@@ -40,7 +45,7 @@ def _layer(name: str, bias: bool) -> tuple[nn.Conv2d, torch.Tensor, torch.Tensor
 @pytest.mark.parametrize("bias", [True, False])
 def test_the_kernel_gives_torchs_output_in_channels_last_memory(name, bias):
     conv, a, w, b = _layer(name, bias)
-    out = conv_forward.conv2d(conv, a, w, b, 1)
+    out = conv_forward.conv2d(conv, a, w, b, 1, _size(conv, a))
     assert out is not None and out.is_contiguous(memory_format=torch.channels_last)
     ref = F.conv2d(a, w[0], None if b is None else b[0], conv.stride, conv.padding, conv.dilation)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
@@ -50,12 +55,12 @@ def test_the_kernel_gives_torchs_output_in_channels_last_memory(name, bias):
 def test_each_example_is_its_own_and_threads_change_no_bit():
     conv, a, w, b = _layer("digits-first-layer", True)
     a = torch.randn(200, 1, 8, 8, generator=torch.Generator().manual_seed(1))
-    whole = conv_forward.conv2d(conv, a, w, b, 1)
-    part = conv_forward.conv2d(conv, a[7:9], w, b, 1)
+    whole = conv_forward.conv2d(conv, a, w, b, 1, _size(conv, a))
+    part = conv_forward.conv2d(conv, a[7:9], w, b, 1, _size(conv, a))
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(3)  # 200 examples: three threads of at least 64
-        split = conv_forward.conv2d(conv, a, w, b, 1)
+        split = conv_forward.conv2d(conv, a, w, b, 1, _size(conv, a))
     finally:
         torch.set_num_threads(threads)
     assert whole is not None and part is not None and split is not None
@@ -65,16 +70,17 @@ def test_each_example_is_its_own_and_threads_change_no_bit():
 @needs_kernel
 def test_it_steps_aside_for_what_torch_runs_faster_or_it_cannot_read(monkeypatch):
     conv, a, w, b = _layer("digits-first-layer", True)
-    assert conv_forward.conv2d(conv, a.repeat(1, 2, 1, 1), w.repeat(2, 1, 1, 1, 1), b.repeat(2, 1), 2) is None
+    assert conv_forward.conv2d(conv, a.repeat(1, 2, 1, 1), w.repeat(2, 1, 1, 1, 1), b.repeat(2, 1), 2,
+                               _size(conv, a)) is None
     three = nn.Conv2d(3, 4, 3)
-    assert conv_forward.conv2d(three, torch.randn(2, 3, 5, 5), torch.randn(1, 4, 3, 3, 3), None, 1) is None
-    assert conv_forward.conv2d(conv, a.double(), w.double(), b.double(), 1) is None
+    assert conv_forward.conv2d(three, torch.randn(2, 3, 5, 5), torch.randn(1, 4, 3, 3, 3), None, 1, (3, 3)) is None
+    assert conv_forward.conv2d(conv, a.double(), w.double(), b.double(), 1, _size(conv, a)) is None
     with torch.enable_grad():  # autograd would differentiate through it: torch's convolution
-        assert conv_forward.conv2d(conv, a, w.clone().requires_grad_(), b, 1) is None
+        assert conv_forward.conv2d(conv, a, w.clone().requires_grad_(), b, 1, _size(conv, a)) is None
     with torch.no_grad():
-        assert conv_forward.conv2d(conv, a, w.clone().requires_grad_(), b, 1) is not None
+        assert conv_forward.conv2d(conv, a, w.clone().requires_grad_(), b, 1, _size(conv, a)) is not None
     monkeypatch.setattr(conv_forward, "library", lambda: None)
-    assert conv_forward.conv2d(conv, a, w, b, 1) is None
+    assert conv_forward.conv2d(conv, a, w, b, 1, _size(conv, a)) is None
 
 
 @pytest.mark.skipif(conv_forward.library() is None or conv_kernel.library() is None,
@@ -89,8 +95,8 @@ def test_a_grey_cnn_trains_alone_through_the_kernel_as_in_a_batch_and_without_it
     used: list[bool] = []  # whether the kernel ran, at each call for the first (grey) layer
     conv2d = conv_forward.conv2d
 
-    def spy(m, a, w, b, K):
-        out = conv2d(m, a, w, b, K)
+    def spy(m, a, w, b, K, size):
+        out = conv2d(m, a, w, b, K, size)
         if w.shape[2] == 1:
             used.append(out is not None)
         return out
