@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from arena.engine import conv_forward, conv_kernel
+from arena.engine import conv_forward, conv_kernel, dense_kernel
 from arena.engine.conv_ghost import Offsets, conv_ghost_norm, conv_offsets, pair_map, positions_first, unfold
 
 Kind = Literal["linear", "conv", "group_norm", "channelwise", "free"]
@@ -284,11 +284,11 @@ materialised, "bias" [B, K, O], GroupNorm's "weight" [B, K, C]."""
 
 @torch.no_grad()
 def _norms(
-    saved: list[tuple[Layer, torch.Tensor, torch.Tensor]], grads: tuple[torch.Tensor, ...]
-) -> tuple[torch.Tensor, list[Held]]:
-    """Per-example squared gradient norms [B, K] over all parameters of all layers, and each layer's ``Held``."""
-    B, K = grads[-1].shape[:2]
-    sq = grads[-1].new_zeros(B, K)
+    saved: list[tuple[Layer, torch.Tensor, torch.Tensor]], grads: tuple[torch.Tensor, ...], sq: torch.Tensor
+) -> list[Held]:
+    """Each layer's ``Held``; the per-example squared gradient norms over all parameters of the given layers added
+    into ``sq`` [B, K]."""
+    B, K = sq.shape
     held: list[Held] = []
     for (layer, a, _), G in zip(saved, grads):
         kept: Held = {}
@@ -305,7 +305,7 @@ def _norms(
                 sq += done.sq
                 kept.update(done.held)
                 continue
-        if layer.kind == "linear" and G.ndim == 3:  # one position: ||G·aᵀ||² = ||a||²·||G||², the bias's ||G||²
+        if _one_position(layer, G):  # ||G·aᵀ||² = ||a||²·||G||², the bias's ||G||²
             bias = layer.module.bias is not None
             if bias:
                 kept["bias"] = G
@@ -330,27 +330,73 @@ def _norms(
             sq += torch.linalg.vector_norm(kept["weight"], dim=(2, 3)).square()
         else:
             sq += conv_ghost_norm(layer.in_shape, layer.out_shape, layer.offsets, layer.pairs, a, Gl, B, K)
-    return sq, held
+    return held
+
+
+def _one_position(layer: Layer, G: torch.Tensor) -> bool:
+    """A linear layer on one vector an example ([B, K, features]): its per-example gradient is an outer product."""
+    return layer.kind == "linear" and G.ndim == 3
+
+
+Sums = dict[str, torch.Tensor]
+"""Clipped sums of whole parameters [K, ...], by name."""
+
+
+@torch.no_grad()
+def _clip(
+    params: dict[str, torch.Tensor], saved: list[tuple[Layer, torch.Tensor, torch.Tensor]],
+    grads: tuple[torch.Tensor, ...], B: int, K: int, clip: float, scale: float, valid: torch.Tensor | None,
+) -> tuple[torch.Tensor, list[Held], Sums]:
+    """The clip factors [K, B] (min(1, C/||g||) times ``scale``, 0 where ``valid`` [K, B] is False), each layer's
+    ``Held``, and the clipped sums already made: the linear layers of one position (a stack's dense tail) go to
+    the dense kernel (``dense_kernel``) where it runs, with the other layers' squared norms, so that their norms,
+    the factors, the scaled sides and the bias sums are one call (at K = 1, ~75 µs of small tensor calls fewer)."""
+    tail = [i for i, ((layer, _, _), G) in enumerate(zip(saved, grads)) if _one_position(layer, G)]
+    sq, held = grads[0].new_zeros(B, K), [cast(Held, {}) for _ in saved]
+
+    def norms(layers: list[int]) -> None:
+        for i, h in zip(layers, _norms([saved[i] for i in layers], tuple(grads[i] for i in layers), sq)):
+            held[i] = h
+
+    norms([i for i in range(len(saved)) if i not in tail])
+    done = dense_kernel.clipped([saved[i][1].transpose(0, 1) for i in tail], [grads[i].transpose(0, 1) for i in tail],
+                                clip, valid, scale, extra=sq.T) if tail else None
+    if done is None:
+        norms(tail)
+        c = (clip * scale / sq.sqrt()).clamp_(max=scale).T
+        return (c if valid is None else c * valid.to(c.dtype)).contiguous(), held, {}
+    ready: Sums = {}
+    for i, scaled, on_input, bias in zip(tail, done.scaled, done.scaled_inputs, done.biases):
+        layer, a, _ = saved[i]
+        a, G = a.transpose(0, 1), grads[i].transpose(0, 1)  # [K, B, ...]
+        ready[layer.prefix + "weight"] = torch.bmm(G.mT, scaled) if on_input else torch.bmm(scaled.mT, a)
+        if layer.prefix + "bias" in params:
+            ready[layer.prefix + "bias"] = bias
+    return done.factors, held, ready
 
 
 @torch.no_grad()
 def _accumulate(
     params: dict[str, torch.Tensor], saved: list[tuple[Layer, torch.Tensor, torch.Tensor]],
-    grads: tuple[torch.Tensor, ...], held: list[Held], c: torch.Tensor,
+    grads: tuple[torch.Tensor, ...], held: list[Held], factors: torch.Tensor, ready: Sums,
 ) -> dict[str, torch.Tensor]:
-    """Σ_b c[b, k] · (example b's gradient of model k) for every parameter, as fresh contiguous tensors shaped like
-    ``params``: from the per-example gradients in ``held`` where formed, else as one batched weight gradient with c
-    folded into the smaller of the layer's input and its output gradient."""
-    B, K = c.shape
-    rows = c.T.contiguous().unsqueeze(1)  # [K, 1, B]: Σ_b c[b, k]·t[b, k] as one batched matmul (einsum dispatches
-    # ~3× slower); contiguous, or bmm multiplies model by model (at K = 16, 36 against 10 µs a tensor)
-    out: dict[str, torch.Tensor] = {}
+    """Σ_b c[k, b] · (example b's gradient of model k) for every parameter (``factors`` c [K, B]), as fresh
+    contiguous tensors shaped like ``params``: ``ready``'s where made, from the per-example gradients in ``held``
+    where formed, else as one batched weight gradient with c folded into the smaller of the layer's input and its
+    output gradient."""
+    K, B = factors.shape
+    rows = factors.unsqueeze(1)  # [K, 1, B]: Σ_b c[k, b]·t[b, k] as one batched matmul (einsum dispatches ~3×
+    # slower); contiguous, or bmm multiplies model by model (at K = 16, 36 against 10 µs a tensor)
+    c = factors.T  # [B, K]
+    out: dict[str, torch.Tensor] = {k: v.view(params[k].shape) for k, v in ready.items()}
 
     def weighted(t: torch.Tensor, name: str) -> None:  # t [B, K, ...] → out[name] [K, ...]
         out[name] = torch.bmm(rows, t.reshape(B, K, -1).transpose(0, 1)).view(params[name].shape)
 
     for (layer, a, _), G, kept in zip(saved, grads, held):
         m, name = layer.module, layer.prefix + "weight"
+        if name in ready:
+            continue
         if layer.prefix + "bias" in params:
             weighted(kept["bias"], layer.prefix + "bias")
         if "weight" in kept:
@@ -360,7 +406,7 @@ def _accumulate(
             w = params[name]
 
             def scaled(t: torch.Tensor) -> torch.Tensor:  # t [B, K·C, H, W], channels-last kept
-                return (t.view(B, K, -1, *t.shape[2:]) * c.view(B, K, 1, 1, 1)).view(t.shape)
+                return (t.view(B, K, -1, *t.shape[2:]) * c.reshape(B, K, 1, 1, 1)).view(t.shape)
 
             Gc, ac = (scaled(G), a) if G.numel() <= a.numel() else (G, scaled(a))
             _, gw, _ = torch.ops.aten.convolution_backward(
@@ -369,7 +415,7 @@ def _accumulate(
             )
             out[name] = gw.contiguous().view(w.shape)  # mkldnn may hand it back in channels-last strides
         else:  # [K, O, B·L] @ [K, B·L, F]
-            Gc = (G * c.view(B, K, *[1] * (G.ndim - 2))).transpose(0, 1).reshape(K, -1, G.shape[-1])
+            Gc = (G * c.reshape(B, K, *[1] * (G.ndim - 2))).transpose(0, 1).reshape(K, -1, G.shape[-1])
             out[name] = torch.bmm(Gc.mT, a.transpose(0, 1).reshape(K, -1, a.shape[-1]))
     return {k: out[k] for k in params}  # the parameters' order
 
@@ -409,10 +455,8 @@ def clipped_sum(
             logits, saved = _forward(plan.layers, weights, x)
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), t.reshape(-1), reduction="sum")
             grads = torch.autograd.grad(loss, [z for _, _, z in saved])
-        sq, held = _norms(saved, grads)
-        c = (clip * scale / sq.sqrt()).clamp_(max=scale)
-        if valid is not None:
-            c = c * valid[:, sl].transpose(0, 1).to(c.dtype)
-        part = _accumulate(weights, saved, grads, held, c)
+        mask = None if valid is None else valid[:, sl]
+        factors, held, ready = _clip(weights, saved, grads, x.shape[0], x.shape[1], clip, scale, mask)
+        part = _accumulate(weights, saved, grads, held, factors, ready)
         total = part if total is None else {k: total[k].add_(v) for k, v in part.items()}
     return total if total is not None else {k: torch.zeros_like(v) for k, v in weights.items()}

@@ -49,6 +49,26 @@ def test_factors_scaled_sides_and_bias_sums_are_the_eager_ones(widths, clip):
 
 
 @needs_kernel
+def test_views_with_models_second_and_other_layers_norms_give_the_same_as_contiguous_rows():
+    """Rows read through their strides (a layer stack's head hands [B, K, width] memory as [K, B, width] views), and
+    ``extra`` squared norms added to each example's before its factor."""
+    inputs, deltas = _layers(3, 11, [6, 9, 4])
+    extra = torch.rand(3, 11, generator=torch.Generator().manual_seed(2)) * 5
+    views = [t.transpose(0, 1).contiguous().transpose(0, 1) for t in (*inputs, *deltas)]
+    assert not any(v.is_contiguous() for v in views)
+    done = dense_kernel.clipped(views[:2], views[2:], 0.5, None, 1 / 11, extra=extra.T.contiguous().T)
+    want = dense_kernel.clipped(inputs, deltas, 0.5, None, 1 / 11)
+    assert done is not None and want is not None
+    norms = (dpsgd.per_example_grad_norms(inputs, deltas).square() + extra).sqrt()
+    torch.testing.assert_close(done.factors, dpsgd.clip_factors(norms, 0.5, 1 / 11), rtol=2e-6, atol=0)
+    assert (done.factors < want.factors).any()  # the other layers' norms clipped some examples harder
+    plain = dense_kernel.clipped(views[:2], views[2:], 0.5, None, 1 / 11)
+    assert plain is not None
+    for got, ref in zip((*plain.scaled, *plain.biases, plain.factors), (*want.scaled, *want.biases, want.factors)):
+        torch.testing.assert_close(got, ref, rtol=0, atol=0)  # the same rows, read in place
+
+
+@needs_kernel
 def test_what_the_kernel_cannot_read_goes_to_the_eager_passes():
     inputs, deltas = _layers(2, 6, [4, 3])
     assert dense_kernel.clipped([i.double() for i in inputs], [d.double() for d in deltas], 1.0, None, 1.0) is None

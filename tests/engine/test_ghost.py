@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from arena.engine import functional, ghost
+from arena.engine import dense_kernel, functional, ghost
 from arena.engine import trainer as trainer_module
 from arena.engine.architecture import Architecture
 from arena.engine.ensemble import init_state
@@ -182,6 +182,41 @@ def test_both_norm_strategies_on_odd_layers_equal_per_example_gradients(name, fl
             for k in range(K):
                 g = per_example[k][n]
                 torch.testing.assert_close(ours[n][k], torch.einsum("b,b...->...", factor[k], g), **TOL, msg=n)
+
+
+@pytest.mark.skipif(dense_kernel.library() is None, reason="no C compiler or cache folder here")
+@pytest.mark.parametrize("name", ["cnn", "sequence"])
+def test_the_dense_tail_through_the_kernel_gives_the_eager_float32_sums(name, monkeypatch):
+    """The linear layers of one position (a CNN's head; a sequence stack's last layer after others over positions)
+    take the dense kernel, fed the other layers' norms: in float32 the same clipped sums as without the kernel, for
+    models second in memory (K = 3) or alone, padding rows masked, examples in one pass or several."""
+    if name == "cnn":
+        module, shape = _cnn("cnn").template().module, SHAPE
+    else:
+        module, shape = ODD_STACKS[name][0]().eval(), ODD_STACKS[name][1]
+    plan = ghost.plan(module, shape)
+    assert plan is not None
+    g = torch.Generator().manual_seed(4)
+    params = {n: torch.stack([p.detach() + 0.1 * torch.randn(p.shape, generator=g) for _ in range(K)])
+              for n, p in module.named_parameters()}
+    X, y = torch.randn(K, B, *shape, generator=g), torch.randint(0, 4, (K, B), generator=g)
+    valid = torch.rand(K, B, generator=g) > 0.3
+    calls: list[bool] = []
+    clipped = dense_kernel.clipped
+    monkeypatch.setattr(dense_kernel, "clipped", lambda *a, **kw: calls.append(True) or clipped(*a, **kw))
+    for clip in (0.01, 1.0):  # most examples clipped; some
+        for per_call, mask in ((B, valid), (3, None)):
+            ours = ghost.clipped_sum(plan, params, X, y, mask, clip, per_call, scale=0.25)
+            alone = ghost.clipped_sum(plan, {n: p[1:2] for n, p in params.items()}, X[1:2], y[1:2],
+                                      None if mask is None else mask[1:2], clip, per_call, scale=0.25)
+            with monkeypatch.context() as m:
+                m.setattr(dense_kernel, "library", lambda: None)
+                eager = ghost.clipped_sum(plan, params, X, y, mask, clip, per_call, scale=0.25)
+            for n in params:
+                assert ours[n].shape == params[n].shape and ours[n].is_contiguous()
+                torch.testing.assert_close(ours[n], eager[n], rtol=1e-5, atol=1e-6, msg=n)
+                torch.testing.assert_close(alone[n], eager[n][1:2], rtol=1e-5, atol=1e-6, msg=n)
+    assert calls  # the kernel took the tail
 
 
 @pytest.mark.slow

@@ -80,7 +80,8 @@ def test_float32_dp_training_through_the_kernels_is_the_same_alone_batched_or_wi
 @pytest.mark.skipif(conv_kernel.library() is None, reason="no C compiler or cache folder here")
 def test_float32_dp_training_of_a_cnn_through_the_conv_kernel_is_the_same_alone_batched_or_without_it(monkeypatch):
     """The convolutions' per-example norms come from the C kernel in float32 (one layer's gradients formed, the
-    other's ghost norm): a CNN trains the same alone or in a batch, and as the eager passes train it."""
+    other's ghost norm), the dense head's clipping from the dense kernel: a CNN trains the same alone or in a batch,
+    and as the eager passes train it."""
     cnn = architecture("cnn", (1, 8, 8), 3, channels=[4, 16], hidden=8)
     g = torch.Generator().manual_seed(2)
     X, y = torch.rand(3, 40, 64, generator=g), torch.randint(0, 3, (3, 40), generator=g)
@@ -89,13 +90,19 @@ def test_float32_dp_training_of_a_cnn_through_the_conv_kernel_is_the_same_alone_
     calls: list[bool] = []
     norms = conv_kernel.norms
     monkeypatch.setattr(conv_kernel, "norms", lambda m, a, G, K, mat: calls.append(mat) or norms(m, a, G, K, mat))
+    tails: list[bool] = []
+    clipped = dense_kernel.clipped
+    monkeypatch.setattr(dense_kernel, "clipped", lambda *a, **kw: tails.append(kw["extra"] is not None)
+                        or clipped(*a, **kw))
     batched = train(cnn, X, y, recipe, init, tr, dp)
     assert True in calls and False in calls  # both of the kernel's ways ran
+    assert tails and all(tails)  # the head through the dense kernel, with the convolutions' norms
     for k in (0, 2):
         alone = train(cnn, X[k : k + 1], y[k : k + 1], recipe, init[k : k + 1], tr[k : k + 1], dp)
         for name, pa in alone.items():
             torch.testing.assert_close(batched[name][k : k + 1], pa, rtol=1e-4, atol=1e-5)
     monkeypatch.setattr(conv_kernel, "library", lambda: None)
+    monkeypatch.setattr(dense_kernel, "library", lambda: None)
     eager = train(cnn, X, y, recipe, init, tr, dp)
     for name, pe in eager.items():
         torch.testing.assert_close(batched[name], pe, rtol=1e-4, atol=1e-5)
