@@ -22,7 +22,9 @@ convolution of K models is one grouped convolution, a GroupNorm one group norm o
    gradients (per-channel sums over positions) are formed directly. Linear layers with L = 1: ||a||²·||δ||².
 4. Clip factors c = min(1, C/||g||) (0 on padding rows), then the clipped sum of each layer's weight gradient as
    one ordinary batched weight gradient of c-scaled output gradients (a grouped convolution's weight backward, a
-   batched matmul): the cost of a non-private backward.
+   batched matmul): the cost of a non-private backward. Where the compiled kernels run, a ghost-normed
+   convolution's sum comes from ``conv_kernel.weight_sum`` and the dense head's (linear layers of one position:
+   norms, factors and sums) from ``dense_kernel``.
 """
 
 from __future__ import annotations
@@ -408,6 +410,10 @@ def _accumulate(
             def scaled(t: torch.Tensor) -> torch.Tensor:  # t [B, K·C, H, W], channels-last kept
                 return (t.view(B, K, -1, *t.shape[2:]) * c.reshape(B, K, 1, 1, 1)).view(t.shape)
 
+            done = conv_kernel.weight_sum(m, a, G, factors, K)
+            if done is not None:  # the compiled kernel, the factors folded into its copies of the input
+                out[name] = done
+                continue
             Gc, ac = (scaled(G), a) if G.numel() <= a.numel() else (G, scaled(a))
             _, gw, _ = torch.ops.aten.convolution_backward(
                 Gc, ac, w.reshape(-1, *w.shape[2:]), None, list(m.stride), list(m.padding), list(m.dilation), False,
