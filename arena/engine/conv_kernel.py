@@ -506,9 +506,12 @@ def weight_sum(m: nn.Conv2d, a: torch.Tensor, G: torch.Tensor, factors: torch.Te
     """Layer ``m``'s clipped weight-gradient sum [K, O, C, kh, kw] of K models: Σ_b factors[k, b]·(example b's
     weight gradient), from its input ``a`` and output gradient ``G`` as ``norms`` reads them and the clip factors
     [K, B]; None where the kernel cannot take them (then a grouped convolution's weight backward runs). Models are
-    split across torch's intra-op threads; at K = 1 one thread (64 examples: ~50 against oneDNN's ~140 µs for the
-    digits CNN's second layer)."""
+    split across torch's intra-op threads; with fewer models than threads and examples enough for them, oneDNN's
+    backward, which splits the examples, is left to run."""
     if not (_channels_last(a) and _channels_last(G)) or isinstance(m.padding, str) or factors.dtype != torch.float32:
+        return None
+    threads = torch.get_num_threads()
+    if K < threads and a.shape[0] * K >= 2 * MIN_EXAMPLES_PER_THREAD:
         return None
     lib = library()
     if lib is None:
@@ -524,7 +527,7 @@ def weight_sum(m: nn.Conv2d, a: torch.Tensor, G: torch.Tensor, factors: torch.Te
     def models(k0: int, k1: int) -> int:
         return lib.arena_conv_weight_sum(g, k0, k1, *pointers)
 
-    parts = max(1, min(torch.get_num_threads(), K, B * K // MIN_EXAMPLES_PER_THREAD))
+    parts = max(1, min(threads, K, B * K // MIN_EXAMPLES_PER_THREAD))
     bounds = [K * i // parts for i in range(parts + 1)]
     failed = models(0, K) if parts == 1 else any(_pool(parts).map(models, bounds[:-1], bounds[1:]))
     return None if failed else out

@@ -174,3 +174,17 @@ def test_what_the_weight_sum_cannot_read_goes_to_torchs_weight_backward():
     assert conv_kernel.weight_sum(conv, a.double(), G.double(), factors, 1) is None  # float64
     assert conv_kernel.weight_sum(conv, a.contiguous(), G.contiguous(), factors, 1) is None  # channels-first
     assert conv_kernel.weight_sum(nn.Conv2d(2, 4, 3, padding="same"), a, G, factors, 1) is None
+
+
+@needs_kernel
+def test_one_model_with_threads_to_spare_leaves_its_weight_sum_to_onednn():
+    conv = nn.Conv2d(2, 4, 3, padding=1)
+    a, G = _maps(2, 4, 6, 6, conv, 2 * conv_kernel.MIN_EXAMPLES_PER_THREAD, 1)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert conv_kernel.weight_sum(conv, a, G, torch.ones(1, a.shape[0]), 1) is None  # it would run on one
+        torch.set_num_threads(1)
+        assert conv_kernel.weight_sum(conv, a, G, torch.ones(1, a.shape[0]), 1) is not None
+    finally:
+        torch.set_num_threads(threads)
