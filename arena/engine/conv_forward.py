@@ -8,8 +8,8 @@ and with three or more input channels its own kernels win too (733 against 832 �
 maps), so only one model with one input channel comes here.
 
 Each output is its bias plus the taps in (row, column) order, so it differs from oneDNN's by float rounding; each
-example is computed alone. It runs where no gradient flows back through the layer: DP-SGD's clipped sum, which
-takes the gradient at the layer's output. Built and cached by ``arena.engine.native`` (``ARENA_KERNELS=0``: never);
+example is computed alone. It runs where no gradient flows back through the layer: DP-SGD's clipped sum and
+non-private training (``ghost.mean_gradient``), which both take a first layer's gradient at its output. Built and cached by ``arena.engine.native`` (``ARENA_KERNELS=0``: never);
 where ``library()`` is None, or the tensors are not float32 on the CPU, ``conv2d`` returns None and torch's
 convolution runs. The kernel only reads its inputs and writes a fresh tensor, so it needs no autograd.
 """
@@ -119,18 +119,24 @@ def grouped_weight(w: torch.Tensor) -> torch.Tensor:
     return w.view(w.shape[0], *w.shape[2:], 1).permute(0, 3, 1, 2)
 
 
+def takes(m: nn.Conv2d, tensors: tuple[torch.Tensor, ...], K: int) -> bool:
+    """Whether the kernel computes layer ``m`` of K models from these tensors (input, weights [K, O, C, kh, kw],
+    bias): one model with one input channel, float32 on the CPU, the kernel built (elsewhere torch's convolution is
+    the faster one). It then runs where no gradient flows back through the layer."""
+    return (K == 1 and tensors[1].shape[2] == 1 and not isinstance(m.padding, str) and library() is not None
+            and all(t.is_cpu and t.dtype == torch.float32 for t in tensors))
+
+
 def conv2d(m: nn.Conv2d, a: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, K: int,
            out_size: tuple[int, int]) -> torch.Tensor | None:
     """Layer ``m`` of K models on ``a`` [B, K·C, H, W] (weights w [K, O, C, kh, kw], bias b [K, O]) by the kernel,
-    [B, K·O, *out_size] in channels-last strides; None unless it is one model with one input channel in float32 on
-    the CPU where the kernel is built (elsewhere torch's convolution is the faster one) and no gradient flows back
-    through the layer: DP-SGD's clipped sum, which takes the gradient at the layer's output. Where autograd
-    differentiates through it (non-private training), a Python backward costs what the kernel saves (+62 against
-    -72 µs a step of the digits CNN). None too where the kernel fails (no memory)."""
+    [B, K·O, *out_size] in channels-last strides; None unless it ``takes`` them and no gradient flows back through
+    the layer: DP-SGD's clipped sum and non-private training (``ghost.mean_gradient``) take the gradient at a first
+    layer's output instead (a Python backward through it cost what the kernel saves: +62 against -72 µs a step of
+    the digits CNN). None too where the kernel fails (no memory)."""
     tensors = (a, w) if b is None else (a, w, b)
     lib = library()
-    if K != 1 or w.shape[2] != 1 or isinstance(m.padding, str) or lib is None or not all(
-            t.is_cpu and t.dtype == torch.float32 for t in tensors) or (
+    if lib is None or not takes(m, tensors, K) or (
             torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
         return None
     B, _, H, W = a.shape

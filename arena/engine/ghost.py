@@ -415,11 +415,7 @@ def _accumulate(
                 out[name] = done
                 continue
             Gc, ac = (scaled(G), a) if G.numel() <= a.numel() else (G, scaled(a))
-            _, gw, _ = torch.ops.aten.convolution_backward(
-                Gc, ac, w.reshape(-1, *w.shape[2:]), None, list(m.stride), list(m.padding), list(m.dilation), False,
-                [0, 0], K, [False, True, False],
-            )
-            out[name] = gw.contiguous().view(w.shape)  # mkldnn may hand it back in channels-last strides
+            out[name] = _conv_weight_grad(m, ac, Gc, w, K)
         else:  # [K, O, B·L] @ [K, B·L, F]
             Gc = (G * c.reshape(B, K, *[1] * (G.ndim - 2))).transpose(0, 1).reshape(K, -1, G.shape[-1])
             out[name] = torch.bmm(Gc.mT, a.transpose(0, 1).reshape(K, -1, a.shape[-1]))
@@ -430,13 +426,40 @@ def mean_gradient(
     plan: Plan, params: dict[str, torch.Tensor], X: torch.Tensor, y: torch.Tensor
 ) -> dict[str, torch.Tensor]:
     """Non-private training on the same layer-by-layer path, without ``vmap``: per model, the gradient of the mean
-    cross-entropy over its batch. X [K, B, *input], y [K, B]; ``params`` [K, ...]."""
-    weights = {k: v.detach().requires_grad_() for k, v in params.items()}
+    cross-entropy over its batch. X [K, B, *input], y [K, B]; ``params`` [K, ...]. A first convolution's gradients
+    come from its output's, as in DP-SGD's clipped sum (nothing flows back to the input): its forward may then run by
+    ``conv_forward``'s kernel and its weight gradient by ``conv_kernel.weight_sum``, with no Python backward. Only
+    where that kernel takes the layer: elsewhere oneDNN's weight backward inside autograd's was as fast (K = 16)."""
+    K, B = X.shape[:2]
+    layer = plan.layers[0]
+    first = layer if layer.kind == "conv" and conv_forward.takes(cast(nn.Conv2d, layer.module), (X, *(
+        params[n] for n in (layer.prefix + "weight", layer.prefix + "bias") if n in params)), K) else None
+    own = () if first is None else (first.prefix + "weight", first.prefix + "bias")
+    weights = {k: v.detach() if k in own else v.detach().requires_grad_() for k, v in params.items()}
+    wanted = [k for k in weights if k not in own]
     with torch.enable_grad():
-        logits, _ = _forward(plan.layers, weights, X.transpose(0, 1))
+        logits, saved = _forward(plan.layers, weights, X.transpose(0, 1))
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.transpose(0, 1).reshape(-1), reduction="sum")
-        grads = torch.autograd.grad(loss / X.shape[1], list(weights.values()))
-    return dict(zip(weights, grads))
+        grads = torch.autograd.grad(loss / B, [weights[k] for k in wanted] + [z for _, _, z in saved[:1] if first])
+    out = dict(zip(wanted, grads))
+    if first is not None:
+        m, (_, a, _), G = cast(nn.Conv2d, first.module), saved[0], grads[-1]
+        w = weights[first.prefix + "weight"]
+        done = conv_kernel.weight_sum(m, a, G, torch.ones(K, B), K)
+        out[first.prefix + "weight"] = done if done is not None else _conv_weight_grad(m, a, G, w, K)
+        if first.prefix + "bias" in weights:
+            out[first.prefix + "bias"] = G.sum((0, 2, 3)).view(K, -1)
+    return {k: out[k] for k in params}
+
+
+def _conv_weight_grad(m: nn.Conv2d, a: torch.Tensor, G: torch.Tensor, w: torch.Tensor, K: int) -> torch.Tensor:
+    """Σ over examples of K models' weight gradients [K, O, C, kh, kw] of convolution ``m`` from its input a and
+    output gradient G ([B, K·C, H, W], [B, K·O, Ho, Wo]): one grouped convolution's weight backward (oneDNN)."""
+    _, gw, _ = torch.ops.aten.convolution_backward(
+        G, a, w.reshape(-1, *w.shape[2:]), None, list(m.stride), list(m.padding), list(m.dilation), False, [0, 0],
+        K, [False, True, False],
+    )
+    return gw.contiguous().view(w.shape)  # mkldnn may hand it back in channels-last strides
 
 
 def clipped_sum(
