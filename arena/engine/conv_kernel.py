@@ -511,7 +511,7 @@ def weight_sum(m: nn.Conv2d, a: torch.Tensor, G: torch.Tensor, factors: torch.Te
     if not (_channels_last(a) and _channels_last(G)) or isinstance(m.padding, str) or factors.dtype != torch.float32:
         return None
     threads = torch.get_num_threads()
-    if K < threads and a.shape[0] * K >= 2 * MIN_EXAMPLES_PER_THREAD:
+    if threads > K and a.shape[0] * K >= 2 * MIN_EXAMPLES_PER_THREAD:
         return None
     lib = library()
     if lib is None:
