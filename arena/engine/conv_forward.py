@@ -11,7 +11,8 @@ Each output is its bias plus the taps in (row, column) order, so it differs from
 example is computed alone. It runs where no gradient flows back through the layer: DP-SGD's clipped sum and
 non-private training (``ghost.mean_gradient``), which both take a first layer's gradient at its output. Built
 and cached by ``arena.engine.native`` (``ARENA_KERNELS=0``: never); where ``library()`` is None, or the tensors
-are not float32 on the CPU, ``conv2d`` returns None and torch's convolution runs. The kernel only reads its inputs and writes a fresh tensor, so it needs no autograd.
+are not float32 on the CPU, ``conv2d`` returns None and torch's convolution runs. The kernel only reads its
+inputs and writes a fresh tensor, so it needs no autograd.
 """
 
 from __future__ import annotations
