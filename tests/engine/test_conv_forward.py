@@ -102,12 +102,22 @@ def test_a_grey_cnn_trains_alone_through_the_kernel_as_in_a_batch_and_without_it
         return out
 
     monkeypatch.setattr(conv_forward, "conv2d", spy)
+    sums: list[bool] = []  # whether the first layer's weight sum came from the C kernel, at each call
+    weight_sum = conv_kernel.weight_sum
+
+    def summed(m, a, G, c, K):
+        out = weight_sum(m, a, G, c, K)
+        sums.append(m.in_channels == 1 and out is not None)
+        return out
+
+    monkeypatch.setattr(conv_kernel, "weight_sum", summed)
     batched = train(cnn, X, y, recipe, init, tr, dp)
     assert used and not any(used)  # three models: torch's grouped convolution
     for k in (0, 2):
         used.clear()
         alone = train(cnn, X[k : k + 1], y[k : k + 1], recipe, init[k : k + 1], tr[k : k + 1], dp)
-        assert used and all(used)  # both ways take the layer's gradient at its output (non-private: weight_sum)
+        assert used and all(used)  # both ways take the layer's gradient at its output
+        assert any(sums) == (dp is None)  # non-private: its weight sum by the kernel (DP-SGD forms each example's)
         for name, pa in alone.items():
             torch.testing.assert_close(batched[name][k : k + 1], pa, rtol=1e-4, atol=1e-5)
     monkeypatch.setattr(conv_forward, "library", lambda: None)
