@@ -12,7 +12,7 @@ import torch
 from pydantic import BaseModel
 from torch.func import replace_all_batch_norm_modules_
 
-from arena.engine import ghost
+from arena.engine import ghost_plan
 from arena.engine.dense import Dense
 from arena.engine.groupnorm import batch_norms, replace_batch_norm
 
@@ -112,9 +112,10 @@ class Template:
     trainable: tuple[str, ...]
     buffers: tuple[str, ...]
     penalised: frozenset[str]
-    ghost: ghost.Plan | None = None
+    ghost: ghost_plan.Plan | None = None
     """How DP-SGD clips this module without per-example backward passes (a stack of linear, convolution and
-    GroupNorm layers, see ``arena.engine.ghost``), or None: per-example gradients through ``vmap(grad)``."""
+    GroupNorm layers, see ``arena.engine.ghost`` and ``ghost_plan``), or None: per-example gradients through
+    ``vmap(grad)``."""
 
     @property
     def n_params(self) -> int:
@@ -127,7 +128,7 @@ def _template(arch: Architecture) -> Template:
     names = tuple(n for n, _ in module.named_parameters())
     buffers = tuple(n for n, _ in module.named_buffers())
     penalised = frozenset(n for n, p in module.named_parameters() if p.ndim >= 2)
-    return Template(module, names, buffers, penalised, ghost.plan(module, arch.input_shape))
+    return Template(module, names, buffers, penalised, ghost_plan.plan(module, arch.input_shape))
 
 
 def _meta_build(arch: Architecture) -> torch.nn.Module:

@@ -30,7 +30,7 @@ def unfold(a: torch.Tensor, m: nn.Conv2d) -> torch.Tensor:
     in any memory format), as one strided view of the padded input, copied once: im2col's per-image loop took 2-3×
     as long on CPU (0.25 against 0.09 ms for 64 digits, 17 against 9 ms for 5,120)."""
     (kh, kw), (sh, sw), (dh, dw) = m.kernel_size, m.stride, m.dilation
-    ph, pw = cast(tuple[int, int], m.padding)  # ``ghost._kind`` admits numeric padding only
+    ph, pw = cast(tuple[int, int], m.padding)  # ``ghost_plan._kind`` admits numeric padding only
     x = F.pad(a, (pw, pw, ph, ph)).contiguous()
     N, C, Hp, Wp = x.shape
     Ho, Wo = (Hp - dh * (kh - 1) - 1) // sh + 1, (Wp - dw * (kw - 1) - 1) // sw + 1

@@ -4,14 +4,12 @@ either the weight gradient formed (``materialise``) or its ghost norm ⟨AᵀA, 
 and the bias gradient. The eager passes move each map to positions-first order first (a transposing copy of the
 whole [B, K·C, H, W] tensor, then batched matmuls and the pair-map product); here each example's rows are read once
 while its map is in cache (the digits CNN's DP-SGD / non-private at K = 64: 1.56× eager, 1.37× with the kernel, in
-one side-by-side run on a 2-core AMD EPYC). After the clip factors, ``weight_sum`` makes a ghost-normed layer's
-clipped weight-gradient sum from the same maps, the factors folded into its copies of the input (oneDNN's grouped
-weight backward of the factor-scaled output gradient: ~1.3× the time at K = 16, ~1.6× at K = 1).
+one side-by-side run on a 2-core AMD EPYC). ``arena.engine.conv_sum`` builds on the same C and helpers.
 
 Built and cached by ``arena.engine.native`` (``ARENA_KERNELS=0``: never); where ``library()`` is None, or the
-tensors are not float32 channels-last maps on the CPU, ``norms`` and ``weight_sum`` return None and the eager
-passes run. The two agree to float rounding (sums taken in another order). Each example is computed alone, and a
-model's sum reads only its own examples, so nothing a model gets depends on the other models in its batch.
+tensors are not float32 channels-last maps on the CPU, ``norms`` returns None and the eager passes run. The two
+agree to float rounding (sums taken in another order). Each example is computed alone, so a model's norms do not
+depend on the other models in its batch.
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ from torch import nn
 
 from arena.engine import native
 
-SOURCE = r"""
+PRELUDE = r"""
 /* fused multiply-adds allowed here (native.FLAGS turns them off for the other kernels): these sums need not match
    torch's roundings, only each other's */
 #ifdef __clang__
@@ -50,6 +48,17 @@ typedef int32_t vi16 __attribute__((vector_size(64)));
 static inline v16 load16(const float *p) { v16 v; memcpy(&v, p, sizeof v); return v; }
 static inline void store16(float *p, v16 v) { memcpy(p, &v, sizeof v); }
 
+/* rows of A^T G one block of the formed-gradient kernel computes at once: 9 vector accumulators of a 16-column
+   block, enough chains of multiply-adds to hide their latency, and a divisor of a 3 x 3 kernel's C * 9 columns, so
+   that no block computes rows past P (with 12, a one-channel layer's 9 columns took 12 rows' work: 0.66 against
+   0.51 us an example of the digits CNN's first layer at K = 64) */
+enum { ROWS = 9 };
+
+"""
+"""C shared by the convolution kernels' sources (``conv_sum``'s too): the geometry's layout, vectors, the block
+size."""
+
+SOURCE = PRELUDE + r"""
 /* out[r][q] = sum over t < T of u[r*ur + t*ut] * v[t*ldv + q], for r < R and q < Q rounded up to 4 and 16: u is
    zero at r from R up to that and v's rows past Q up to that; out has ldo >= pad16(Q) columns and pad16(R) rows.
    A 4 x 16 block of out stays in eight vector registers while t runs, even and odd t apart: eight chains of
@@ -89,12 +98,6 @@ static void tn(const float *restrict u, int64_t ut, int64_t ur, int64_t R, const
 }
 
 """ + native.DOT + r"""
-/* rows of A^T G one block of the formed-gradient kernel computes at once: 9 vector accumulators of a 16-column
-   block, enough chains of multiply-adds to hide their latency, and a divisor of a 3 x 3 kernel's C * 9 columns, so
-   that no block computes rows past P (with 12, a one-channel layer's 9 columns took 12 rows' work: 0.66 against
-   0.51 us an example of the digits CNN's first layer at K = 64) */
-enum { ROWS = 9 };
-
 /* per example n = b*K + k: its weight gradient A^T G (A its unfolded input [L][kh*kw*C], G its output gradient
    [L][O]) into weight[n][O][C*kh*kw] (the layout of the layer's weight), its bias gradient (G's column sums) into
    bias[n][O] (if bias), and both squared norms added into sq[n]. A is never formed: its row for output position l
@@ -176,95 +179,6 @@ int arena_conv_materialise(const int64_t *g, const float *restrict a, const floa
             for (int q = 0; q < 16; q++) s += squares[q];
             sq[n] += s;
         }
-    free(off);
-    free(buf);
-    return 0;
-}
-
-/* one block of the weight sum: ROWS columns of A^T G times `halves` 16-channel blocks of G (q0 on), summed over the
-   chunk's n examples and all positions in vector registers, then added into out. Two halves at once: each
-   position's ROWS scalar reads of the map serve twice the multiply-adds (a read each per multiply-add was the
-   bound). `halves` is a constant at each call, so the compiler makes one copy for each. */
-static inline __attribute__((always_inline)) void sum_block(
-        const int halves, const float *restrict xs, int64_t map, const float *restrict gs, int64_t rows, int64_t Op,
-        int64_t n, int64_t Lo, const int64_t *restrict base, const int64_t *restrict o, float *restrict out,
-        int64_t q0, int64_t O, int64_t P, int64_t r0, int64_t C, int64_t offsets) {
-    v16 acc[2][ROWS] = {{{0}}};
-    int64_t oo[ROWS];
-    for (int r = 0; r < ROWS; r++) oo[r] = o[r];
-    for (int64_t e = 0; e < n; e++) {
-        const float *xe = xs + e * map, *ge = gs + e * rows;
-        for (int64_t l = 0; l < Lo; l++) {
-            const float *x = xe + base[l];
-            const v16 g0 = load16(ge + l * Op);
-#pragma GCC unroll 9
-            for (int r = 0; r < ROWS; r++) acc[0][r] += x[oo[r]] * g0;
-            if (halves == 2) {
-                const v16 g1 = load16(ge + l * Op + 16);
-#pragma GCC unroll 9
-                for (int r = 0; r < ROWS; r++) acc[1][r] += x[oo[r]] * g1;
-            }
-        }
-    }
-    for (int h = 0; h < halves; h++) {
-        const int64_t lanes = O - q0 - 16 * h < 16 ? O - q0 - 16 * h : 16;
-        for (int64_t r = r0; r < P && r < r0 + ROWS; r++) {
-            const int64_t p = (r % C) * offsets + r / C;  /* the weight's order: channel, then offset */
-            for (int64_t q = 0; q < lanes; q++) out[(q0 + 16 * h + q) * P + p] += acc[h][r - r0][q];
-        }
-    }
-}
-
-/* for models k0 <= k < k1: the clipped sum of its examples' weight gradients, sum over b of c[k][b] A_b^T G_b (c
-   NULL: 1), into weight[k][O][C*kh*kw] (overwritten). The materialising kernel's blocks, each kept in registers
-   while l runs over all of a chunk's examples, not one: each example's map is copied (times its factor) into a
-   buffer with a zero border and its output gradient into rows padded to 16 channels, a chunk of examples at a
-   time, so that nothing is formed per example. One model's sum never reads another's, and its examples go in
-   order, so it is the same alone or in any batch. Returns 0, or -1 without memory. */
-int arena_conv_weight_sum(const int64_t *g, int64_t k0, int64_t k1, const float *restrict a,
-                          const float *restrict d, const float *restrict c, float *restrict weight) {
-    const int64_t B = g[NB], K = g[NK], C = g[NC], O = g[NO], H = g[NH], W = g[NW], Ho = g[NHO], Wo = g[NWO];
-    const int64_t offsets = g[KH] * g[KW], P = C * offsets, Lo = Ho * Wo, Op = pad16(O);
-    const int64_t Pr = (P + ROWS - 1) / ROWS * ROWS, Hp = H + 2 * g[PH], Wp = W + 2 * g[PW];
-    const int64_t map = Hp * Wp * C, rows = Lo * Op;
-    int64_t chunk = (1 << 18) / (map + rows);  /* examples whose copies fit ~1 MiB */
-    chunk = chunk < 1 ? 1 : chunk > B ? B : chunk;
-    float *buf = calloc(chunk * (map + rows) + 1, sizeof(float));
-    int64_t *off = malloc(sizeof(int64_t) * (Pr + Lo));
-    if (!buf || !off) { free(buf); free(off); return -1; }
-    float *xs = buf, *gs = xs + chunk * map;
-    int64_t *base = off + Pr;
-    for (int64_t r = 0; r < Pr; r++) {  /* column r = (i*kw + j)*C + c; the block's columns past P repeat column 0 */
-        const int64_t rr = r < P ? r : 0, ij = rr / C, ch = rr % C;
-        off[r] = ((ij / g[KW]) * g[DH] * Wp + (ij % g[KW]) * g[DW]) * C + ch;
-    }
-    for (int64_t l = 0; l < Lo; l++) base[l] = ((l / Wo) * g[SH] * Wp + (l % Wo) * g[SW]) * C;
-    for (int64_t k = k0; k < k1; k++) {
-        float *out = weight + k * O * P;
-        memset(out, 0, sizeof(float) * O * P);
-        for (int64_t b0 = 0; b0 < B; b0 += chunk) {
-            const int64_t n = B - b0 < chunk ? B - b0 : chunk;
-            for (int64_t e = 0; e < n; e++) {
-                const int64_t b = b0 + e;
-                const float f = c ? c[k * B + b] : 1.0f;
-                for (int64_t h = 0; h < H; h++)
-                    for (int64_t x = 0; x < W; x++) {
-                        const float *src = a + ((b * H + h) * W + x) * K * C + k * C;
-                        float *dst = xs + e * map + ((h + g[PH]) * Wp + x + g[PW]) * C;
-                        for (int64_t ch = 0; ch < C; ch++) dst[ch] = f * src[ch];
-                    }
-                for (int64_t l = 0; l < Lo; l++)
-                    memcpy(gs + e * rows + l * Op, d + (b * Lo + l) * K * O + k * O, sizeof(float) * O);
-            }
-            for (int64_t q0 = 0; q0 < O; q0 += 32)
-                for (int64_t r0 = 0; r0 < P; r0 += ROWS) {
-                    if (O - q0 > 16)
-                        sum_block(2, xs, map, gs + q0, rows, Op, n, Lo, base, off + r0, out, q0, O, P, r0, C, offsets);
-                    else
-                        sum_block(1, xs, map, gs + q0, rows, Op, n, Lo, base, off + r0, out, q0, O, P, r0, C, offsets);
-                }
-        }
-    }
     free(off);
     free(buf);
     return 0;
@@ -434,8 +348,6 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     p = ctypes.c_void_p
     lib.arena_conv_materialise.argtypes = lib.arena_conv_ghost.argtypes = [p, p, p, p, p, p]
     lib.arena_conv_materialise.restype = lib.arena_conv_ghost.restype = ctypes.c_int
-    lib.arena_conv_weight_sum.argtypes = [p, ctypes.c_int64, ctypes.c_int64, p, p, p, p]
-    lib.arena_conv_weight_sum.restype = ctypes.c_int
     lib.arena_conv_ghost_plan.argtypes = [p, p, ctypes.c_int64]
     lib.arena_conv_ghost_plan.restype = ctypes.c_int64
     return lib
@@ -456,7 +368,7 @@ class Norms(NamedTuple):
     held: dict[str, torch.Tensor]
 
 
-def _channels_last(t: torch.Tensor) -> bool:
+def channels_last(t: torch.Tensor) -> bool:
     return t.is_cpu and t.dtype == torch.float32 and t.ndim == 4 and t.is_contiguous(memory_format=torch.channels_last)
 
 
@@ -467,7 +379,7 @@ threads, one at K = 1's usual batch, where a thread's hand-off would cost more t
 _pools: dict[tuple[int, int], ThreadPoolExecutor] = {}
 
 
-def _pool(workers: int) -> ThreadPoolExecutor:
+def pool(workers: int) -> ThreadPoolExecutor:
     """A pool of ``workers`` threads for this process (a forked child makes its own: the parent's threads are not
     in it). ctypes releases the GIL during a call, so the threads run the kernel at once."""
     key = (os.getpid(), workers)
@@ -480,7 +392,7 @@ def norms(m: nn.Conv2d, a: torch.Tensor, G: torch.Tensor, K: int, materialise: b
     """Layer ``m``'s per-example squared gradient norms from its input ``a`` [B, K·C, H, W] and output gradient
     ``G`` [B, K·O, Ho, Wo] (K models' channels, channels-last float32 on the CPU), and what ``Norms.held`` keeps;
     None where the kernel cannot take them (then the eager passes run)."""
-    if not (_channels_last(a) and _channels_last(G)) or isinstance(m.padding, str):
+    if not (channels_last(a) and channels_last(G)) or isinstance(m.padding, str):
         return None
     lib = library()
     if lib is None:
@@ -500,37 +412,6 @@ def norms(m: nn.Conv2d, a: torch.Tensor, G: torch.Tensor, K: int, materialise: b
         args = [(plan, False)] + [(t, True) for t in (a, G, held.get("bias"), sq)]
         done = plan is not None and over_examples(lib.arena_conv_ghost, (*shape, plan.numel() // 3), B, K, args)
     return Norms(sq, held) if done else None
-
-
-def weight_sum(m: nn.Conv2d, a: torch.Tensor, G: torch.Tensor, factors: torch.Tensor, K: int) -> torch.Tensor | None:
-    """Layer ``m``'s clipped weight-gradient sum [K, O, C, kh, kw] of K models: Σ_b factors[k, b]·(example b's
-    weight gradient), from its input ``a`` and output gradient ``G`` as ``norms`` reads them and the clip factors
-    [K, B]; None where the kernel cannot take them (then a grouped convolution's weight backward runs). Models are
-    split across torch's intra-op threads; with fewer models than threads and examples enough for them, oneDNN's
-    backward, which splits the examples, is left to run."""
-    if not (_channels_last(a) and _channels_last(G)) or isinstance(m.padding, str) or factors.dtype != torch.float32:
-        return None
-    threads = torch.get_num_threads()
-    if threads > K and a.shape[0] * K >= 2 * MIN_EXAMPLES_PER_THREAD:
-        return None
-    lib = library()
-    if lib is None:
-        return None
-    (B, KC, H, W), (KO, Ho, Wo) = a.shape, G.shape[1:]
-    C, O = KC // K, KO // K
-    ph, pw = cast(tuple[int, int], m.padding)
-    g = (ctypes.c_int64 * 16)(B, K, C, O, H, W, Ho, Wo, *m.kernel_size, *m.stride, ph, pw, *m.dilation)
-    out = torch.empty(K, O, C, *m.kernel_size)
-    c = factors.contiguous()
-    pointers = (a.data_ptr(), G.data_ptr(), c.data_ptr(), out.data_ptr())
-
-    def models(k0: int, k1: int) -> int:
-        return lib.arena_conv_weight_sum(g, k0, k1, *pointers)
-
-    parts = max(1, min(threads, K, B * K // MIN_EXAMPLES_PER_THREAD))
-    bounds = [K * i // parts for i in range(parts + 1)]
-    failed = models(0, K) if parts == 1 else any(_pool(parts).map(models, bounds[:-1], bounds[1:]))
-    return None if failed else out
 
 
 @functools.lru_cache(maxsize=64)
@@ -563,4 +444,4 @@ def over_examples(kernel: Callable[..., int], shape: tuple[int, ...], B: int, K:
     if parts == 1:
         return rows(0, B) == 0
     bounds = [B * i // parts for i in range(parts + 1)]
-    return not any(_pool(parts).map(rows, bounds[:-1], bounds[1:]))
+    return not any(pool(parts).map(rows, bounds[:-1], bounds[1:]))

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from arena.engine import conv_forward, conv_kernel
+from arena.engine import conv_forward, conv_kernel, conv_sum
 from arena.engine.recipe import DPNoise, Recipe
 from arena.engine.trainer import train
 from tests.conftest import architecture
@@ -83,7 +83,7 @@ def test_it_steps_aside_for_what_torch_runs_faster_or_it_cannot_read(monkeypatch
     assert conv_forward.conv2d(conv, a, w, b, 1, _size(conv, a)) is None
 
 
-@pytest.mark.skipif(conv_forward.library() is None or conv_kernel.library() is None,
+@pytest.mark.skipif(conv_forward.library() is None or conv_kernel.library() is None or conv_sum.library() is None,
                     reason="no C compiler or cache folder here")
 @pytest.mark.parametrize("dp", [None, DPNoise(1.0, 1.1)], ids=["non-private", "dp-sgd"])
 def test_a_grey_cnn_trains_alone_through_the_kernel_as_in_a_batch_and_without_it(dp, monkeypatch):
@@ -103,14 +103,14 @@ def test_a_grey_cnn_trains_alone_through_the_kernel_as_in_a_batch_and_without_it
 
     monkeypatch.setattr(conv_forward, "conv2d", spy)
     sums: list[bool] = []  # whether the first layer's weight sum came from the C kernel, at each call
-    weight_sum = conv_kernel.weight_sum
+    weight_sum = conv_sum.weight_sum
 
     def summed(m, a, G, c, K):
         out = weight_sum(m, a, G, c, K)
         sums.append(m.in_channels == 1 and out is not None)
         return out
 
-    monkeypatch.setattr(conv_kernel, "weight_sum", summed)
+    monkeypatch.setattr(conv_sum, "weight_sum", summed)
     batched = train(cnn, X, y, recipe, init, tr, dp)
     assert used and not any(used)  # three models: torch's grouped convolution
     for k in (0, 2):

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from arena.engine import conv_ghost, ghost
+from arena.engine import conv_ghost, ghost_plan
 
 GEOMETRIES = {  # (C, O, H, W, kernel, stride, dilation, padding)
     "same": (3, 5, 4, 4, 3, 1, 1, 1),
@@ -41,7 +41,7 @@ def test_the_ghost_norm_is_each_examples_weight_gradient_norm(name):
 def test_a_plan_keeps_pair_maps_for_small_ghost_normed_maps_only():
     module = nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.Conv2d(2, 40, 3, padding=1), nn.Flatten(),
                            nn.Linear(40 * 16, 3))
-    plan = ghost.plan(module, (1, 4, 4))
+    plan = ghost_plan.plan(module, (1, 4, 4))
     assert plan is not None
     first, second = (layer for layer in plan.layers if layer.kind == "conv")
     assert first.materialise and first.pairs is None  # formed per-example gradients need no map
