@@ -53,10 +53,8 @@ static inline void store16(float *p, v16 v) { memcpy(p, &v, sizeof v); }
    that no block computes rows past P (with 12, a one-channel layer's 9 columns took 12 rows' work: 0.66 against
    0.51 us an example of the digits CNN's first layer at K = 64) */
 enum { ROWS = 9 };
-
 """
-"""C shared by the convolution kernels' sources (``conv_sum``'s too): the geometry's layout, vectors, the block
-size."""
+"""C shared by the convolution kernels' sources (``conv_sum``'s too): geometry, vectors, the block size."""
 
 SOURCE = PRELUDE + r"""
 /* out[r][q] = sum over t < T of u[r*ur + t*ut] * v[t*ldv + q], for r < R and q < Q rounded up to 4 and 16: u is
@@ -388,6 +386,13 @@ def pool(workers: int) -> ThreadPoolExecutor:
     return _pools[key]
 
 
+def geometry(m: nn.Conv2d, a: torch.Tensor, G: torch.Tensor, K: int) -> tuple[int, ...]:
+    """The kernels' geometry g[1:] of layer ``m`` of K models on maps ``a`` [B, K·C, H, W], ``G`` [B, K·O, ...]."""
+    (_, KC, H, W), (KO, Ho, Wo) = a.shape, G.shape[1:]
+    ph, pw = cast(tuple[int, int], m.padding)
+    return (K, KC // K, KO // K, H, W, Ho, Wo, *m.kernel_size, *m.stride, ph, pw, *m.dilation)
+
+
 def norms(m: nn.Conv2d, a: torch.Tensor, G: torch.Tensor, K: int, materialise: bool) -> Norms | None:
     """Layer ``m``'s per-example squared gradient norms from its input ``a`` [B, K·C, H, W] and output gradient
     ``G`` [B, K·O, Ho, Wo] (K models' channels, channels-last float32 on the CPU), and what ``Norms.held`` keeps;
@@ -397,10 +402,8 @@ def norms(m: nn.Conv2d, a: torch.Tensor, G: torch.Tensor, K: int, materialise: b
     lib = library()
     if lib is None:
         return None
-    (B, KC, H, W), (KO, Ho, Wo) = a.shape, G.shape[1:]
-    C, O = KC // K, KO // K
-    ph, pw = cast(tuple[int, int], m.padding)
-    shape = (K, C, O, H, W, Ho, Wo, *m.kernel_size, *m.stride, ph, pw, *m.dilation)
+    B, shape = a.shape[0], geometry(m, a, G, K)
+    C, O = shape[1], shape[2]
     sq = torch.zeros(B, K)
     held = {"bias": torch.empty(B, K, O)} if m.bias is not None else {}
     if materialise:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from typing import cast
 
 import torch
 from torch import nn
@@ -143,11 +142,9 @@ def weight_sum(m: nn.Conv2d, a: torch.Tensor, G: torch.Tensor, factors: torch.Te
     lib = library()
     if lib is None:
         return None
-    (B, KC, H, W), (KO, Ho, Wo) = a.shape, G.shape[1:]
-    C, O = KC // K, KO // K
-    ph, pw = cast(tuple[int, int], m.padding)
-    g = (ctypes.c_int64 * 16)(B, K, C, O, H, W, Ho, Wo, *m.kernel_size, *m.stride, ph, pw, *m.dilation)
-    out = torch.empty(K, O, C, *m.kernel_size)
+    B, shape = a.shape[0], conv_kernel.geometry(m, a, G, K)
+    g = (ctypes.c_int64 * 16)(B, *shape)
+    out = torch.empty(K, shape[2], shape[1], *m.kernel_size)
     c = factors.contiguous()
     pointers = (a.data_ptr(), G.data_ptr(), c.data_ptr(), out.data_ptr())
 
