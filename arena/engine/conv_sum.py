@@ -127,14 +127,15 @@ def library() -> ctypes.CDLL | None:
     return native.load("conv_sum", SOURCE, _bind)
 
 
-def weight_sum(m: nn.Conv2d, a: torch.Tensor, G: torch.Tensor, factors: torch.Tensor, K: int) -> torch.Tensor | None:
+def weight_sum(m: nn.Conv2d, a: torch.Tensor, G: torch.Tensor, factors: torch.Tensor | None,
+               K: int) -> torch.Tensor | None:
     """Layer ``m``'s clipped weight-gradient sum [K, O, C, kh, kw] of K models: Σ_b factors[k, b]·(example b's
     weight gradient), from its input ``a`` and output gradient ``G`` as ``conv_kernel.norms`` reads them and the
-    clip factors [K, B]; None where the kernel cannot take them (then a grouped convolution's weight backward
-    runs). Models are split across torch's intra-op threads; with fewer models than threads and examples enough
-    for them, oneDNN's backward, which splits the examples, is left to run."""
+    clip factors [K, B] (None: 1, a non-private sum); None where the kernel cannot take them (then a grouped
+    convolution's weight backward runs). Models are split across torch's intra-op threads; with fewer models than
+    threads and examples enough for them, oneDNN's backward, which splits the examples, is left to run."""
     if not (conv_kernel.channels_last(a) and conv_kernel.channels_last(G)) or isinstance(m.padding, str) or (
-            factors.dtype != torch.float32):
+            factors is not None and factors.dtype != torch.float32):
         return None
     threads = torch.get_num_threads()
     if threads > K and a.shape[0] * K >= 2 * conv_kernel.MIN_EXAMPLES_PER_THREAD:
@@ -145,8 +146,8 @@ def weight_sum(m: nn.Conv2d, a: torch.Tensor, G: torch.Tensor, factors: torch.Te
     B, shape = a.shape[0], conv_kernel.geometry(m, a, G, K)
     g = (ctypes.c_int64 * 16)(B, *shape)
     out = torch.empty(K, shape[2], shape[1], *m.kernel_size)
-    c = factors.contiguous()
-    pointers = (a.data_ptr(), G.data_ptr(), c.data_ptr(), out.data_ptr())
+    c = None if factors is None else factors.contiguous()
+    pointers = (a.data_ptr(), G.data_ptr(), None if c is None else c.data_ptr(), out.data_ptr())
 
     def models(k0: int, k1: int) -> int:
         return lib.arena_conv_weight_sum(g, k0, k1, *pointers)

@@ -43,10 +43,16 @@ def clipped_sum(
     if done is None:
         factors = clip_factors(per_example_grad_norms(inputs, deltas), clip, scale)
         return sum_gradients(inputs, deltas, factors if valid is None else factors.mul_(valid))
-    grads = []
-    for a, d, scaled, on_input, bias in zip(inputs, deltas, done.scaled, done.scaled_inputs, done.biases):
-        grads += [weight_sum(scaled, d) if on_input else weight_sum(a, scaled), bias]
-    return grads
+    return [t for pair in kernel_sums(inputs, deltas, done) for t in pair]
+
+
+def kernel_sums(
+    inputs: list[torch.Tensor], deltas: list[torch.Tensor], done: dense_kernel.Clipped
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each layer's clipped (weight, bias) sums from the dense kernel's call: a bmm with the side it scaled, the bias
+    sum it made. Weights [K, in, out] in [K, out, in] memory, as ``sum_gradients`` gives them."""
+    return [(weight_sum(scaled, d) if on_input else weight_sum(a, scaled), bias)
+            for a, d, scaled, on_input, bias in zip(inputs, deltas, done.scaled, done.scaled_inputs, done.biases)]
 
 
 def noise_alpha(clip: float, noise_multiplier: float, expected_batch_size: float, divided: bool = False) -> float:

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from arena.engine import conv_forward, conv_kernel, conv_sum, dense_kernel
+from arena.engine import conv_forward, conv_kernel, conv_sum, dense_kernel, dpsgd
 from arena.engine.conv_ghost import conv_ghost_norm, positions_first, unfold
 from arena.engine.ghost_plan import Layer, Plan
 
@@ -216,19 +216,18 @@ def _clip(
             held[i] = h
 
     norms([i for i in range(len(saved)) if i not in tail])
-    done = dense_kernel.clipped([saved[i][1].transpose(0, 1) for i in tail], [grads[i].transpose(0, 1) for i in tail],
-                                clip, valid, scale, extra=sq.T) if tail else None
+    inputs, deltas = [saved[i][1].transpose(0, 1) for i in tail], [grads[i].transpose(0, 1) for i in tail]  # [K, B, ·]
+    done = dense_kernel.clipped(inputs, deltas, clip, valid, scale, extra=sq.T) if tail else None
     if done is None:
         norms(tail)
-        c = (clip * scale / sq.sqrt()).clamp_(max=scale).T
+        c = dpsgd.clip_factors(sq.sqrt(), clip, scale).T
         return (c if valid is None else c * valid.to(c.dtype)).contiguous(), held, {}
     ready: Sums = {}
-    for i, scaled, on_input, bias in zip(tail, done.scaled, done.scaled_inputs, done.biases):
-        layer, a, _ = saved[i]
-        a, G = a.transpose(0, 1), grads[i].transpose(0, 1)  # [K, B, ...]
-        ready[layer.prefix + "weight"] = torch.bmm(G.mT, scaled) if on_input else torch.bmm(scaled.mT, a)
-        if layer.prefix + "bias" in params:
-            ready[layer.prefix + "bias"] = bias
+    for i, (weight, bias) in zip(tail, dpsgd.kernel_sums(inputs, deltas, done)):
+        prefix = saved[i][0].prefix
+        ready[prefix + "weight"] = weight.mT  # [K, out, in], contiguous
+        if prefix + "bias" in params:
+            ready[prefix + "bias"] = bias
     return done.factors, held, ready
 
 
@@ -259,18 +258,7 @@ def _accumulate(
         if "weight" in kept:
             weighted(kept["weight"], name)
         elif layer.kind == "conv":
-            m = cast(nn.Conv2d, m)
-            w = params[name]
-
-            def scaled(t: torch.Tensor) -> torch.Tensor:  # t [B, K·C, H, W], channels-last kept
-                return (t.view(B, K, -1, *t.shape[2:]) * c.reshape(B, K, 1, 1, 1)).view(t.shape)
-
-            done = conv_sum.weight_sum(m, a, G, factors, K)
-            if done is not None:  # the compiled kernel, the factors folded into its copies of the input
-                out[name] = done
-                continue
-            Gc, ac = (scaled(G), a) if G.numel() <= a.numel() else (G, scaled(a))
-            out[name] = _conv_weight_grad(m, ac, Gc, w, K)
+            out[name] = _conv_weight_sum(cast(nn.Conv2d, m), a, G, params[name], factors)
         else:  # [K, O, B·L] @ [K, B·L, F]
             Gc = (G * c.reshape(B, K, *[1] * (G.ndim - 2))).transpose(0, 1).reshape(K, -1, G.shape[-1])
             out[name] = torch.bmm(Gc.mT, a.transpose(0, 1).reshape(K, -1, a.shape[-1]))
@@ -298,18 +286,31 @@ def mean_gradient(
         grads = torch.autograd.grad(loss / B, [weights[k] for k in wanted] + [z for _, _, z in saved[:1] if first])
     out = dict(zip(wanted, grads))
     if first is not None:
-        m, (_, a, _), G = cast(nn.Conv2d, first.module), saved[0], grads[-1]
-        w = weights[first.prefix + "weight"]
-        done = conv_sum.weight_sum(m, a, G, torch.ones(K, B), K)
-        out[first.prefix + "weight"] = done if done is not None else _conv_weight_grad(m, a, G, w, K)
+        (_, a, _), G = saved[0], grads[-1]
+        out[first.prefix + "weight"] = _conv_weight_sum(cast(nn.Conv2d, first.module), a, G,
+                                                        weights[first.prefix + "weight"], None)
         if first.prefix + "bias" in weights:
             out[first.prefix + "bias"] = G.sum((0, 2, 3)).view(K, -1)
     return {k: out[k] for k in params}
 
 
-def _conv_weight_grad(m: nn.Conv2d, a: torch.Tensor, G: torch.Tensor, w: torch.Tensor, K: int) -> torch.Tensor:
-    """Σ over examples of K models' weight gradients [K, O, C, kh, kw] of convolution ``m`` from its input a and
-    output gradient G ([B, K·C, H, W], [B, K·O, Ho, Wo]): one grouped convolution's weight backward (oneDNN)."""
+def _conv_weight_sum(m: nn.Conv2d, a: torch.Tensor, G: torch.Tensor, w: torch.Tensor,
+                     factors: torch.Tensor | None) -> torch.Tensor:
+    """Σ_b factors[k, b]·(example b's weight gradient) [K, O, C, kh, kw] of convolution ``m`` of K models (weights
+    ``w``) from its input a and output gradient G ([B, K·C, H, W], [B, K·O, Ho, Wo]); factors None: 1. By
+    ``conv_sum``'s kernel, else one grouped convolution's weight backward (oneDNN) with the factors folded into the
+    smaller of a and G."""
+    K = w.shape[0]
+    done = conv_sum.weight_sum(m, a, G, factors, K)
+    if done is not None:
+        return done
+    if factors is not None:
+        B = a.shape[0]
+
+        def scaled(t: torch.Tensor) -> torch.Tensor:  # t [B, K·C, H, W], channels-last kept
+            return (t.view(B, K, -1, *t.shape[2:]) * factors.T.reshape(B, K, 1, 1, 1)).view(t.shape)
+
+        G, a = (scaled(G), a) if G.numel() <= a.numel() else (G, scaled(a))
     _, gw, _ = torch.ops.aten.convolution_backward(
         G, a, w.reshape(-1, *w.shape[2:]), None, list(m.stride), list(m.padding), list(m.dilation), False, [0, 0],
         K, [False, True, False],

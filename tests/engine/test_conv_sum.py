@@ -37,6 +37,7 @@ def test_the_weight_sum_is_the_factor_weighted_sum_of_the_examples_gradients(nam
     torch.testing.assert_close(done.double(), expected, rtol=1e-5, atol=1e-4)  # sums of a few hundred products
     ones = conv_sum.weight_sum(conv, a, G, torch.ones(K, B), K)
     assert ones is not None
+    assert torch.equal(conv_sum.weight_sum(conv, a, G, None, K), ones)  # no factors: each example weighs 1
     torch.testing.assert_close(ones.double(), weight.sum(0).view(done.shape), rtol=1e-5, atol=1e-4)
 
 
