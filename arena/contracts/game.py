@@ -9,6 +9,7 @@ context that renders the game's own templates, formats numbers and saves figures
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -130,9 +131,33 @@ class Game:
         """Check ``attack``'s guess and score it against the secret."""
         raise NotImplementedError
 
-    def play(self, attack: Attack, release: Release, procedure: Procedure) -> Outcome:
-        """Build the attack's view, run it, score its guess against the secret."""
-        return self.score(attack, attack.run(self.view(attack, release, procedure)))
+    def view_groups(self, attack: Attack, release: Release, procedure: Procedure) -> list[list[_AnyView]]:
+        """Every view one matchup plays, in groups: the arena answers each group with an attack process of its own,
+        started after the previous group's has ended, so that nothing the attack learns from one group's views
+        (another target's model, the shadows it was given) reaches another group. Default: one group holding
+        ``view``. A game that plays many target models per matchup (the membership game's vulnerable-record
+        protocol) groups them so that no process ever holds a target together with what reveals its secret."""
+        return [[self.view(attack, release, procedure)]]
+
+    def score_all(self, attack: Attack, guesses: list[Any]) -> Outcome:
+        """Score the guesses of every view of ``view_groups``, in their order. Default: ``score`` of the one guess."""
+        if len(guesses) != 1:
+            raise ValueError(f"{type(self).__name__} plays one view a matchup, got {len(guesses)} guesses")
+        return self.score(attack, guesses[0])
+
+    def play(self, attack: Attack, release: Release, procedure: Procedure,
+             run: Callable[[list[_AnyView]], list[Any]] | None = None) -> Outcome:
+        """Build the attack's views, run each group (``run(views) -> guesses``; default: in this process), score
+        the guesses against the secret."""
+        answer = run or (lambda views: [attack.run(v) for v in views])
+        guesses = [g for group in self.view_groups(attack, release, procedure) for g in answer(group)]
+        return self.score_all(attack, guesses)
+
+    @classmethod
+    def rank_metric_of(cls, spec: GameSpec) -> str | None:
+        """The ranking metric of a track playing ``spec`` when the scenario names none (default: ``rank_metric``);
+        a game whose protocol changes with its parameters may rank by another metric for some of them."""
+        return cls.rank_metric
 
     def save_artifacts(self, outcome: Outcome, directory: Path) -> None:
         """Write files that illustrate ``outcome`` (e.g. pictures) into ``directory``; default: none."""

@@ -78,7 +78,11 @@ class Models:
         return (self.logits(X).argmax(-1) == y).to(torch.float64).mean(-1)
 
     def select(self, index: int) -> Models:
-        sl = slice(index, index + 1)
+        return self.part(index, index + 1)
+
+    def part(self, start: int, stop: int) -> Models:
+        """Models ``start`` to ``stop`` (exclusive), with their answering function's tensors."""
+        sl = slice(start, stop)
         return Models(self.arch, {k: v[sl] for k, v in self.state.items()},
                       None if self.answering is None else self.answering.select(sl))
 

@@ -11,6 +11,7 @@ import math
 import platform
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -110,7 +111,7 @@ def base_row(matchup: Matchup) -> dict[str, Any]:
             "python": platform.python_version(),
             **plugin_versions(matchup),
         },
-        **game_columns(game),
+        **game_columns(game, matchup.track.game),
     }
 
 
@@ -142,14 +143,17 @@ def metric_info(game: str) -> dict[str, dict[str, Any]]:
     }
 
 
-def game_columns(game: str) -> dict[str, Any]:
+def game_columns(game: str, spec: Any = None) -> dict[str, Any]:
     """How to read the rows of the registered ``game``: ``metric_info``, its ``primary_metric``, its default
-    ``rank_metric`` (its primary one unless it declares another) and ``game_parts`` (its parts the results read)."""
+    ``rank_metric`` for the track's ``spec`` (its primary one unless it declares another) and ``game_parts`` (its
+    parts the results read)."""
     cls = registries().games.get(game)
     primary = getattr(cls, "primary_metric", None)
     folder = getattr(cls, "template_dir", None)
+    ranked = cls.rank_metric_of(spec) if spec is not None and hasattr(cls, "rank_metric_of") else getattr(
+        cls, "rank_metric", None)
     return {"metric_info": metric_info(game), "primary_metric": primary,
-            "rank_metric": getattr(cls, "rank_metric", None) or primary,
+            "rank_metric": ranked or primary,
             "game_parts": {**{part: getattr(cls, part, None) for part in GAME_PARTS},
                            "template_dir": None if folder is None else str(folder)}}
 
@@ -231,8 +235,7 @@ def play_matchup(matchup: Matchup, run_dir: str) -> dict[str, Any]:
                 if broken is not None:
                     row.update(status="failed", error=f"claim: {broken}")
                 else:
-                    view = game.view(attack, release, procedure)
-                    outcome = game.score(attack, process.run(view))
+                    outcome = game.play(attack, release, procedure, run=_group_runner(process, attack, matchup))
                     row.update(metrics=outcome.metrics, notes=[*model_notes(procedure), *outcome.notes])
                     if outcome.arrays:
                         store.save_arrays(matchup.key, {k: torch.from_numpy(np.ascontiguousarray(v))
@@ -252,6 +255,25 @@ def play_matchup(matchup: Matchup, run_dir: str) -> dict[str, Any]:
             _keep_full_text(store, matchup.key, sandbox.clip_text(f"{text}\n\n{trace}", sandbox.ARTIFACT_CHARS))
     row["seconds"] = round(time.perf_counter() - start, 4)
     return row
+
+
+def _group_runner(first: sandbox.AttackProcess, attack: sandbox.AttackRef,
+                  matchup: Matchup) -> Callable[[list[Any]], list[Any]]:
+    """``run(views) -> guesses`` for ``Game.play``: the first group of views in ``first`` (the matchup's attack
+    process, already asked ``skip_reason``), every later group in a fresh process of the same attack, each started
+    only after the previous one has ended (and its files were removed), so that groups share nothing."""
+    state = {"groups": 0}
+    guesses_of = sandbox.guess_types(registries().games.get(matchup.track.game.name))
+
+    def run(views: list[Any]) -> list[Any]:
+        state["groups"] += 1
+        if state["groups"] == 1:
+            return [first.run(v) for v in views]
+        first.close()
+        with sandbox.AttackProcess(attack, track=matchup.track, guesses=guesses_of) as process:
+            return [process.run(v) for v in views]
+
+    return run
 
 
 def _keep_full_text(store: RunStore | None, key: str, text: str | None) -> None:

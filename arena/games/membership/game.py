@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
-from pydantic import ConfigDict, PositiveInt
+from pydantic import ConfigDict, Field, PositiveInt, field_validator, model_validator
 
 from arena.contracts.attack import Attack
 from arena.contracts.game import Game, Outcome
@@ -19,6 +19,15 @@ from arena.contracts.view import Grant, View
 from arena.engine.seeds import derive_seed, permutation
 from arena.games.membership.guess import MembershipGuess
 from arena.games.membership.metrics import METRICS, membership_metrics
+from arena.games.membership.vulnerable import (
+    RANK_METRIC,
+    VR_METRICS,
+    CanarySpec,
+    groups,
+    make_canaries,
+    plan_targets,
+    vulnerable_metrics,
+)
 from arena.pipeline.procedure import TrainingProcedure
 
 
@@ -31,9 +40,37 @@ class MembershipGameSpec(GameSpec):
     test: PositiveInt = 400
     population: PositiveInt | None = None
     stratify: bool = True
+    targets: PositiveInt = Field(default=1, description="target models per defense configuration and seed; more "
+                                 "than 1 (a multiple of 4) plays the vulnerable-record protocol (Aerni et al. 2024)")
+    canaries: CanarySpec | None = Field(default=None, description="the canaries of the vulnerable-record protocol "
+                                        "(default with targets > 1: 256 mislabelled records)")
+
+    @field_validator("targets")
+    @classmethod
+    def _targets(cls, v: int) -> int:
+        if v > 1 and v % 4:
+            raise ValueError(f"must be 1 or a multiple of 4 (two halves of complementary pairs), got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _protocol(self) -> MembershipGameSpec:
+        if self.canaries is not None and self.targets == 1:
+            raise ValueError("canaries need the vulnerable-record protocol: set targets > 1 (e.g. targets: 32)")
+        return self
+
+    @property
+    def vulnerable(self) -> bool:
+        """Whether the track plays the vulnerable-record protocol (many targets, canaries)."""
+        return self.targets > 1
+
+    @property
+    def canary_spec(self) -> CanarySpec | None:
+        """The canaries played: those given, the default ones under the vulnerable-record protocol, else None."""
+        return self.canaries or (CanarySpec() if self.vulnerable else None)
 
     def required_points(self) -> int:
-        return 2 * self.members + self.test + (self.population or 1)
+        canaries = self.canary_spec.rows_needed() if self.canary_spec is not None else 0
+        return 2 * self.members + canaries + self.test + (self.population or 1)
 
 
 class MembershipView(View):
@@ -54,6 +91,11 @@ class MembershipView(View):
     population_X: Annotated[torch.Tensor, Grant("population")]
     population_y: Annotated[torch.Tensor, Grant("population")]
     train: Annotated[TrainingProcedure, Grant("training")]
+    shadow_models: Annotated[Models | None, Grant("training")]
+    """under the vulnerable-record protocol, other target models trained with the defense itself on random halves
+    of this challenge (complementary pairs), which ``arena.train_pool`` hands over as the pool; else None"""
+    shadow_in: Annotated[np.ndarray | None, Grant("training")]
+    """[K, n_challenge]: where each of ``shadow_models`` trained on challenge point j; else None"""
 
 
 @dataclass(frozen=True)
@@ -89,19 +131,23 @@ class MembershipGame(Game):
     Spec = MembershipGameSpec
     View = MembershipView
     Guess = MembershipGuess
-    metrics = METRICS
+    metrics = (*METRICS, *VR_METRICS)
     template_dir = Path(__file__).parent / "templates"
     audit_rule = "arena.games.membership.rule:audit_game"
     audit_view = "arena.games.membership.sections:audit_section"
     report_view = "arena.games.membership.sections:section"
     primary_metric = "auc"
     rank_metric = "tpr@1%fpr"  # Carlini et al. 2022: TPR at low FPR first, AUC beside it
-    resample = "arena.games.membership.metrics:resample"
+    resample = "arena.games.membership.vulnerable:resample"
     spec: MembershipGameSpec
 
     def __init__(self, spec: MembershipGameSpec, dataset, seed: int) -> None:  # noqa: ANN001
         super().__init__(spec, dataset, seed)
         self._order = order = permutation(dataset.n, "membership-split", seed)
+        self._shadows: Any = None
+        if spec.vulnerable:
+            self._vulnerable()
+            return
         m = spec.members
         pairs = order[: 2 * m]
         if spec.stratify:  # label-sorted (random within a label), then dealt alternately: equal label counts
@@ -110,7 +156,42 @@ class MembershipGame(Game):
         # member i and non-member i were dealt from one pair, so which of the two trains is a fair coin, independent
         # across pairs: exactly one record of each swaps, the experiment the paired one-run bound reads
         self._paired = True
-        self._shadows: Any = None
+
+    def _vulnerable(self) -> None:
+        """The vulnerable-record protocol's split (``arena.games.membership.vulnerable``): 2·members base challenge
+        records, the canaries, then the test set and the population from the records left; the challenge is the
+        base records and the canaries, shuffled; each target's membership of it is the plan's."""
+        spec, m = self.spec, self.spec.members
+        canary_spec = spec.canary_spec
+        assert canary_spec is not None
+        base = self._order[: 2 * m]
+        used = 2 * m + canary_spec.rows_needed()
+        self.canaries = make_canaries(canary_spec, self.dataset, self._order[2 * m : used], self.seed)
+        rest = self._order[used:]
+        self.test = rest[: spec.test]
+        self.population = rest[spec.test : spec.test + spec.population] if spec.population else rest[spec.test :]
+        plan = plan_targets(2 * m, canary_spec.count, spec.targets, self.seed)
+        shuffle = permutation(2 * m + canary_spec.count, "membership-challenge", self.seed)
+        bX, by = self.records(base)
+        self._challenge_X = torch.cat([bX, self.canaries.X])[shuffle]
+        self._challenge_y = torch.cat([by, self.canaries.y])[shuffle]
+        self._record = np.r_[base, self.canaries.rows][shuffle].astype(np.int64)
+        self._is_canary = (shuffle >= 2 * m)
+        self._is_in = plan.is_in[:, shuffle]
+        self._plan = plan
+        self._paired = False
+        self.challenge = self._record
+        self._is_member = self._is_in[0]
+
+    def _target_training_sets(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """[M, n, ...] and [M, n]: each target's training set, its base half then its canary half, each member
+        canary ``copies`` times (the same size for every target)."""
+        M = self.spec.targets
+        copies = self.spec.canary_spec.inserted  # type: ignore[union-attr]  # set under the protocol
+        base_cols = np.nonzero(self._is_in & ~self._is_canary)[1].reshape(M, -1)
+        canary_cols = np.nonzero(self._is_in & self._is_canary)[1].reshape(M, -1)
+        cols = torch.from_numpy(np.concatenate([base_cols, np.tile(canary_cols, (1, copies))], axis=1))
+        return self._challenge_X[cols], self._challenge_y[cols]
 
     def _deal(self, members: np.ndarray, nonmembers: np.ndarray) -> None:
         """The challenge (members and non-members, shuffled) and, from the other records in the split's order,
@@ -157,7 +238,13 @@ class MembershipGame(Game):
 
     @classmethod
     def train_size(cls, spec: MembershipGameSpec) -> int:  # type: ignore[override]  # narrowed to the game's Spec
-        return spec.members
+        canaries = spec.canary_spec
+        return spec.members + (canaries.count // 2 * canaries.inserted if canaries is not None else 0)
+
+    @classmethod
+    def rank_metric_of(cls, spec: GameSpec) -> str | None:
+        """The vulnerable-record TPR at 0.1 % FPR under that protocol, else TPR at 1 % FPR."""
+        return RANK_METRIC if getattr(spec, "vulnerable", False) else cls.rank_metric
 
     @classmethod
     def defense_problems(cls, spec: GameSpec, dataset: Any, arch: Any, defense: Any) -> list[tuple[str, str]]:
@@ -166,6 +253,9 @@ class MembershipGame(Game):
         hand_over = getattr(defense, "trained_elsewhere", None)
         if not callable(hand_over):
             return []
+        if getattr(spec, "vulnerable", False):
+            return [("name", f"defense {getattr(defense, 'name', '?')!r} releases one model trained elsewhere; the "
+                             "vulnerable-record protocol (targets > 1) trains its own targets")]
         try:
             hand_over(dataset, arch)
         except ValueError as exc:
@@ -174,6 +264,8 @@ class MembershipGame(Game):
         return []
 
     def release(self, procedure: TrainingProcedure) -> Release:  # type: ignore[override]  # narrowed to TrainingProcedure
+        if self.spec.vulnerable:
+            return self._release_targets(procedure)
         given = self._trained_elsewhere(procedure)
         if given is not None:
             return given
@@ -184,31 +276,126 @@ class MembershipGame(Game):
         Xt, yt = self.records(self.test)
         return Release(models=models, utility=float(models.accuracy(Xt, yt)[0]), claim=claim)
 
+    def _release_targets(self, procedure: TrainingProcedure) -> Release:
+        """The M targets of the vulnerable-record protocol, trained as a pool is (chunks of ``procedure.chunk``,
+        each a batched call and a cache entry); utility: their mean test accuracy."""
+        X, y = self._target_training_sets()
+        init, train = torch.from_numpy(self._plan.init_seeds), torch.from_numpy(self._plan.train_seeds)
+        size = procedure.chunk
+        chunks = [(X[s : s + size], y[s : s + size], init[s : s + size], train[s : s + size])
+                  for s in range(0, len(X), size)]
+        models = Models.cat(procedure.train_chunks(chunks))
+        claim = procedure(*chunks[0])[1]  # the cache's: every chunk trains under the same claim
+        Xt, yt = self.records(self.test)
+        return Release(models=models, utility=float(models.accuracy(Xt, yt).mean()), claim=claim)
+
     def view(  # type: ignore[override]  # narrowed to TrainingProcedure
         self, attack: Attack, release: Release, procedure: TrainingProcedure
     ) -> MembershipView:
         """What ``attack`` may see: the challenge records (features and class labels, never membership) and the
         shape of one record (``input_shape``, e.g. (1, 8, 8) for an image, (d,) for a table row)."""
+        if self.spec.vulnerable:
+            return self._target_view(attack, release, procedure, 0, groups(self.spec.targets)[0].shadows)
         cX, cy = self.records(self.challenge)
+        return self._view(attack, release.models, procedure, cX, cy, derive_seed(self.seed, "attack", attack.name),
+                          None, None)
+
+    def _view(self, attack: Attack, models: Models, procedure: TrainingProcedure, cX: torch.Tensor,
+              cy: torch.Tensor, seed: int, shadows: Models | None, shadow_in: np.ndarray | None) -> MembershipView:
         pX, py = self.records(self.population)
         return MembershipView(attack.name, attack.threat_model, {
             "challenge_X": cX,
             "challenge_y": cy,
             "n_classes": self.dataset.n_classes,
             "input_shape": self.dataset.shape,
-            "train_size": self.spec.members,
-            "seed": derive_seed(self.seed, "attack", attack.name),
+            "train_size": self.train_size(self.spec),
+            "seed": seed,
             "pool_seed": derive_seed(self.seed, "shadow-pool"),
-            "model": BlackBox(release.models),
-            "labels_model": LabelOnly(release.models),
-            "parameters": release.models,
+            "model": BlackBox(models),
+            "labels_model": LabelOnly(models),
+            "parameters": models,
             "population_X": pX,
             "population_y": py,
             "train": procedure if self._shadows is None else self._shadows,
+            "shadow_models": shadows,
+            "shadow_in": shadow_in,
         })
+
+    def _target_view(self, attack: Attack, release: Release, procedure: TrainingProcedure, target: int,
+                     shadows: slice) -> MembershipView:
+        """Target ``target``'s view under the vulnerable-record protocol, with the targets ``shadows`` (never its
+        own half) as the shadow models an attack that trains shadows is handed."""
+        return self._view(attack, release.models.part(target, target + 1), procedure, self._challenge_X,
+                          self._challenge_y, derive_seed(self.seed, "attack", attack.name, target),
+                          release.models.part(shadows.start, shadows.stop), self._is_in[shadows].copy())
+
+    def view_groups(  # type: ignore[override]  # narrowed to TrainingProcedure
+        self, attack: Attack, release: Release, procedure: TrainingProcedure
+    ) -> list[list[MembershipView]]:
+        """One view; under the vulnerable-record protocol every target's, in the four groups of
+        ``vulnerable.groups`` (each answered by an attack process of its own), targets in ascending order."""
+        if not self.spec.vulnerable:
+            return [[self.view(attack, release, procedure)]]
+        return [[self._target_view(attack, release, procedure, t, g.shadows) for t in g.attacked]
+                for g in groups(self.spec.targets)]
+
+    def score_all(self, attack: Attack, guesses: list[Any]) -> Outcome:
+        """``score`` of the one guess; under the vulnerable-record protocol, the guesses of ``view_groups``' order:
+        population metrics over the base records (every target's members and non-members, pooled: averages over
+        the population, labelled so), the vulnerable-record metrics over the (canary, target) pairs."""
+        if not self.spec.vulnerable:
+            return super().score_all(attack, guesses)
+        order = [t for g in groups(self.spec.targets) for t in g.attacked]
+        if len(guesses) != len(order):
+            raise ValueError(f"attack {attack.name!r}: {len(guesses)} guesses for {len(order)} targets")
+        n = len(self._challenge_y)
+        scores = np.empty((len(order), n))
+        decisions = np.empty((len(order), n), dtype=bool)
+        for t, guess in zip(order, guesses, strict=True):
+            scores[t], decisions[t] = self._checked(attack, guess)
+        base = ~self._is_canary
+        metrics, notes = membership_metrics(scores[:, base].reshape(-1), self._is_in[:, base].reshape(-1),
+                                            decisions[:, base].reshape(-1))
+        notes = [f"population average over {len(order)} targets: {note}" for note in notes]
+        found, points, vr_notes = vulnerable_metrics(scores[:, self._is_canary], self._is_in[:, self._is_canary])
+        metrics.update(found)
+        canaries = self.spec.canary_spec
+        assert canaries is not None
+        vr_notes.insert(0, f"vulnerable records: {canaries.count} {canaries.kind} canaries (each in half of "
+                           f"{len(order)} targets, {canaries.inserted} cop{'y' if canaries.inserted == 1 else 'ies'} "
+                           "when in); population metrics (auc, tpr@…) pool the base records of every target")
+        references = {g.references for g in guesses if g.references is not None}
+        if references:
+            metrics["reference_points"] = int(min(references))
+        targets = np.repeat(np.arange(len(order)), n)
+        arrays = {
+            "scores": scores.reshape(-1),
+            "is_member": self._is_in.reshape(-1).astype(np.int8),
+            "target": targets.astype(np.int64),
+            "canary": np.tile(self._is_canary, len(order)).astype(np.int8),
+            "record": np.tile(self._record, len(order)),
+            "label": np.tile(self._challenge_y.numpy(), len(order)).astype(np.int64),
+        }
+        return Outcome(metrics, [*notes, *vr_notes], arrays)
+
+    def _checked(self, attack: Attack, guess: Any) -> tuple[np.ndarray, np.ndarray]:
+        """A guess's scores and decisions as float64 and bool arrays of one entry per challenge point."""
+        if not isinstance(guess, MembershipGuess):
+            raise TypeError(f"attack {attack.name!r} returned {type(guess).__name__}, not a MembershipGuess")
+        scores = np.asarray(guess.scores, dtype=np.float64).reshape(-1)
+        decisions = np.asarray(guess.decisions).reshape(-1)
+        if len(scores) != len(self.challenge) or len(decisions) != len(self.challenge):
+            raise ValueError(
+                f"attack {attack.name!r} returned {len(scores)} scores for {len(self.challenge)} challenge points"
+            )
+        if not np.all(np.isfinite(scores)):
+            raise ValueError(f"attack {attack.name!r} returned NaN or infinite scores")
+        return scores, decisions.astype(bool)
 
     def score(self, attack: Attack, guess: Any) -> Outcome:
         """The guess's metrics against the secret membership, and the arrays the audit and the report read."""
+        if self.spec.vulnerable:
+            raise ValueError("the vulnerable-record protocol scores one guess per target: score_all(attack, guesses)")
         if not isinstance(guess, MembershipGuess):
             raise TypeError(f"attack {attack.name!r} returned {type(guess).__name__}, not a MembershipGuess")
         scores = np.asarray(guess.scores, dtype=np.float64).reshape(-1)

@@ -77,7 +77,17 @@ def plan_pool(n_challenge: int, train_size: int, k: int, pool_seed: int) -> Pool
 def train_pool(view, k: int, data: PoolData = "challenge") -> ShadowPool:  # noqa: ANN001 - a membership View
     """Train the k shadows of this game's pool through the target's training procedure, planned as chunks of
     ``view.train.chunk`` models: each chunk is one batched call, its own cache entry and, under Ray, its own task.
-    ``data`` names the records the shadows train on (``population`` needs the population capability)."""
+    ``data`` names the records the shadows train on (``population`` needs the population capability).
+
+    Under the vulnerable-record protocol the game hands the attack other target models, trained with the defense
+    on random complementary halves of this very challenge (``view.shadow_models``): a challenge pool is then the
+    first ``k`` of them, trained nowhere else (at most as many as the game hands over)."""
+    given = view.shadow_models if data == "challenge" else None
+    if given is not None:
+        if k > given.k or k < 2 or k % 2:
+            raise ValueError(f"the vulnerable-record protocol hands over {given.k} shadow models (other targets, "
+                             f"in complementary pairs); ask for an even number of at most {given.k}, got {k}")
+        return ShadowPool(given.part(0, k), np.asarray(view.shadow_in)[:k])
     records_X, records_y = (view.challenge_X, view.challenge_y) if data == "challenge" else (
         view.population_X, view.population_y)
     plan = plan_pool(len(records_y), view.train_size, k, view.pool_seed)

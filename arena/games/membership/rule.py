@@ -121,6 +121,9 @@ def audit_membership(row: dict[str, Any], arrays: Mapping[str, Any]) -> Membersh
     metrics = row.get("metrics") or {}
     scores = np.asarray(arrays["scores"], dtype=np.float64).reshape(-1)
     is_member = np.asarray(arrays["is_member"]).astype(bool).reshape(-1)
+    if "target" in arrays:  # the vulnerable-record protocol: the first target alone, one model's experiment
+        first = np.asarray(arrays["target"]).reshape(-1) == 0
+        scores, is_member = scores[first], is_member[first]
     tprs = tuple((level, metrics.get(tpr_key(level)), tpr_bound(rel.epsilon, rel.delta, level)) for level in FPR_LEVELS)
     one_run, alpha = None, ALPHA
     pair = np.asarray(arrays["pair"]).reshape(-1) if "pair" in arrays else np.zeros(0, np.int64)

@@ -338,8 +338,9 @@ def main(fd: int, *, parent: int | None = None) -> None:
     limits, the attack (``name``, ``entry``, ``params``) and the track. It imports those modules, keeps the code
     reachable, sets its limits and changes user, dies with its parent; then, as the attack's user, imports the
     attack's class, validates its parameters, builds it, asks ``skip_reason(track)`` (with a track) and says
-    ``ready``; then waits for the view (none: the arena gave up, e.g. the matchup is skipped), runs the attack
-    and sends back its guess or its failure."""
+    ``ready``; then, for each view the arena sends until it closes the connection (none: it gave up, e.g. the
+    matchup is skipped; several: a game that plays many target models in one process), runs the attack and sends
+    back its guess, or its failure."""
     global _ATTACK_PROCESS
     _ATTACK_PROCESS = True  # an attack that forks starts no fork server
     forked = parent is not None
@@ -382,12 +383,12 @@ def main(fd: int, *, parent: int | None = None) -> None:
             if skip is not None and not isinstance(skip, str):
                 raise TypeError(f"skip_reason returned {type(skip).__name__}, not a str or None")
             conn.send_bytes(encode({"op": "ready", "skip": None if skip is None else str.__str__(skip)}, {}))
-            try:
-                data = conn.recv_bytes()
-            except EOFError:  # no view: the arena is done with this attack
-                data = None
-            if data is not None:
-                message = guess_message(attack.run(_view(conn, pickle.loads(data))))
+            while True:  # one guess per view, until the arena is done with this attack (end of file)
+                try:
+                    data = conn.recv_bytes()
+                except EOFError:
+                    break
+                conn.send_bytes(guess_message(attack.run(_view(conn, pickle.loads(data)))))
     except BaseException as exc:  # noqa: BLE001 - sys.exit, KeyboardInterrupt: all the attack's failure
         fail(exc)
     else:
