@@ -18,7 +18,7 @@ from arena.contracts.spec import GameSpec
 from arena.contracts.view import Grant, View
 from arena.engine.seeds import derive_seed, permutation
 from arena.games.membership.guess import MembershipGuess
-from arena.games.membership.metrics import METRICS, membership_metrics
+from arena.games.membership.metrics import METRICS, membership_scores
 from arena.pipeline.procedure import TrainingProcedure
 
 
@@ -217,7 +217,7 @@ class MembershipGame(Game):
             raise ValueError(
                 f"attack {attack.name!r} returned {len(scores)} scores for {len(self.challenge)} challenge points"
             )
-        metrics, notes = membership_metrics(scores, self._is_member, decisions)
+        metrics, notes, points = membership_scores(scores, self._is_member, decisions)
         out = scores[~self._is_member]
         ties = int(np.sum(out == out.max()))
         metrics["top_ties"] = ties  # non-members sharing the top non-member score: no TPR below ties/n at lower FPR
@@ -236,7 +236,7 @@ class MembershipGame(Game):
         }
         if self._paired:
             arrays["pair"] = self.pairs()
-        return Outcome(metrics, notes, arrays)
+        return Outcome(metrics, notes, arrays, points)
 
     def pairs(self) -> np.ndarray:
         """[2m] each challenge point's pair id (member i and non-member i share id i), −1 for the points of a pair
