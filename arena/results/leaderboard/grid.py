@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from arena.contracts.metric import fpr_level
-from arena.results.leaderboard.intervals import MIN_T_SEEDS, Interval, cell_interval, mean_std
+from arena.results.leaderboard.intervals import CONFIDENCE, MIN_T_SEEDS, Interval, cell_interval, mean_std
 from arena.results.leaderboard.resample import Resampler
 from arena.results.leaderboard.rows import MetricInfo, resolvable
 
@@ -92,10 +92,10 @@ class MetricGrid:
 
 
 def metric_grid(info: MetricInfo, groups: Groups, defenses: list[str], attacks: list[str],
-                resampler: Resampler | None) -> MetricGrid:
-    """The grid of ``info.name``; each cell's interval by ``intervals.cell_interval``: t over seeds from
-    ``MIN_T_SEEDS`` seeds on, else bootstrapped by ``resampler`` where every seed's draws hold the metric, else
-    none."""
+                resampler: Resampler | None, confidence: float = CONFIDENCE) -> MetricGrid:
+    """The grid of ``info.name``; each cell's interval at ``confidence`` by ``intervals.cell_interval``: t over
+    seeds from ``MIN_T_SEEDS`` seeds on, else bootstrapped by ``resampler`` where every seed's draws hold the
+    metric, else none."""
     name = info.name
     grid = MetricGrid.empty(info, defenses, attacks)
     row, column = {d: i for i, d in enumerate(defenses)}, {a: j for j, a in enumerate(attacks)}
@@ -118,7 +118,7 @@ def metric_grid(info: MetricInfo, groups: Groups, defenses: list[str], attacks: 
         trials = _trials(info, ok)
         draws = (resampler.of(name, ok) if resampler is not None and len(values) < MIN_T_SEEDS and trials is None
                  else None)
-        grid.intervals[d, a] = cell_interval(values, draws, info.bounds, trials)
+        grid.intervals[d, a] = cell_interval(values, draws, info.bounds, trials, confidence)
         points = [(r.get("operating_points") or {}).get(name) for r in sorted(ok, key=lambda r: r["seed"])]
         if fpr_level(name) is not None and all(isinstance(p, Mapping) for p in points):
             grid.points[d, a] = OperatingPoint.pooled(points)  # type: ignore[arg-type]  # all mappings

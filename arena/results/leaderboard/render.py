@@ -93,7 +93,9 @@ def render_table(boards: list[TrackBoard]) -> str:
         out.append(f"attacks by mean rank of {b.metric} across defenses (1 = strongest):")
         out.append(b.attack_ranking.to_string(float_format=lambda v: f"{v:.2f}"))
         out.append("")
-        out.append("defenses: utility against worst-case attack score (pareto = on the front):")
+        out.append("defenses by the worst case over attacks, with intervals simultaneous over the attacks (Bonferroni; "
+                   "a shared place: the intervals cannot tell them apart); worst_attack: the highest estimate, "
+                   "indistinguishable: the attacks the intervals cannot tell from it (pareto = on the front):")
         out.append(b.defense_ranking.to_string(float_format=lambda v: f"{v:.3f}"))
         if b.failures:
             out.append("")
