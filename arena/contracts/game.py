@@ -29,11 +29,14 @@ from arena.contracts.view import View as _AnyView  # for annotations inside Game
 
 @dataclass
 class Outcome:
-    """The scored result of one matchup: metrics, notes on what the sample cannot resolve, arrays to keep."""
+    """The scored result of one matchup: metrics, notes on what the sample cannot resolve, arrays to keep, and
+    ``operating_points``: metric name → the operating point behind a rate at a fixed error rate (a TPR at an FPR:
+    ``{"threshold", "fpr", "false_positives", "nonmembers", "true_positives", "members"}``), kept in the row."""
 
     metrics: dict[str, Any]
     notes: list[str] = field(default_factory=list)
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    operating_points: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class _Granted:

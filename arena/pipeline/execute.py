@@ -211,7 +211,8 @@ def play_matchup(matchup: Matchup, run_dir: str) -> dict[str, Any]:
     torch.set_num_threads(1)
     start = time.perf_counter()
     row = base_row(matchup)
-    row.update(status="ok", utility=None, metrics={}, notes=[], claim=None, error=None, traceback=None)
+    row.update(status="ok", utility=None, metrics={}, operating_points={}, notes=[], claim=None, error=None,
+               traceback=None)
     store = None
     try:
         store = RunStore(run_dir)
@@ -236,7 +237,8 @@ def play_matchup(matchup: Matchup, run_dir: str) -> dict[str, Any]:
                     row.update(status="failed", error=f"claim: {broken}")
                 else:
                     outcome = game.play(attack, release, procedure, run=_group_runner(process, attack, matchup))
-                    row.update(metrics=outcome.metrics, notes=[*model_notes(procedure), *outcome.notes])
+                    row.update(metrics=outcome.metrics, operating_points=dict(outcome.operating_points),
+                               notes=[*model_notes(procedure), *outcome.notes])
                     if outcome.arrays:
                         store.save_arrays(matchup.key, {k: torch.from_numpy(np.ascontiguousarray(v))
                                                         for k, v in outcome.arrays.items()})

@@ -19,7 +19,7 @@ import types
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypedDict, Union, get_args, get_origin, get_type_hints
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,11 @@ class ResultRow(TypedDict):
     error: Annotated[str | None, Col("why it failed or was skipped; null when ok", frame=True)]
     traceback: Annotated[str | None, Col("the failure's traceback, where there is one")]
     metrics: Annotated[dict[str, Any], Col("metric name → value (null: the sample cannot resolve it)", legacy=True)]
+    operating_points: Annotated[dict[str, dict[str, Any]], Col(
+        "metric name → the operating point behind each TPR at a fixed FPR in ``metrics`` that is a number: "
+        "{'threshold': the lowest score called a member (score ≥ threshold; null: none is called one, TPR 0), "
+        "'fpr': the realised FPR, 'false_positives', 'nonmembers', 'true_positives', 'members'}; empty for a game "
+        "that reports none (rows of schema 3 or older lack it: read it as empty)", since=4)]
     notes: Annotated[list[str], Col("what the arena changed in the model (BatchNorm → GroupNorm under per-example "
                                     "clipping), then the game's notes on what the sample cannot resolve")]
     claim: Annotated[dict[str, Any] | None, Col("the release's privacy claim (ε, δ, accountant); null: none")]

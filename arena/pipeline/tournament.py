@@ -192,7 +192,7 @@ def _child(matchup: Matchup, run_dir: str, writer: Any) -> None:
 
 def failed_row(matchup: Matchup, error: str, seconds: float) -> dict[str, Any]:
     row = base_row(matchup)
-    row.update(status="failed", utility=None, metrics={}, notes=[], claim=None, traceback=None,
+    row.update(status="failed", utility=None, metrics={}, operating_points={}, notes=[], claim=None, traceback=None,
                error=sandbox.clip_text(error, sandbox.ERROR_CHARS), seconds=round(seconds, 4))  # capped, printable
     return row
 

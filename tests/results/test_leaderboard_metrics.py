@@ -11,12 +11,13 @@ import json
 import zlib
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 from arena.cli import EXIT_INPUT, EXIT_OK, main
 from arena.engine.seeds import resample_seed
-from arena.games.membership.metrics import membership_metrics, resample
+from arena.games.membership.metrics import membership_scores, resample
 from arena.pipeline.execute import game_columns, metric_info
 from arena.pipeline.store import RunStore
 from arena.results import leaderboard
@@ -36,12 +37,13 @@ def make_run(root, seeds=(0, 1), n_out=100, shift=1.0, metric_info_rows=True, ga
                 rng = np.random.default_rng(zlib.crc32(key.encode()))
                 member = np.r_[np.ones(100, np.int8), np.zeros(n_out, np.int8)]
                 scores = rng.normal(size=100 + n_out) + strength * factor * member
-                metrics, notes = membership_metrics(scores, member, scores > 0.5)
+                metrics, notes, points = membership_scores(scores, member, scores > 0.5)
                 store.save_arrays(key, {"scores": torch.from_numpy(scores), "is_member": torch.from_numpy(member)})
                 row = {"key": key, "scenario": "s", "track": "t", "game": game,
                        "defense": d.split("(")[0], "defense_label": d, "epsilon": 1.0 if "eps" in d else None,
                        "attack": a, "attack_label": a, "seed": seed, "status": "ok", "utility": 0.9,
-                       "metrics": metrics, "notes": notes, "claim": None, "error": None, **columns}
+                       "metrics": metrics, "operating_points": points, "notes": notes, "claim": None, "error": None,
+                       **columns}
                 store.append_result(row)
     return store
 
@@ -196,3 +198,47 @@ def test_a_metric_the_game_cannot_resample_says_so() -> None:
     (board,) = leaderboard.build(rows, arrays=lambda key: {"scores": np.arange(4.0), "is_member": np.r_[1, 1, 0, 0]})
     assert board.metric == "balanced_accuracy"
     assert "balanced_accuracy cannot be recomputed from saved scores" in board.interval_method
+
+
+def test_every_tpr_at_fpr_carries_its_operating_point_in_the_rows_the_frame_and_every_format(tmp_path) -> None:
+    store = make_run(tmp_path / "run")
+    rows = store.results()
+    for r in rows:  # the row: one operating point for each TPR@FPR that is a number
+        numbers = {k for k, v in r["metrics"].items() if k.startswith("tpr@") and v is not None}
+        assert set(r["operating_points"]) == numbers
+        assert set(r["operating_points"]) == {"tpr@10%fpr", "tpr@1%fpr"}  # 100 non-members: not 0.1 %
+    (board,) = leaderboard.build(rows, arrays=saved_arrays(store))
+    grid = board.grids["tpr@1%fpr"]
+    cell = [r for r in rows if (r["defense_label"], r["attack_label"]) == ("nonprivate", "lira")]
+    point = grid.points["nonprivate", "lira"]  # pooled over the two seeds, thresholds in seed order
+    by_seed = [r["operating_points"]["tpr@1%fpr"] for r in sorted(cell, key=lambda r: r["seed"])]
+    assert point.thresholds == tuple(p["threshold"] for p in by_seed)
+    assert point.false_positives == sum(p["false_positives"] for p in by_seed) <= 2 and point.nonmembers == 200
+    assert point.fpr == point.false_positives / 200
+    assert set(grid.points) == {(d, a) for d in board.means.index for a in board.means.columns}
+    assert not board.grids["tpr@0.1%fpr"].points and not board.grids["auc"].points
+    # the frame (the API's and the CSV's records)
+    frame = pd.DataFrame(leaderboard.long_rows([board])).set_index(["defense", "attack"])
+    rec = frame.loc[("nonprivate", "lira")]
+    assert rec["tpr@1%fpr_thresholds"] == list(point.thresholds)
+    assert rec["tpr@1%fpr_false_positives"] == point.false_positives and rec["tpr@1%fpr_nonmembers"] == 200
+    assert rec["tpr@1%fpr_fpr"] == point.fpr and rec["tpr@1%fpr_operating_point"] == point.text()
+    assert point.text().startswith("thr ") and f"{point.false_positives} FP / 200 over 2 seeds" in point.text()
+    assert "tpr@0.1%fpr_thresholds" not in frame.columns and "auc_thresholds" not in frame.columns
+    records = list(csv.DictReader(io.StringIO(leaderboard.render_csv([board]))))
+    assert all(json.loads(r["tpr@10%fpr_thresholds"]) and r["tpr@1%fpr_operating_point"] for r in records)
+    data = json.loads(leaderboard.render_json([board]))[0]
+    assert data["operating_points"]["tpr@1%fpr"]["nonprivate"]["lira"]["false_positives"] == point.false_positives
+    text = leaderboard.render_table([board])
+    assert "operating points (score ≥ thr is called a member" in text and point.text() in text
+
+
+def test_a_single_seeds_operating_point_reads_as_the_row_says() -> None:
+    from arena.results.leaderboard import OperatingPoint
+
+    one = OperatingPoint.pooled([{"threshold": 2.3125, "fpr": 6 / 650, "false_positives": 6, "nonmembers": 650,
+                                  "true_positives": 34, "members": 500}])
+    assert one.text() == "thr 2.312, FPR 0.92 %, 6 FP / 650"
+    none = OperatingPoint.pooled([{"threshold": None, "fpr": 0.0, "false_positives": 0, "nonmembers": 650,
+                                   "true_positives": 0, "members": 500}])
+    assert none.text() == "none called member, FPR 0.00 %, 0 FP / 650"

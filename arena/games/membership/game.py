@@ -18,7 +18,7 @@ from arena.contracts.spec import GameSpec
 from arena.contracts.view import Grant, View
 from arena.engine.seeds import derive_seed, permutation
 from arena.games.membership.guess import MembershipGuess
-from arena.games.membership.metrics import METRICS, membership_metrics
+from arena.games.membership.metrics import METRICS, membership_scores
 from arena.games.membership.vulnerable import (
     RANK_METRIC,
     VR_METRICS,
@@ -354,8 +354,8 @@ class MembershipGame(Game):
         for t, guess in zip(order, guesses, strict=True):
             scores[t], decisions[t] = self._checked(attack, guess)
         base = ~self._is_canary
-        metrics, notes = membership_metrics(scores[:, base].reshape(-1), self._is_in[:, base].reshape(-1),
-                                            decisions[:, base].reshape(-1))
+        metrics, notes, population_points = membership_scores(
+            scores[:, base].reshape(-1), self._is_in[:, base].reshape(-1), decisions[:, base].reshape(-1))
         notes = [f"population average over {len(order)} targets: {note}" for note in notes]
         found, points, vr_notes = vulnerable_metrics(scores[:, self._is_canary], self._is_in[:, self._is_canary])
         metrics.update(found)
@@ -376,7 +376,7 @@ class MembershipGame(Game):
             "record": np.tile(self._record, len(order)),
             "label": np.tile(self._challenge_y.numpy(), len(order)).astype(np.int64),
         }
-        return Outcome(metrics, [*notes, *vr_notes], arrays)
+        return Outcome(metrics, [*notes, *vr_notes], arrays, {**population_points, **points})
 
     def _checked(self, attack: Attack, guess: Any) -> tuple[np.ndarray, np.ndarray]:
         """A guess's scores and decisions as float64 and bool arrays of one entry per challenge point."""
@@ -404,7 +404,7 @@ class MembershipGame(Game):
             raise ValueError(
                 f"attack {attack.name!r} returned {len(scores)} scores for {len(self.challenge)} challenge points"
             )
-        metrics, notes = membership_metrics(scores, self._is_member, decisions)
+        metrics, notes, points = membership_scores(scores, self._is_member, decisions)
         out = scores[~self._is_member]
         ties = int(np.sum(out == out.max()))
         metrics["top_ties"] = ties  # non-members sharing the top non-member score: no TPR below ties/n at lower FPR
@@ -423,7 +423,7 @@ class MembershipGame(Game):
         }
         if self._paired:
             arrays["pair"] = self.pairs()
-        return Outcome(metrics, notes, arrays)
+        return Outcome(metrics, notes, arrays, points)
 
     def pairs(self) -> np.ndarray:
         """[2m] each challenge point's pair id (member i and non-member i share id i), −1 for the points of a pair

@@ -3,8 +3,10 @@
 One computation serves the game and the leaderboard: ``score_metrics`` gives the AUC, the advantage and the TPR at
 each FPR of B score vectors at once (vectorised over the rows; scikit-learn's ``roc_auc_score`` and ``roc_curve``
 agree with it, which the tests check). ``membership_metrics`` is its first row plus the checks, the balanced
-accuracy and the notes; ``resample`` (the game's ``resample``) is it on stratified bootstrap resamples of a
-matchup's saved scores.
+accuracy and the notes; ``operating_points`` the cut behind each TPR@FPR (threshold, realised FPR, false and true
+positive counts), read from the same sort, for the point estimate only (``membership_scores`` gives both);
+``resample`` (the game's ``resample``) is ``score_metrics`` on stratified bootstrap resamples of a matchup's saved
+scores (no operating points: a resample's threshold is no statement about the game played).
 """
 
 from __future__ import annotations
@@ -32,15 +34,9 @@ RESAMPLE_BATCH = 2_000_000
 """Bound on the scores of one batch of resamples (memory)."""
 
 
-def score_metrics(scores: np.ndarray, is_member: np.ndarray, levels: Sequence[float]) -> dict[str, np.ndarray]:
-    """AUC, advantage and TPR at each FPR in ``levels`` of every row of ``scores`` [B, N] (members where
-    ``is_member`` [N] is true; higher means member), each an array [B].
-
-    AUC is the Mann–Whitney statistic (ties count one half); a threshold falls only between distinct scores, so
-    the advantage is max(TPR − FPR, 0) and the TPR at an FPR the largest TPR of a threshold whose FPR does not
-    exceed it, over every such threshold."""
-    S = np.atleast_2d(np.asarray(scores, dtype=np.float64))
-    lab = np.asarray(is_member, dtype=bool).reshape(-1)
+def _roc(S: np.ndarray, lab: np.ndarray, levels: Sequence[float]) -> tuple[dict[str, np.ndarray], dict]:
+    """``score_metrics`` of ``S`` [B, N], and per level the cut it chose: (index in each row's descending order
+    of the last point called a member, −1 for none; that row's sorted scores, true and false positive counts)."""
     m, n = int(lab.sum()), int((~lab).sum())
     from scipy.stats import rankdata  # here: importing scipy.stats costs 0.8 s, and registering needs none
 
@@ -49,15 +45,65 @@ def score_metrics(scores: np.ndarray, is_member: np.ndarray, levels: Sequence[fl
     order = np.argsort(-S, axis=1, kind="stable")
     s_sorted = np.take_along_axis(S, order, axis=1)
     l_sorted = lab[order]
-    tpr = np.cumsum(l_sorted, axis=1) / m
-    fpr = np.cumsum(~l_sorted, axis=1) / n
+    tp = np.cumsum(l_sorted, axis=1)
+    fp = np.cumsum(~l_sorted, axis=1)
+    tpr, fpr = tp / m, fp / n
     cut = np.ones_like(s_sorted, dtype=bool)  # a threshold can fall after position i only between distinct scores
     cut[:, :-1] = s_sorted[:, :-1] != s_sorted[:, 1:]
     out["advantage"] = np.maximum(np.where(cut, tpr - fpr, -np.inf).max(axis=1), 0.0)
+    picks = {}
     for level in levels:
         ok = cut & (fpr <= level + 1e-12)
-        out[tpr_key(level)] = np.where(ok, tpr, 0.0).max(axis=1)
+        best = np.where(ok, tpr, 0.0).max(axis=1)
+        out[tpr_key(level)] = best
+        # the first cut (fewest false positives) reaching the best TPR; none (-1) when that TPR is 0
+        first = np.argmax(ok & (tpr == best[:, None]), axis=1)
+        picks[level] = np.where(best > 0, first, -1)
+    return out, {"cuts": picks, "scores": s_sorted, "tp": tp, "fp": fp, "m": m, "n": n}
+
+
+def score_metrics(scores: np.ndarray, is_member: np.ndarray, levels: Sequence[float]) -> dict[str, np.ndarray]:
+    """AUC, advantage and TPR at each FPR in ``levels`` of every row of ``scores`` [B, N] (members where
+    ``is_member`` [N] is true; higher means member), each an array [B].
+
+    AUC is the Mann–Whitney statistic (ties count one half); a threshold falls only between distinct scores, so
+    the advantage is max(TPR − FPR, 0) and the TPR at an FPR the largest TPR of a threshold whose FPR does not
+    exceed it, over every such threshold."""
+    S = np.atleast_2d(np.asarray(scores, dtype=np.float64))
+    return _roc(S, np.asarray(is_member, dtype=bool).reshape(-1), levels)[0]
+
+
+def operating_points(scores: np.ndarray, is_member: np.ndarray,
+                     levels: Sequence[float]) -> dict[str, dict[str, float | int | None]]:
+    """The operating point behind each ``tpr@X%fpr`` of one score vector, as ``score_metrics`` chose it (the same
+    computation): ``{"threshold", "fpr", "false_positives", "nonmembers", "true_positives", "members"}``.
+
+    A point is called a member when its score is at least ``threshold``, the lowest score still called a member at
+    the chosen cut (cuts fall only between distinct scores, so the rule reproduces the counts exactly); of the cuts
+    reaching the TPR, the one with the fewest false positives. ``threshold`` is None when the best TPR at that FPR
+    is 0: no point is called a member (0 true and 0 false positives)."""
+    S = np.asarray(scores, dtype=np.float64).reshape(1, -1)
+    _, roc = _roc(S, np.asarray(is_member, dtype=bool).reshape(-1), levels)
+    out = {}
+    for level in levels:
+        i = int(roc["cuts"][level][0])
+        tp, fp = (0, 0) if i < 0 else (int(roc["tp"][0, i]), int(roc["fp"][0, i]))
+        out[tpr_key(level)] = {"threshold": None if i < 0 else float(roc["scores"][0, i]), "fpr": fp / roc["n"],
+                               "false_positives": fp, "nonmembers": roc["n"], "true_positives": tp,
+                               "members": roc["m"]}
     return out
+
+
+def membership_scores(scores: np.ndarray, is_member: np.ndarray,
+                      decisions: np.ndarray) -> tuple[dict, list[str], dict[str, dict]]:
+    """``membership_metrics`` with the operating point (``operating_points``) of each TPR@FPR it reports (those
+    the non-members resolve): (metrics, notes, metric name → operating point)."""
+    metrics, notes = membership_metrics(scores, is_member, decisions)
+    wanted = [level for level in FPR_LEVELS if metrics.get(tpr_key(level)) is not None]
+    points = operating_points(scores, is_member, wanted) if wanted else {}
+    for key, point in points.items():  # one computation: the point's counts give the metric itself
+        assert point["true_positives"] == round(metrics[key] * point["members"]), key
+    return metrics, notes, points
 
 
 def membership_metrics(scores: np.ndarray, is_member: np.ndarray, decisions: np.ndarray) -> tuple[dict, list[str]]:

@@ -19,7 +19,6 @@ so that no process ever holds two partners, or a target together with the member
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -28,7 +27,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from arena.contracts.metric import UNIT, Metric
+from arena.contracts.metric import UNIT, Metric, tpr_key
 from arena.engine.seeds import derive_seed
 
 CanaryKind = Literal["mislabelled", "ood", "duplicated"]
@@ -181,34 +180,17 @@ def _rates(S: np.ndarray, L: np.ndarray, levels: Sequence[float]) -> dict[str, n
     return out
 
 
-def operating_point(scores: np.ndarray, is_member: np.ndarray, level: float) -> dict[str, float | int]:
-    """The operating point behind the TPR at FPR ``level``: the lowest score still called a member (a threshold
-    falls only between distinct scores), the realised FPR, and the counts of false and true positives out of the
-    non-members and members."""
-    s = np.asarray(scores, dtype=np.float64)
-    lab = np.asarray(is_member, dtype=bool)
-    m, n = int(lab.sum()), int((~lab).sum())
-    order = np.argsort(-s, kind="stable")
-    s_sorted, l_sorted = s[order], lab[order]
-    tp, fp = np.cumsum(l_sorted), np.cumsum(~l_sorted)
-    cut = np.ones(len(s), dtype=bool)
-    cut[:-1] = s_sorted[:-1] != s_sorted[1:]
-    ok = np.flatnonzero(cut & (fp <= level * n + 1e-9))
-    if len(ok) == 0:  # no threshold keeps the FPR at the level: nothing is called a member
-        return {"threshold": math.inf, "fpr": 0.0, "false_positives": 0, "nonmembers": n, "true_positives": 0,
-                "members": m}
-    best = ok[np.argmax(tp[ok])]  # the largest TPR at or below the level, at its first (highest) such cut
-    return {"threshold": float(s_sorted[best]), "fpr": float(fp[best] / n), "false_positives": int(fp[best]),
-            "nonmembers": n, "true_positives": int(tp[best]), "members": m}
-
-
 def vulnerable_metrics(scores: np.ndarray, is_in: np.ndarray) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """The vulnerable-record metrics of the canary scores ``scores`` [M, C] with the secret ``is_in`` [M, C]: the AUC
     and the TPR at each FPR of ``VR_LEVELS`` over the M·C (canary, target) pairs, None where the non-member pairs
     cannot resolve the FPR; each TPR's operating point; and notes on what is unresolved."""
+    from arena.games.membership.metrics import operating_points, score_metrics
+
     s, lab = np.asarray(scores, np.float64).reshape(-1), np.asarray(is_in, bool).reshape(-1)
     n_out, n_in = int((~lab).sum()), int(lab.sum())
-    found = _rates(s[None], lab[None], VR_LEVELS)
+    found = {k if k == "auc" else vr_key(level): v
+             for level in VR_LEVELS for k, v in score_metrics(s[None], lab, [level]).items()
+             if k == "auc" or k == tpr_key(level)}
     targets, canaries = np.asarray(is_in).shape
     metrics: dict[str, Any] = {"vr_auc": float(found["auc"][0]), "vr_members": n_in, "vr_nonmembers": n_out,
                                "vr_canaries": int(canaries), "vr_targets": int(targets)}
@@ -222,7 +204,7 @@ def vulnerable_metrics(scores: np.ndarray, is_in: np.ndarray) -> tuple[dict[str,
                          f"{1 / n_out:.3%}")
         else:
             metrics[key] = float(found[key][0])
-            points[key] = operating_point(s, lab, level)
+            points[key] = operating_points(s, lab, [level])[tpr_key(level)]
     return metrics, points, notes
 
 

@@ -11,7 +11,9 @@ drawn once when the matchup was scored and saved beside its row), or none where 
 t-interval from two or three seeds); from ``MIN_T_SEEDS`` seeds on, the Student-t interval over seeds; for a
 proportion of trials that declares them (a reconstruction success rate over its targets), the exact binomial
 interval over the trials pooled across seeds, whatever their number; the header says which. A TPR at an FPR that
-the non-members cannot resolve (1/n_nonmembers > FPR) is ``n/r``, never a number. Matchups the DP audit flags are
+the non-members cannot resolve (1/n_nonmembers > FPR) is ``n/r``, never a number; one that is a number carries its
+operating point (the rows' ``operating_points``: threshold, realised FPR, false positives / non-members, pooled
+over seeds), in every format. Matchups the DP audit flags are
 marked VIOLATION.
 
 The modules, one job each: ``rows`` (what a board reads from rows), ``intervals`` (the statistics of a cell),
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 from arena.contracts.metric import fpr_level
 from arena.results.leaderboard.board import TrackBoard, build, rank_metric, track_board
-from arena.results.leaderboard.grid import NOT_RESOLVABLE, MetricGrid
+from arena.results.leaderboard.grid import NOT_RESOLVABLE, MetricGrid, OperatingPoint
 from arena.results.leaderboard.intervals import (
     CONFIDENCE,
     MIN_T_SEEDS,
@@ -37,7 +39,15 @@ from arena.results.leaderboard.intervals import (
     no_interval,
 )
 from arena.results.leaderboard.rankings import rankings
-from arena.results.leaderboard.render import interval_table, long_rows, render_csv, render_json, render_table
+from arena.results.leaderboard.render import (
+    POINT_COLUMNS,
+    interval_table,
+    long_rows,
+    operating_table,
+    render_csv,
+    render_json,
+    render_table,
+)
 from arena.results.leaderboard.resample import DrawLoader, Resampler, saved_draws
 from arena.results.leaderboard.rows import (
     GameMetrics,
@@ -52,10 +62,10 @@ from arena.results.leaderboard.rows import (
 )
 
 __all__ = [
-    "CONFIDENCE", "MIN_T_SEEDS", "NOT_RESOLVABLE", "RESAMPLES", "DrawLoader", "GameMetrics", "Interval",
-    "MetricGrid", "MetricInfo", "Resampler", "TrackBoard", "binomial_interval", "bootstrap_interval", "build",
-    "cell_interval",
-    "claimed_epsilons", "fpr_level", "game_metrics", "interval_table", "known_metrics", "latest_rows", "long_rows",
-    "mean_interval", "mean_std", "metric_infos", "no_interval", "rank_by_of", "rank_metric", "rankings",
-    "render_csv", "render_json", "render_table", "resolvable", "saved_draws", "track_board",
+    "CONFIDENCE", "MIN_T_SEEDS", "NOT_RESOLVABLE", "POINT_COLUMNS", "RESAMPLES", "DrawLoader", "GameMetrics",
+    "Interval", "MetricGrid", "MetricInfo", "OperatingPoint", "Resampler", "TrackBoard", "binomial_interval",
+    "bootstrap_interval", "build", "cell_interval", "claimed_epsilons", "fpr_level", "game_metrics", "interval_table",
+    "known_metrics", "latest_rows", "long_rows", "mean_interval", "mean_std", "metric_infos", "no_interval",
+    "operating_table", "rank_by_of", "rank_metric", "rankings", "render_csv", "render_json", "render_table",
+    "resolvable", "saved_draws", "track_board",
 ]

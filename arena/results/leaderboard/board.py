@@ -7,7 +7,8 @@ shown beside it. Intervals: from ``MIN_T_SEEDS`` seeds on, t-intervals over seed
 the game (``Resampler``: saved when each matchup was scored, or recomputed from its saved scores) where they hold
 the metric, and otherwise no interval, never a t-interval from two or three seeds; a proportion of trials that
 declares them (a reconstruction success rate over its targets), the binomial interval over the trials pooled
-across seeds, whatever their number; the header says which.
+across seeds, whatever their number; the header says which. The defense ranking compares worst cases over attacks
+with the cells' intervals made simultaneous over the attacks (``rankings``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from arena.contracts.metric import UNIT
 from arena.pipeline.labels import legend_entries
 from arena.results.leaderboard.grid import Groups, MetricGrid, metric_grid, unresolvable_warnings
 from arena.results.leaderboard.intervals import MIN_T_SEEDS, RESAMPLES, Interval, cell_interval
-from arena.results.leaderboard.rankings import rankings
+from arena.results.leaderboard.rankings import rankings, simultaneous_confidence
 from arena.results.leaderboard.resample import DrawLoader, Resampler
 from arena.results.leaderboard.rows import (
     GameMetrics,
@@ -179,7 +180,10 @@ def track_board(track: str, rows: list[dict[str, Any]], violations: Mapping[str,
     higher = main.info.higher_is_better
     cells, failures, flagged = _marked(track, main.cells, groups, violations or {})
     utility, utility_intervals = _utility(rows, defenses)
-    attack_ranking, defense_ranking = rankings(main.means, utility, metric, higher, defenses)
+    # the defense ranking's worst case: the cells' intervals made simultaneous over the attacks (Bonferroni)
+    together = (metric_grid(main.info, groups, defenses, attacks, resampler, simultaneous_confidence(len(attacks)))
+                if metric in grids else main)
+    attack_ranking, defense_ranking = rankings(main.means, utility, metric, higher, defenses, together.intervals)
     return TrackBoard(track, game, metric, higher, cells, main.means, utility, attack_ranking, defense_ranking,
                       failures, main.intervals, utility_intervals, flagged, claimed_epsilons(rows), beside, grids,
                       _interval_method(main, metric, n_seeds, resampler), n_seeds, warnings,

@@ -1,9 +1,12 @@
 """One metric over a track's defense × attack grid: each cell's mean ± sd over ok seeds, its interval (binomial over
 the pooled trials for a proportion that declares them), or ``n/r`` where the sample cannot resolve the metric (a
-value the game left null, or a TPR at an FPR finer than 1/n_nonmembers)."""
+value the game left null, or a TPR at an FPR finer than 1/n_nonmembers), and for a TPR at an FPR the operating point
+behind each seed's value (the row's ``operating_points``), pooled over the seeds (``OperatingPoint``)."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from arena.contracts.metric import fpr_level
-from arena.results.leaderboard.intervals import MIN_T_SEEDS, Interval, cell_interval, mean_std
+from arena.results.leaderboard.intervals import CONFIDENCE, MIN_T_SEEDS, Interval, cell_interval, mean_std
 from arena.results.leaderboard.resample import Resampler
 from arena.results.leaderboard.rows import MetricInfo, resolvable
 
@@ -19,6 +22,49 @@ NOT_RESOLVABLE = "n/r"
 
 Groups = dict[tuple[str, str], list[dict[str, Any]]]
 """(defense label, attack label) → the rows of that cell, one per seed."""
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    """The operating points behind a cell's TPR at an FPR, one per seed (``thresholds`` in seed order; None: that
+    seed called no point a member), the counts pooled over the seeds: ``fpr`` is ``false_positives /
+    nonmembers`` (the realised FPR of the pooled cuts, the mean of the seeds' FPRs when they have equal counts)."""
+
+    thresholds: tuple[float | None, ...]
+    false_positives: int
+    nonmembers: int
+    true_positives: int
+    members: int
+
+    @property
+    def fpr(self) -> float:
+        return self.false_positives / self.nonmembers if self.nonmembers else math.nan
+
+    @classmethod
+    def pooled(cls, points: Sequence[Mapping[str, Any]]) -> OperatingPoint:
+        return cls(tuple(None if p.get("threshold") is None else float(p["threshold"]) for p in points),
+                   *(sum(int(p[k]) for p in points)
+                     for k in ("false_positives", "nonmembers", "true_positives", "members")))
+
+    def text(self) -> str:
+        """'thr 2.31, FPR 0.92 %, 6 FP / 650' (several seeds: the thresholds' range, the counts pooled)."""
+        known = [t for t in self.thresholds if t is not None]
+        if not known:
+            thr = "none called member"
+        elif len(set(known)) == 1:
+            thr = f"thr {known[0]:.4g}"
+        else:
+            thr = f"thr {min(known):.4g}–{max(known):.4g}"
+        if known and len(known) < len(self.thresholds):
+            thr += f" ({len(self.thresholds) - len(known)} seed(s) none)"
+        seeds = f" over {len(self.thresholds)} seeds" if len(self.thresholds) > 1 else ""
+        return f"{thr}, FPR {100 * self.fpr:.2f} %, {self.false_positives} FP / {self.nonmembers}{seeds}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The frame's form: ``thresholds`` (a list, per seed), ``fpr``, the pooled counts, ``text``."""
+        return {"thresholds": list(self.thresholds), "fpr": self.fpr, "false_positives": self.false_positives,
+                "nonmembers": self.nonmembers, "true_positives": self.true_positives, "members": self.members,
+                "text": self.text()}
 
 
 @dataclass
@@ -31,6 +77,13 @@ class MetricGrid:
     intervals: dict[tuple[str, str], Interval] = field(default_factory=dict)
     not_resolvable: set[tuple[str, str]] = field(default_factory=set)
     seeds: dict[tuple[str, str], int] = field(default_factory=dict)
+    points: dict[tuple[str, str], OperatingPoint] = field(default_factory=dict)
+    """For a TPR at an FPR: each cell's operating point, where every ok seed's row records one (rows of schema 4)."""
+
+    def with_point(self, defense: str, attack: str, text: str) -> str:
+        """``text`` (a cell's) followed by its operating point in parentheses, where it has one."""
+        point = self.points.get((defense, attack))
+        return f"{text} ({point.text()})" if point is not None and text else text
 
     @classmethod
     def empty(cls, info: MetricInfo, defenses: list[str], attacks: list[str]) -> MetricGrid:
@@ -39,10 +92,10 @@ class MetricGrid:
 
 
 def metric_grid(info: MetricInfo, groups: Groups, defenses: list[str], attacks: list[str],
-                resampler: Resampler | None) -> MetricGrid:
-    """The grid of ``info.name``; each cell's interval by ``intervals.cell_interval``: t over seeds from
-    ``MIN_T_SEEDS`` seeds on, else bootstrapped by ``resampler`` where every seed's draws hold the metric, else
-    none."""
+                resampler: Resampler | None, confidence: float = CONFIDENCE) -> MetricGrid:
+    """The grid of ``info.name``; each cell's interval at ``confidence`` by ``intervals.cell_interval``: t over
+    seeds from ``MIN_T_SEEDS`` seeds on, else bootstrapped by ``resampler`` where every seed's draws hold the
+    metric, else none."""
     name = info.name
     grid = MetricGrid.empty(info, defenses, attacks)
     row, column = {d: i for i, d in enumerate(defenses)}, {a: j for j, a in enumerate(attacks)}
@@ -65,7 +118,10 @@ def metric_grid(info: MetricInfo, groups: Groups, defenses: list[str], attacks: 
         trials = _trials(info, ok)
         draws = (resampler.of(name, ok) if resampler is not None and len(values) < MIN_T_SEEDS and trials is None
                  else None)
-        grid.intervals[d, a] = cell_interval(values, draws, info.bounds, trials)
+        grid.intervals[d, a] = cell_interval(values, draws, info.bounds, trials, confidence)
+        points = [(r.get("operating_points") or {}).get(name) for r in sorted(ok, key=lambda r: r["seed"])]
+        if fpr_level(name) is not None and all(isinstance(p, Mapping) for p in points):
+            grid.points[d, a] = OperatingPoint.pooled(points)  # type: ignore[arg-type]  # all mappings
     grid.means = pd.DataFrame(means, index=grid.means.index, columns=grid.means.columns)
     grid.cells = pd.DataFrame(cells, index=grid.cells.index, columns=grid.cells.columns)
     return grid

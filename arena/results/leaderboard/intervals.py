@@ -95,14 +95,14 @@ def no_interval(values: Sequence[float]) -> Interval:
 
 def cell_interval(values: Sequence[float], draws: Sequence[np.ndarray] | None,
                   bounds: tuple[float, float] = (-math.inf, math.inf),
-                  trials: Sequence[int] | None = None) -> Interval:
-    """A cell's interval: binomial over the pooled ``trials`` (each seed's number of trials, for a proportion),
-    else t over seeds from ``MIN_T_SEEDS`` seeds on, else the bootstrap of ``draws`` (each seed's draws of the
-    metric), else none."""
+                  trials: Sequence[int] | None = None, confidence: float = CONFIDENCE) -> Interval:
+    """A cell's interval at ``confidence``: binomial over the pooled ``trials`` (each seed's number of trials, for a
+    proportion), else t over seeds from ``MIN_T_SEEDS`` seeds on, else the bootstrap of ``draws`` (each seed's
+    draws of the metric), else none."""
     if trials is not None:
-        return binomial_interval(values, trials)
+        return binomial_interval(values, trials, confidence)
     if len(values) >= MIN_T_SEEDS:
-        return mean_interval(list(values), bounds)
+        return mean_interval(list(values), bounds, confidence)
     if draws is not None:
-        return bootstrap_interval(float(np.mean(values)), draws, bounds)
+        return bootstrap_interval(float(np.mean(values)), draws, bounds, confidence)
     return no_interval(values)

@@ -1,5 +1,7 @@
 """The board in the formats it is read in: a text table (``arena leaderboard``), CSV and JSON with one record per
-track × defense × attack, and the interval table of one metric (the report's)."""
+track × defense × attack, and the interval table of one metric (the report's). Every TPR at an FPR comes with its
+operating point (``grid.OperatingPoint``): in the text table a table of them, in the records the columns
+``POINT_COLUMNS``."""
 
 from __future__ import annotations
 
@@ -29,6 +31,35 @@ def interval_table(board: TrackBoard, metric: str | None = None) -> pd.DataFrame
     return table
 
 
+POINT_COLUMNS = ("thresholds", "fpr", "false_positives", "nonmembers", "operating_point")
+"""The record's columns ``<metric>_<column>`` of a TPR at an FPR: the seeds' thresholds (a list, seed order; null:
+none called member), the realised FPR and the false positives and non-members pooled over the seeds, and the
+text ('thr 2.31, FPR 0.92 %, 6 FP / 650')."""
+
+
+def operating_table(board: TrackBoard, metric: str) -> pd.DataFrame | None:
+    """Each cell's operating point of ``metric`` (a TPR at an FPR) as text, shaped like ``cells``; None when no
+    cell has one (a metric that is no TPR@FPR, or rows written before rows recorded them)."""
+    grid = board.grids.get(metric)
+    if grid is None or not grid.points:
+        return None
+    table = pd.DataFrame("", index=board.cells.index, columns=board.cells.columns)
+    for (d, a), point in grid.points.items():
+        table.loc[d, a] = point.text()
+    for d, a in grid.not_resolvable:
+        table.loc[d, a] = NOT_RESOLVABLE
+    return table
+
+
+def _point_fields(g: MetricGrid, d: str, a: str) -> dict[str, Any]:
+    point = g.points.get((d, a))
+    if point is None:
+        return {"thresholds": None, "fpr": math.nan, "false_positives": None, "nonmembers": None,
+                "operating_point": ""}
+    found = point.as_dict()
+    return {c: found["text"] if c == "operating_point" else found[c] for c in POINT_COLUMNS}
+
+
 def render_table(boards: list[TrackBoard]) -> str:
     out = []
     for b in boards:
@@ -50,11 +81,21 @@ def render_table(boards: list[TrackBoard]) -> str:
             if m in b.grids:
                 out.append(f"{m}:")
                 out.append(interval_table(b, m).to_string())
+        points = [(m, t) for m in b.grids if (t := operating_table(b, m)) is not None]
+        if points:
+            out.append("")
+            out.append("operating points (score ≥ thr is called a member; realised FPR; false positives / non-members, "
+                       "pooled over seeds):")
+            for m, t in points:
+                out.append(f"{m}:")
+                out.append(t.to_string())
         out.append("")
         out.append(f"attacks by mean rank of {b.metric} across defenses (1 = strongest):")
         out.append(b.attack_ranking.to_string(float_format=lambda v: f"{v:.2f}"))
         out.append("")
-        out.append("defenses: utility against worst-case attack score (pareto = on the front):")
+        out.append("defenses by the worst case over attacks, with intervals simultaneous over the attacks (Bonferroni; "
+                   "a shared place: the intervals cannot tell them apart); worst_attack: the highest estimate, "
+                   "indistinguishable: the attacks the intervals cannot tell from it (pareto = on the front):")
         out.append(b.defense_ranking.to_string(float_format=lambda v: f"{v:.3f}"))
         if b.failures:
             out.append("")
@@ -70,8 +111,9 @@ def render_table(boards: list[TrackBoard]) -> str:
 
 def long_rows(boards: list[TrackBoard]) -> list[dict[str, Any]]:
     """One record per track × defense × attack with every metric's mean and interval ends (``n/r`` for a mean that
-    cannot be resolved), the ranking metric, the interval method, utility and claimed ε; ``defense`` and
-    ``attack`` are labels, ``*_plugin`` and ``*_params`` the plugins and their full parameters."""
+    cannot be resolved), each TPR@FPR's operating point (``POINT_COLUMNS``), the ranking metric, the interval
+    method, utility and claimed ε; ``defense`` and ``attack`` are labels, ``*_plugin`` and ``*_params`` the plugins
+    and their full parameters."""
     out = []
     for b in boards:
         defenses, attacks = b.legend.get("defense", {}), b.legend.get("attack", {})
@@ -91,17 +133,22 @@ def long_rows(boards: list[TrackBoard]) -> list[dict[str, Any]]:
                 for name, g in b.grids.items():
                     if (d, a) in g.not_resolvable:
                         rec[name], rec[f"{name}_low"], rec[f"{name}_high"] = NOT_RESOLVABLE, math.nan, math.nan
+                        if g.points:
+                            rec.update({f"{name}_{c}": v for c, v in _point_fields(g, d, a).items()})
                         continue
                     iv = g.intervals.get((d, a))
                     rec[name] = g.means.loc[d, a]
                     rec[f"{name}_low"] = math.nan if iv is None else iv.low
                     rec[f"{name}_high"] = math.nan if iv is None else iv.high
+                    if g.points:  # a TPR at an FPR whose rows record operating points
+                        rec.update({f"{name}_{c}": v for c, v in _point_fields(g, d, a).items()})
                 out.append(rec)
     return out
 
 
 def render_csv(boards: list[TrackBoard]) -> str:
-    """One line per track × defense × attack; for every metric its mean, ``_low`` and ``_high`` columns."""
+    """One line per track × defense × attack; for every metric its mean, ``_low`` and ``_high`` columns, for a
+    TPR@FPR with operating points its ``POINT_COLUMNS`` (the thresholds as JSON text)."""
     records = long_rows(boards)
     if not records:
         return ""
@@ -113,11 +160,14 @@ def render_csv(boards: list[TrackBoard]) -> str:
             if m not in metrics:
                 metrics.append(m)
     declared = {m for b in boards for m, g in b.grids.items() if g.info.declared}
-    columns = [*fixed, *(c for m in metrics for c in ((m, f"{m}_low", f"{m}_high") if m in declared else (m,))),
-               "cell"]
-    for rec in records:  # parameters as JSON text in their cells
-        for name in ("defense_params", "attack_params"):
-            rec[name] = json.dumps(rec[name], sort_keys=True) if rec[name] is not None else ""
+    pointed = {m for b in boards for m, g in b.grids.items() if g.points}
+    columns = [*fixed, *(c for m in metrics for c in (
+        ((m, f"{m}_low", f"{m}_high") if m in declared else (m,))
+        + (tuple(f"{m}_{c}" for c in POINT_COLUMNS) if m in pointed else ()))), "cell"]
+    for rec in records:  # parameters (and thresholds) as JSON text in their cells
+        for name in ("defense_params", "attack_params", *(f"{m}_thresholds" for m in pointed)):
+            if name in rec:
+                rec[name] = json.dumps(rec[name], sort_keys=True) if rec[name] is not None else ""
     return pd.DataFrame(records).reindex(columns=columns).to_csv(index=False)
 
 
@@ -152,6 +202,9 @@ def render_json(boards: list[TrackBoard]) -> str:
             "rows": [{k: clean(v) for k, v in rec.items()} for rec in long_rows([b])],
             "utility": {d: clean(v) for d, v in b.utility.items()},
             "claimed_epsilon": {d: b.claimed.get(d) for d in b.means.index},
+            "operating_points": {m: {d: {a: {k: clean(v) for k, v in g.points[d, a].as_dict().items()}
+                                         for a in b.means.columns if (d, a) in g.points} for d in b.means.index}
+                                 for m, g in b.grids.items() if g.points},
             "attack_ranking": {a: clean(r) for a, r in b.attack_ranking["mean_rank"].items()},
             "defense_ranking": [
                 {"defense": d, **{k: clean(v) for k, v in rec.items()}}

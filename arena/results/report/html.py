@@ -42,16 +42,32 @@ def _frame_rows(df, index_name: str) -> tuple[list[str], list[list[str]]]:  # no
     return headers, body
 
 
+def with_points(board: TrackBoard, metric: str, cells):  # noqa: ANN001, ANN201 - a DataFrame of display strings
+    """``cells`` of ``metric`` with each cell's operating point after its number, where it has one (a TPR at an
+    FPR): '0.068 (n=1) (thr 2.31, FPR 0.92 %, 6 FP / 650)', any FAILED or VIOLATION mark after it."""
+    grid = board.grids.get(metric)
+    if grid is None or not grid.points:
+        return cells
+    cells = cells.copy()
+    for (d, a), point in grid.points.items():
+        base, full = str(grid.cells.loc[d, a]), str(cells.loc[d, a])
+        if base and full.startswith(base):
+            cells.loc[d, a] = f"{base} ({point.text()}){full[len(base):]}"
+    return cells
+
+
 def board_section(board: TrackBoard, ctx: TrackContext, flagged: set[tuple[str, str]]) -> Markup:
-    """One track's leaderboard: tables, heatmaps (or the number, for a single cell) and privacy-utility curves."""
-    cells = board.cells.copy()
+    """One track's leaderboard: tables (each TPR at an FPR with its operating point), heatmaps (or the number, for
+    a single cell) and privacy-utility curves."""
+    cells = with_points(board, board.metric, board.cells).copy()  # a copy: ``utility`` is inserted below
     cells.insert(0, "utility", [fmt(u) for u in board.utility])
     main = (["defense", *map(str, cells.columns)], [[d, *map(str, rec)] for d, rec in zip(cells.index, cells.values)])
     beside = []
     for m in board.beside:
         grid = board.grids[m]
-        beside.append((m, (["defense", *map(str, grid.cells.columns)],
-                           [[d, *map(str, rec)] for d, rec in zip(grid.cells.index, grid.cells.values)])))
+        shown = with_points(board, m, grid.cells)
+        beside.append((m, (["defense", *map(str, shown.columns)],
+                           [[d, *map(str, rec)] for d, rec in zip(shown.index, shown.values)])))
     intervals = []
     for m in board.shown:
         if m in board.grids:

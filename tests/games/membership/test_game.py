@@ -130,3 +130,18 @@ def test_play_is_score_of_the_attacks_run_on_the_typed_view(game: MembershipGame
     assert all(np.array_equal(apart.arrays[k], together.arrays[k]) for k in together.arrays)
     with pytest.raises(TypeError, match="not a MembershipGuess"):
         game.score(attack, object())
+
+
+def test_score_records_the_operating_point_of_every_tpr_it_reports(game: MembershipGame) -> None:
+    """Each TPR@FPR that is a number carries its operating point; applied to the saved scores it gives the counts."""
+    n = len(game.challenge)
+    scores = np.random.default_rng(0).normal(size=n)
+    outcome = game.score(Spy(Spy.Params()), MembershipGuess(scores, scores > 0))
+    reported = {k for k, v in outcome.metrics.items() if k.startswith("tpr@") and v is not None}
+    assert reported == {"tpr@10%fpr"} and set(outcome.operating_points) == reported  # 60 non-members: 10 % only
+    point = outcome.operating_points["tpr@10%fpr"]
+    member = outcome.arrays["is_member"].astype(bool)
+    called = outcome.arrays["scores"] >= point["threshold"]
+    assert (point["members"], point["nonmembers"]) == (60, 60)
+    assert int((called & ~member).sum()) == point["false_positives"] <= 6
+    assert int((called & member).sum()) / 60 == outcome.metrics["tpr@10%fpr"]

@@ -8,9 +8,16 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score, roc_curve
 
-from arena.contracts.metric import tpr_at_fpr
+from arena.contracts.metric import fpr_level, tpr_at_fpr
 from arena.games.membership.game import MembershipGame
-from arena.games.membership.metrics import bootstrap_metrics, membership_metrics, resample, score_metrics
+from arena.games.membership.metrics import (
+    bootstrap_metrics,
+    membership_metrics,
+    membership_scores,
+    operating_points,
+    resample,
+    score_metrics,
+)
 
 
 def test_hand_computed_case() -> None:
@@ -107,3 +114,51 @@ def test_the_games_resample_draws_what_scores_determine_and_nothing_else() -> No
     assert resample({"scores": scores}, ["auc"], resamples=10, seed=0) is None  # nothing saved to resample
     assert resample({"scores": scores, "is_member": np.ones(100)}, ["auc"], resamples=10, seed=0) is None
     assert resample(arrays, ["balanced_accuracy"], resamples=10, seed=0) == {}
+
+
+def test_operating_points_match_a_hand_computation() -> None:
+    # 10 members score 20..11; 100 non-members score 0..99 / 10 (0.0, 0.1, ..., 9.9), and one non-member 15.5.
+    members = np.arange(20.0, 10.0, -1.0)
+    nonmembers = np.r_[np.arange(100) / 10, 15.5]
+    scores = np.r_[members, nonmembers]
+    member = np.r_[np.ones(10, bool), np.zeros(101, bool)]
+    metrics, _, points = membership_scores(scores, member, scores > 12)
+    # 1 % of 101 non-members allows 1 false positive: the cut after score 11 (every member, the 15.5 non-member)
+    one = points["tpr@1%fpr"]
+    assert one == {"threshold": 11.0, "fpr": 1 / 101, "false_positives": 1, "nonmembers": 101,
+                   "true_positives": 10, "members": 10}
+    assert metrics["tpr@1%fpr"] == 1.0
+    # 10 % allows 10 false positives, but no more members are to be had: the fewest false positives reaching TPR 1
+    assert points["tpr@10%fpr"]["threshold"] == 11.0 and points["tpr@10%fpr"]["false_positives"] == 1
+    # 0.1 % of 101 non-members cannot be resolved: neither the metric nor its operating point is reported
+    assert metrics["tpr@0.1%fpr"] is None and "tpr@0.1%fpr" not in points
+    # at FPR 0 (no false positive allowed): members 20..16 only, threshold 16
+    (zero,) = operating_points(scores, member, (0.0,)).values()
+    assert zero == {"threshold": 16.0, "fpr": 0.0, "false_positives": 0, "nonmembers": 101, "true_positives": 5,
+                    "members": 10}
+
+
+def test_an_operating_point_applied_to_the_scores_reproduces_the_tpr_and_the_false_positives() -> None:
+    rng = np.random.default_rng(5)
+    member = rng.random(3000) < 0.5
+    scores = np.round(rng.normal(size=3000) + 1.2 * member, 2)  # many ties: cuts only between distinct scores
+    metrics, _, points = membership_scores(scores, member, scores > 0)
+    assert set(points) == {k for k in ("tpr@10%fpr", "tpr@1%fpr", "tpr@0.1%fpr") if metrics[k] is not None}
+    for key, p in points.items():
+        called = scores >= p["threshold"]
+        assert int((called & member).sum()) == p["true_positives"]
+        assert int((called & ~member).sum()) == p["false_positives"]
+        assert p["true_positives"] / p["members"] == metrics[key]
+        assert p["fpr"] == p["false_positives"] / p["nonmembers"] <= fpr_level(key)
+        # the threshold sits between distinct scores: the next lower score would add a point
+        below = scores[scores < p["threshold"]]
+        assert below.size == 0 or (scores >= below.max()).sum() > called.sum()
+
+
+def test_an_attack_with_no_true_positive_at_the_level_calls_no_point_a_member() -> None:
+    scores = np.r_[np.zeros(5), np.arange(1.0, 201.0)]  # the 200 non-members all score above the 5 members
+    member = np.r_[np.ones(5, bool), np.zeros(200, bool)]
+    metrics, _, points = membership_scores(scores, member, scores > 0)
+    assert metrics["tpr@1%fpr"] == 0.0
+    assert points["tpr@1%fpr"] == {"threshold": None, "fpr": 0.0, "false_positives": 0, "nonmembers": 200,
+                                   "true_positives": 0, "members": 5}

@@ -14,7 +14,7 @@ import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from arena.games.membership.metrics import membership_metrics
+from arena.games.membership.metrics import membership_scores
 from arena.pipeline.store import RunStore
 
 EVIL_DEFENSE = "<script>alert(1)</script>"
@@ -47,7 +47,7 @@ def membership_row(store: RunStore, key: str, defense: str, eps: float | None, a
     is_member = np.array([1] * 100 + [0] * 100, dtype=np.int8)
     scores = rng.normal(size=200) + (np.where(is_member == 1, 100.0, 0.0) if np.isinf(separation)
                                      else separation * is_member)
-    metrics, notes = membership_metrics(scores, is_member, scores > 0.5)
+    metrics, notes, points = membership_scores(scores, is_member, scores > 0.5)
     store.save_arrays(key, {"scores": torch.from_numpy(scores), "is_member": torch.from_numpy(is_member)})
     label = defense if eps is None else f"{defense}(eps={eps:g})"
     return {
@@ -55,6 +55,7 @@ def membership_row(store: RunStore, key: str, defense: str, eps: float | None, a
         "epsilon": eps, "delta": None if eps is None else DELTA, "attack": attack, "attack_label": attack,
         "seed": seed, "status": "ok",
         "utility": 0.9 - 0.01 * seed - (0.3 if eps is not None and eps < 2 else 0.0), "metrics": metrics,
+        "operating_points": points,
         "notes": notes, "claim": None if eps is None else {"epsilon": eps * 0.99, "delta": DELTA},
         "error": None, "seconds": 1.5 + seed, "trained_models": 1,
     }
@@ -143,7 +144,7 @@ def wide_run(tmp_path_factory: pytest.TempPathFactory) -> RunStore:
                 is_member = np.r_[np.ones(200, np.int8), np.zeros(200, np.int8)]
                 shift = (1.5 - 0.25 * i) * (0.5 + 0.15 * j)
                 scores = rng.normal(size=400) + shift * is_member
-                metrics, notes = membership_metrics(scores, is_member, scores > 0.5)
+                metrics, notes, points = membership_scores(scores, is_member, scores > 0.5)
                 arrays = {"scores": scores, "is_member": is_member}
                 store.save_arrays(key, {k: torch.from_numpy(v) for k, v in arrays.items()})
                 store.save_draws(key, resample(arrays, list(metrics), resamples=RESAMPLES, seed=resample_seed(key)))
@@ -151,7 +152,7 @@ def wide_run(tmp_path_factory: pytest.TempPathFactory) -> RunStore:
                     "key": key, "scenario": "wide", "track": WIDE_TRACK, "game": "membership", "defense": plugin,
                     "defense_label": label, "epsilon": eps, "delta": None if eps is None else DELTA,
                     "attack": attack.split("(")[0], "attack_label": attack, "seed": seed, "status": "ok",
-                    "utility": 0.95 - 0.08 * i + 0.01 * seed, "metrics": metrics, "notes": notes, "claim": claim,
-                    "error": None, "seconds": 1.0, "trained_models": 1, **columns,
+                    "utility": 0.95 - 0.08 * i + 0.01 * seed, "metrics": metrics, "operating_points": points,
+                    "notes": notes, "claim": claim, "error": None, "seconds": 1.0, "trained_models": 1, **columns,
                 })
     return store

@@ -111,3 +111,18 @@ def test_mean_roc_averages_the_step_curves_vertically() -> None:
 
 def test_matplotlib_text_is_literal() -> None:
     assert figures.text("$\\frac$") == "\\$\\\\frac\\$"
+
+
+@pytest.mark.slow
+def test_every_tpr_at_fpr_in_the_tables_carries_its_operating_point(fake_run, report_text) -> None:
+    """The leaderboard's TPR@FPR cells read '<mean ± sd (n)> (thr t, FPR f %, k FP / n over 2 seeds)': the pooled
+    counts of the rows' operating points."""
+    from arena.results import leaderboard
+
+    (board,) = [b for b in leaderboard.build(fake_run.store.results()) if b.track == "digits-mlp"]
+    assert board.metric == "tpr@1%fpr"
+    visible = " ".join(Page(report_text).text)
+    for (d, a), point in board.grids["tpr@1%fpr"].points.items():
+        assert f"{board.grids['tpr@1%fpr'].cells.loc[d, a]} ({point.text()})" in visible, (d, a)
+        assert point.nonmembers == 200 and " FP / 200 over 2 seeds" in point.text()
+    assert len(board.grids["tpr@1%fpr"].points) == board.means.size
