@@ -23,17 +23,30 @@ from arena.pipeline.procedure import TrainingProcedure
 
 
 class MembershipGameSpec(GameSpec):
-    """Members and as many non-members are the challenge; population and test are disjoint from both."""
+    """Members and as many non-members are the challenge; population and test are disjoint from both.
+
+    ``reference``: records given to a defense that needs a reference set (``Defense.needs_reference``: adv-reg,
+    dmp, mixup-mmd, early-stopping, memguard), disjoint from the challenge, the test set and the attacker's
+    population. Default: the records left after the population (when ``population`` is set), at most ``members``
+    of them; set, they are taken after the population (with ``population`` unset, the population is the rest)."""
 
     model_config = ConfigDict(extra="forbid")
     name: Literal["membership"]
     members: PositiveInt
     test: PositiveInt = 400
     population: PositiveInt | None = None
+    reference: PositiveInt | None = None
     stratify: bool = True
 
     def required_points(self) -> int:
-        return 2 * self.members + self.test + (self.population or 1)
+        return 2 * self.members + self.test + (self.population or 1) + (self.reference or 0)
+
+    def reference_size(self, n_records: int) -> int:
+        """Records of the defender's reference set on a dataset of ``n_records`` (0: none to give)."""
+        if self.reference:
+            return self.reference
+        left = n_records - 2 * self.members - self.test - (self.population or n_records)
+        return max(0, min(self.members, left))
 
 
 class MembershipView(View):
@@ -83,6 +96,11 @@ class MembershipGame(Game):
     A defense whose release was trained elsewhere (``TrainedElsewhere``) fixes the split instead: its members,
     ``members`` of its non-members drawn per seed, and the test set and population from the records in neither
     list; the attacker's shadow models then train with the defense it names for them.
+
+    A defense that ``needs_reference`` is given the game's reference set (``reference``: records in none of the
+    challenge, the test set and the population) with the members when the release trains; the attacker's
+    ``train`` is bound to the attacker's own population as its shadows' reference set (kept in the arena's
+    process: a sandboxed attack never receives it).
     """
 
     name = "membership"
@@ -97,6 +115,7 @@ class MembershipGame(Game):
     primary_metric = "auc"
     rank_metric = "tpr@1%fpr"  # Carlini et al. 2022: TPR at low FPR first, AUC beside it
     resample = "arena.games.membership.metrics:resample"
+    supplies_reference = True
     spec: MembershipGameSpec
 
     def __init__(self, spec: MembershipGameSpec, dataset, seed: int) -> None:  # noqa: ANN001
@@ -114,14 +133,17 @@ class MembershipGame(Game):
 
     def _deal(self, members: np.ndarray, nonmembers: np.ndarray) -> None:
         """The challenge (members and non-members, shuffled) and, from the other records in the split's order,
-        the test set and the population."""
+        the test set, the population and the defender's reference set."""
         m, t = len(members), self.spec.test
         self.members, self.nonmembers = members, nonmembers
         taken = np.zeros(self.dataset.n, dtype=bool)
         taken[members] = taken[nonmembers] = True
         rest = self._order[~taken[self._order]]
         self.test = rest[:t]
-        self.population = rest[t : t + self.spec.population] if self.spec.population else rest[t:]
+        tail = rest[t:]
+        r = self.spec.reference or 0
+        self.population = tail[: self.spec.population] if self.spec.population else tail[: len(tail) - r]
+        self.reference = tail[len(self.population):][: r or m]
         challenge = np.concatenate([members, nonmembers])
         shuffle = permutation(len(challenge), "membership-challenge", self.seed)
         self.challenge = challenge[shuffle]
@@ -162,7 +184,13 @@ class MembershipGame(Game):
     @classmethod
     def defense_problems(cls, spec: GameSpec, dataset: Any, arch: Any, defense: Any) -> list[tuple[str, str]]:
         """A model trained elsewhere must fit the track's dataset and model: its ``trained_elsewhere`` raises
-        ``ValueError('field: message')`` otherwise."""
+        ``ValueError('field: message')`` otherwise. A defense that ``needs_reference`` needs records left for it."""
+        if (getattr(defense, "needs_reference", False) and isinstance(spec, MembershipGameSpec)
+                and spec.reference_size(dataset.n) < 1):
+            return [("", f"defense {getattr(defense, 'name', '?')!r} needs a reference set, and game {spec.name!r} "
+                         f"leaves no record of dataset {dataset.name!r} ({dataset.n} records) outside the challenge, "
+                         "the test set and the population: set game.reference (records given to the defender), "
+                         "or a game.population that leaves records over")]
         hand_over = getattr(defense, "trained_elsewhere", None)
         if not callable(hand_over):
             return []
@@ -178,8 +206,13 @@ class MembershipGame(Game):
         if given is not None:
             return given
         X, y = self.records(self.members)
+        reference = {}
+        if procedure.defense.needs_reference:  # every member trains; the reference set is outside the challenge
+            Xr, yr = self.records(self.reference)
+            reference = {"reference_X": Xr, "reference_y": yr}
         models, claim = procedure(
-            X[None], y[None], [derive_seed(self.seed, "release-init")], [derive_seed(self.seed, "release-train")]
+            X[None], y[None], [derive_seed(self.seed, "release-init")], [derive_seed(self.seed, "release-train")],
+            **reference,
         )
         Xt, yt = self.records(self.test)
         return Release(models=models, utility=float(models.accuracy(Xt, yt)[0]), claim=claim)
@@ -191,6 +224,9 @@ class MembershipGame(Game):
         shape of one record (``input_shape``, e.g. (1, 8, 8) for an image, (d,) for a table row)."""
         cX, cy = self.records(self.challenge)
         pX, py = self.records(self.population)
+        train = procedure if self._shadows is None else self._shadows
+        if train.defense.needs_reference:  # the attacker's shadows: its own population is their reference set
+            train = dataclasses.replace(train, reference_X=pX, reference_y=py)
         return MembershipView(attack.name, attack.threat_model, {
             "challenge_X": cX,
             "challenge_y": cy,
@@ -204,7 +240,7 @@ class MembershipGame(Game):
             "parameters": release.models,
             "population_X": pX,
             "population_y": py,
-            "train": procedure if self._shadows is None else self._shadows,
+            "train": train,
         })
 
     def score(self, attack: Attack, guess: Any) -> Outcome:

@@ -77,14 +77,24 @@ def plan_pool(n_challenge: int, train_size: int, k: int, pool_seed: int) -> Pool
 def train_pool(view, k: int, data: PoolData = "challenge") -> ShadowPool:  # noqa: ANN001 - a membership View
     """Train the k shadows of this game's pool through the target's training procedure, planned as chunks of
     ``view.train.chunk`` models: each chunk is one batched call, its own cache entry and, under Ray, its own task.
-    ``data`` names the records the shadows train on (``population`` needs the population capability)."""
+    ``data`` names the records the shadows train on (``population`` needs the population capability).
+
+    A defense that ``needs_reference`` takes its shadows' reference set from the attacker's population: the one the
+    game bound to ``view.train`` for challenge pools; for a population pool, each shadow's population records
+    outside its own training set (never one of its members)."""
     records_X, records_y = (view.challenge_X, view.challenge_y) if data == "challenge" else (
         view.population_X, view.population_y)
     plan = plan_pool(len(records_y), view.train_size, k, view.pool_seed)
     rows = torch.from_numpy(plan.rows)
     X, y = records_X[rows], records_y[rows]
     init, train = torch.from_numpy(plan.init_seeds), torch.from_numpy(plan.train_seeds)
+    parts: tuple[torch.Tensor, ...] = (X, y, init, train)
+    if data == "population" and getattr(view.train.defense, "needs_reference", False):
+        outside = np.stack([np.flatnonzero(~taken) for taken in plan.challenge_in])  # [k, P - train_size]
+        if outside.shape[1] == 0:
+            raise ValueError(f"defense {view.train.defense.name!r} needs a reference set, and shadows of "
+                             f"{view.train_size} records leave none of the {len(records_y)} population records out")
+        parts += (records_X[torch.from_numpy(outside)], records_y[torch.from_numpy(outside)])
     size = view.train.chunk
-    chunks = [(X[s : s + size], y[s : s + size], init[s : s + size], train[s : s + size]) for s in range(0, k, size)]
-    parts = view.train.train_chunks(chunks)
-    return ShadowPool(Models.cat(parts), plan.challenge_in)
+    chunks = [tuple(t[s : s + size] for t in parts) for s in range(0, k, size)]
+    return ShadowPool(Models.cat(view.train.train_chunks(chunks)), plan.challenge_in)
