@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from arena import FitTask, derive_seed
 
@@ -18,6 +19,22 @@ from arena import FitTask, derive_seed
 def fraction(default: float, description: str) -> Any:
     """A pydantic field for a fraction of the training set, strictly between 0 and 1."""
     return Field(default=default, gt=0.0, lt=1.0, allow_inf_nan=False, description=description)
+
+
+def retired(defense: str, *names: str) -> Any:
+    """A before-validator for a defense's Params that accepts and ignores ``names``, the fractions of the members it
+    once held out as its reference or validation set, with a ``DeprecationWarning`` (for one release): the reference
+    set is now population data the game supplies (``FitTask.reference_X``; the membership game's ``reference``)."""
+
+    def drop(cls: type, data: Any) -> Any:
+        if isinstance(data, dict) and (gone := [n for n in names if n in data]):
+            warnings.warn(f"{defense}: {', '.join(gone)} no longer applies and is ignored: the defense trains on every "
+                          "member and takes its reference data from the game (game.reference); remove it",
+                          DeprecationWarning, stacklevel=2)
+            data = {k: v for k, v in data.items() if k not in gone}
+        return data
+
+    return model_validator(mode="before")(classmethod(drop))
 
 
 def refuse_newton(name: str, task: FitTask) -> None:

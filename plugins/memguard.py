@@ -1,10 +1,11 @@
 """MemGuard (Jia et al., CCS 2019): an inference-time defense that turns each answered confidence vector into an
 adversarial example for a membership classifier, without changing the predicted label.
 
-Training: the released model trains as ``nonprivate`` does (the engine's training, the whole training set). The
-defender's own membership classifier g (logistic regression on the sorted confidence vector) learns from a model
-trained the same way on all but a held-out split: its outputs on its training rows (members) against those on the
-held-out rows (non-members), classes weighted equally. g's weights travel with the release.
+Training: the released model trains as ``nonprivate`` does (the engine's training, every member). The defender's
+own membership classifier g (logistic regression on the sorted confidence vector) learns, as in the paper, from
+the released model's outputs on its training set (members) against those on the reference set (non-members:
+population records the challenger gives the defender, ``FitTask.reference_X``, disjoint from the members and the
+challenge), classes weighted equally. g's weights travel with the release.
 
 Answering, per query with confidence vector s = softmax(z) and label l (the paper's Phase I): starting from z,
 normalised gradient steps on |g's decision value| + c₂·max(0, max_{j≠l} z'_j − z'_l) + c₃·||softmax(z') − s||₂;
@@ -21,7 +22,7 @@ import torch.nn.functional as F
 from pydantic import Field, PositiveInt
 
 from arena import RECIPE_FIELDS, Defense, Fit, FitTask, Models, PluginParams, hookimpl, train
-from arena_plugins.defense_kit import StackedMLP, fraction, model_seeds, row_hash, rows, split
+from arena_plugins.defense_kit import StackedMLP, model_seeds, retired, row_hash
 
 _COIN = 1 << 20
 
@@ -29,11 +30,11 @@ _COIN = 1 << 20
 class MemGuardParams(PluginParams):
     budget: float = Field(default=1.0, gt=0.0, le=2.0, allow_inf_nan=False,
                           description="ε: the expected L1 distortion of an answer, in (0, 2]")
-    holdout: float = fraction(0.3, "fraction held out as non-members for the defender's own classifier")
     steps: PositiveInt = Field(default=100, le=10_000, description="gradient steps of Phase I per query")
     step_size: float = Field(default=0.1, gt=0.0, le=100.0, allow_inf_nan=False, description="β of Phase I")
     c2: float = Field(default=10.0, ge=0.0, le=1e6, allow_inf_nan=False, description="weight of the label term")
     c3: float = Field(default=0.1, ge=0.0, le=1e6, allow_inf_nan=False, description="weight of the distortion term")
+    _retired = retired("memguard", "holdout")
 
 
 def decision(probs: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -74,21 +75,21 @@ class MemGuard(Defense):
     """Confidence masking at answering time against the defender's own membership classifier (Jia et al. 2019)."""
 
     name = "memguard"
+    version = "2"
     Params = MemGuardParams
     params: MemGuardParams
     honours = RECIPE_FIELDS - {"solver"}
     answers_queries = True
+    needs_reference = True
 
     def fit(self, task: FitTask) -> Fit:
         if task.solver == "newton":
             raise ValueError("memguard trains by gradient steps; solver 'newton' does not apply")
+        Xr, _ = task.reference(self.name)
         state = train(task.arch, task.X, task.y, task.recipe, task.init_seeds, task.train_seeds)
-        keep, held = split(task, self.params.holdout, "memguard")
-        seeds = torch.tensor(model_seeds(task, "memguard-shadow"), dtype=torch.int64, device=task.device)
-        shadow = Models(task.arch, train(task.arch, rows(task.X, keep), rows(task.y, keep), task.recipe,
-                                         task.init_seeds, seeds))
-        members = shadow.predict_proba(rows(task.X, keep))
-        others = shadow.predict_proba(rows(task.X, held))
+        released = Models(task.arch, state)
+        members = released.predict_proba(task.X)
+        others = released.predict_proba(Xr)
         g = StackedMLP(model_seeds(task, "memguard-classifier"), [task.arch.n_classes], task.X.dtype, task.device)
         opt = torch.optim.Adam(g.parameters(), lr=0.05)
         for _ in range(300):

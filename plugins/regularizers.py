@@ -1,10 +1,9 @@
 """Empirical defenses that change the training loss or when training stops, in plain PyTorch on the defense API:
-label smoothing (Szegedy et al. 2016), early stopping on a held-out split, and MixupMMD (Li, Li & Ribeiro 2021).
-None claims a privacy guarantee."""
+label smoothing (Szegedy et al. 2016), early stopping on the reference set, and MixupMMD (Li, Li & Ribeiro 2021).
+Every member is trained on; early stopping and MixupMMD watch population records the challenger gives the defender
+(``FitTask.reference_X``), never members. None claims a privacy guarantee."""
 
 from __future__ import annotations
-
-import dataclasses
 
 import numpy as np
 import torch
@@ -13,14 +12,13 @@ from pydantic import Field, PositiveInt
 
 from arena import RECIPE_FIELDS, Defense, Fit, FitTask, PluginParams, hookimpl
 from arena_plugins.defense_kit import (
-    fraction,
     indexed,
     masked_mean,
     model_seeds,
     refuse_newton,
+    retired,
     rows,
     soft_cross_entropy,
-    split,
     steps_per_epoch,
 )
 
@@ -53,33 +51,35 @@ class LabelSmoothing(Defense):
 
 
 class EarlyStoppingParams(PluginParams):
-    holdout: float = fraction(0.2, "fraction of the training set held out to watch the loss on (not trained on)")
-    patience: PositiveInt = Field(default=5, le=10_000, description="epochs without a better held-out loss to stop")
+    patience: PositiveInt = Field(default=5, le=10_000,
+                                  description="epochs without a better loss on the reference set to stop")
+    _retired = retired("early-stopping", "holdout")
 
 
 class EarlyStopping(Defense):
-    """Train on all but a held-out split and release, per model, the epoch with the lowest held-out loss (stopping
-    once ``patience`` epochs bring no improvement): the classical remedy for the overfitting that membership
-    inference exploits. Costs the held-out records' utility and at most the recipe's epochs."""
+    """Train on every member and release, per model, the epoch with the lowest loss on the reference set (population
+    records outside the training set, the validation data; stopping once ``patience`` epochs bring no improvement):
+    the classical remedy for the overfitting that membership inference exploits. Costs at most the recipe's
+    epochs."""
 
     name = "early-stopping"
+    version = "2"
     Params = EarlyStoppingParams
     params: EarlyStoppingParams
     honours = RECIPE_FIELDS - {"solver", "ema"}
+    needs_reference = True
 
     def fit(self, task: FitTask) -> Fit:
         refuse_newton(self.name, task)
-        keep, held = split(task, self.params.holdout, "early-stopping")
-        sub = dataclasses.replace(task, X=rows(task.X, keep), y=rows(task.y, keep))
-        Xh, yh = rows(task.X, held), rows(task.y, held)
+        Xh, yh = task.reference(self.name)
         ensemble = task.ensemble()
         opt = task.optimizer(ensemble)
-        per_epoch = steps_per_epoch(sub)
+        per_epoch = steps_per_epoch(task)
         best = ensemble.detached()
         with torch.no_grad():
             best_loss = self._held_loss(ensemble, Xh, yh)
         waited = torch.zeros(task.k, dtype=torch.int64, device=task.device)
-        for step, (X, y, valid) in enumerate(sub.minibatches()):
+        for step, (X, y, valid) in enumerate(task.minibatches()):
             opt.zero_grad(set_to_none=True)
             ce = F.cross_entropy(ensemble(X).transpose(1, 2), y, reduction="none")
             masked_mean(ce, valid).sum().backward()
@@ -110,7 +110,7 @@ class MixupMMDParams(PluginParams):
                                description="mixup's Beta(α, α) for the mixing weight")
     bandwidth: float = Field(default=1.0, gt=0.0, le=100.0, allow_inf_nan=False,
                              description="σ of the Gaussian kernel on softmax outputs")
-    validation: float = fraction(0.2, "fraction of the training set held out as the validation set")
+    _retired = retired("mixup-mmd", "validation")
 
 
 def class_mmd(P: torch.Tensor, yp: torch.Tensor, Q: torch.Tensor, yq: torch.Tensor, sigma: float,
@@ -137,27 +137,29 @@ def class_mmd(P: torch.Tensor, yp: torch.Tensor, Q: torch.Tensor, yq: torch.Tens
 class MixupMMD(Defense):
     """MixupMMD (Li, Li & Ribeiro, CODASPY 2021): cross-entropy on mixup of each training batch (x̃ = λx + (1−λ)x',
     ỹ likewise, λ ~ Beta(α, α)) plus λ_MMD times the class-conditional squared MMD between the softmax outputs on
-    the (clean) training batch and on an equal-sized batch of a held-out validation split, which pulls the output
-    distributions of members and non-members together. Draws from each model's own seed."""
+    the (clean) training batch and on an equal-sized batch of the validation set, which pulls the output
+    distributions of members and non-members together. Every member is trained on; the validation set is the
+    reference set (population records outside the training set). Draws from each model's own seed."""
 
     name = "mixup-mmd"
+    version = "2"
     Params = MixupMMDParams
     params: MixupMMDParams
     honours = RECIPE_FIELDS - {"solver"}
+    needs_reference = True
 
     def fit(self, task: FitTask) -> Fit:
         refuse_newton(self.name, task)
         p = self.params
-        keep, held = split(task, p.validation, "mixup-mmd")
-        sub = indexed(task, keep)
-        y_keep, Xv, yv = rows(task.y, keep), rows(task.X, held), rows(task.y, held)
+        Xv, yv = task.reference(self.name)
+        sub = indexed(task)
         gens = [np.random.default_rng(s) for s in model_seeds(task, "mixup-mmd")]
         ensemble = task.ensemble()
         opt = task.optimizer(ensemble)
-        C, V = task.arch.n_classes, held.shape[1]
+        C, V = task.arch.n_classes, Xv.shape[1]
         for X, pos, valid in sub.minibatches():
             K, B = pos.shape
-            y = y_keep.gather(1, pos)
+            y = task.y.gather(1, pos)
             draws = [(g.beta(p.mixup_alpha, p.mixup_alpha), g.permutation(B), g.integers(0, V, B)) for g in gens]
             lam = torch.tensor([d[0] for d in draws], dtype=X.dtype, device=X.device)
             perm = torch.from_numpy(np.stack([d[1] for d in draws])).to(X.device)

@@ -86,6 +86,11 @@ class FitTask:
     penalty for a loss stepped by an optimiser of the defense's own, and ``finish(ensemble, optimizer)`` the result.
     A plain-PyTorch defense declares the recipe fields it honours (``Defense.honours``); a track that sets one it
     does not is refused when the scenario is validated.
+
+    ``reference_X`` [K, r, d] and ``reference_y`` [K, r]: population records from the training data's distribution
+    that are in none of the K training sets (nor the game's challenge), given only to a defense that declares
+    ``Defense.needs_reference`` (None otherwise): its reference or validation data. Every row of ``X`` is a member
+    and must be trained on as one; never carve a reference set out of ``X``.
     """
 
     arch: Architecture
@@ -95,6 +100,8 @@ class FitTask:
     init_seeds: torch.Tensor
     train_seeds: torch.Tensor
     solver: Literal["auto", "gradient", "newton"] = "auto"
+    reference_X: torch.Tensor | None = None
+    reference_y: torch.Tensor | None = None
 
     @property
     def k(self) -> int:
@@ -103,6 +110,14 @@ class FitTask:
     @property
     def n(self) -> int:
         return self.X.shape[1]
+
+    def reference(self, defense: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(``reference_X`` [K, r, d], ``reference_y`` [K, r]); a ``ValueError`` naming ``defense`` without them."""
+        if self.reference_X is None or self.reference_y is None or self.reference_X.shape[1] == 0:
+            raise ValueError(f"defense {defense!r} needs a reference set (population records outside its training "
+                             "set; Defense.needs_reference), and none was given: the game supplies one to the "
+                             "release, the attacker's population to its shadow models")
+        return self.reference_X, self.reference_y
 
     def ensemble(self) -> Ensemble:
         """The K models, initialised from ``init_seeds`` exactly as the engine initialises them."""
@@ -222,6 +237,10 @@ class Defense:
     requires: ClassVar[frozenset[str]] = frozenset()
     """Recipe fields that must be in effect for this defense (e.g. ``augment`` for augmentation multiplicity): a
     scenario that leaves one at its neutral value is refused when validated, naming the field."""
+    needs_reference: ClassVar[bool] = False
+    """True for a defense that needs reference (or validation) records outside its training set: the procedure
+    hands it ``FitTask.reference_X``/``reference_y`` (population records the challenger provides, disjoint from the
+    members and the challenge); a game that supplies none refuses it when the scenario is validated."""
     answers_queries: ClassVar[bool] = False
     """True for an inference-time defense: every query answer of its released models (and of shadow models it
     trains) goes through ``answer``; white-box access (``parameters``) still sees the model itself."""

@@ -90,6 +90,10 @@ class Game:
     """``"module:function"``: ``function(arrays, metrics, *, resamples, seed) -> {metric: draws} | None``, the
     bootstrap of a matchup's ``metrics`` from its saved arrays (None: they cannot be recomputed from them)."""
 
+    supplies_reference: ClassVar[bool] = False
+    """True for a game that hands a defense declaring ``needs_reference`` its reference set (records outside the
+    training set and the challenge) when it trains the release, and binds one to the attacker's ``train``."""
+
     def __init__(self, spec: GameSpec, dataset: Dataset, seed: int) -> None:
         self.spec = spec
         self.dataset = dataset
@@ -111,10 +115,15 @@ class Game:
     def defense_problems(cls, spec: GameSpec, dataset: Dataset, arch: Any, defense: Any) -> list[tuple[str, str]]:
         """(field of the defense's entry, message) for every way the configuration ``defense`` cannot play ``spec``
         on ``dataset`` with the track's model ``arch``, checked when the scenario is validated. Default: a defense
-        that hands over a model trained elsewhere (``trained_elsewhere``, which the membership game plays) cannot."""
+        that hands over a model trained elsewhere (``trained_elsewhere``, which the membership game plays) cannot, nor
+        can a defense that ``needs_reference`` play a game that does not ``supply_reference``."""
         if callable(getattr(defense, "trained_elsewhere", None)):
             return [("name", f"defense {getattr(defense, 'name', '?')!r} releases a model trained elsewhere, which "
                              f"the {cls.name!r} game does not play")]
+        if getattr(defense, "needs_reference", False) and not cls.supplies_reference:
+            return [("name", f"defense {getattr(defense, 'name', '?')!r} needs a reference set (population records "
+                             f"outside its training set), which the {cls.name!r} game does not supply; play it in "
+                             "the 'membership' game")]
         return []
 
     @classmethod

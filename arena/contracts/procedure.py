@@ -14,8 +14,9 @@ from arena.contracts.release import Models
 from arena.engine.architecture import Architecture
 from arena.engine.recipe import Recipe
 
-Chunk = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
-"""One independently trained part of a pool: X [K, n, d], y [K, n], init seeds [K], train seeds [K]."""
+Chunk = tuple[torch.Tensor, ...]
+"""One independently trained part of a pool: X [K, n, d], y [K, n], init seeds [K], train seeds [K], optionally
+followed by each model's reference set (``reference_X`` [K, r, d], ``reference_y`` [K, r]; see ``Procedure``)."""
 
 
 class Procedure(Protocol):
@@ -28,6 +29,11 @@ class Procedure(Protocol):
     chunk: int
 
     def __call__(self, X: torch.Tensor, y: torch.Tensor, init_seeds: Sequence[int] | torch.Tensor,
-                 train_seeds: Sequence[int] | torch.Tensor) -> tuple[Models, Claim | None]: ...
+                 train_seeds: Sequence[int] | torch.Tensor, reference_X: torch.Tensor | None = None,
+                 reference_y: torch.Tensor | None = None) -> tuple[Models, Claim | None]:
+        """``reference_X`` [r, d] (shared) or [K, r, d], ``reference_y`` likewise: the reference set a defense that
+        ``needs_reference`` is given, records outside every model's training set; None: the one the procedure was
+        bound to (the game binds the attacker's population)."""
+        ...
 
     def train_chunks(self, chunks: Sequence[Chunk]) -> list[Models]: ...

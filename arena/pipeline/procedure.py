@@ -85,6 +85,11 @@ class TrainingProcedure:
     code: dict = field(default_factory=dict)
     """The code that trains (``arena.pipeline.provenance``: the defense's and model's plugins, with their source
     hashes when installed locally), part of every cache key: an edited defense never reuses models."""
+    reference_X: torch.Tensor | None = None
+    """The reference set bound to this procedure ([r, d], shared by every model; ``reference_y`` [r]), handed to a
+    defense that ``needs_reference`` when a call passes none: the membership game binds the attacker's population
+    to ``view.train`` (it stays in the arena's process: the sandbox's proxy never carries it)."""
+    reference_y: torch.Tensor | None = None
 
     def identity(self) -> dict:
         """Everything that determines the trained models apart from data and seeds."""
@@ -104,24 +109,52 @@ class TrainingProcedure:
         y: torch.Tensor,
         init_seeds: Sequence[int] | torch.Tensor,
         train_seeds: Sequence[int] | torch.Tensor,
+        reference_X: torch.Tensor | None = None,
+        reference_y: torch.Tensor | None = None,
     ) -> tuple[Models, Claim | None]:
-        """Train K models, model k on (X[k], y[k]); X is [K, n, d], y [K, n]."""
+        """Train K models, model k on (X[k], y[k]); X is [K, n, d], y [K, n]. ``reference_X`` [r, d] (shared) or
+        [K, r, d] and ``reference_y`` [r] or [K, r] (default: the bound ones): the reference set a defense that
+        ``needs_reference`` is given (records in no model's training set); other defenses never see it, and it is
+        in the cache key only for those that do."""
         init = torch.as_tensor(init_seeds, dtype=torch.int64)
         train = torch.as_tensor(train_seeds, dtype=torch.int64)
         if X.ndim != 3 or y.shape != X.shape[:2] or len(init) != X.shape[0] or len(train) != X.shape[0]:
             raise ValueError("training procedure needs X [K, n, d], y [K, n] and K init and train seeds")
+        reference = self._reference(X, reference_X, reference_y)
         self.stats.calls += 1
-        key = content_key({**self.identity(), "data": tensor_digest(X, y, init, train)})
+        data = tensor_digest(X, y, init, train) if reference is None else tensor_digest(X, y, init, train, *reference)
+        key = content_key({**self.identity(), "data": data})
         if self.cache is None:
-            models, claim, _ = self._fit(X, y, init, train)
+            models, claim, _ = self._fit(X, y, init, train, reference)
             return models, claim
         with self.cache.lock("models", key):
             if (hit := self.cache.get("models", key)) is not None:
                 self.stats.cached += X.shape[0]
                 return self._models(hit), self._claim(hit)
-            models, claim, tensors = self._fit(X, y, init, train)
+            models, claim, tensors = self._fit(X, y, init, train, reference)
             self.cache.put("models", key, tensors)
             return models, claim
+
+    def _reference(self, X: torch.Tensor, reference_X: torch.Tensor | None,
+                   reference_y: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The reference set [K, r, d], [K, r] the defense is handed (None for a defense that needs none)."""
+        if not self.defense.needs_reference:
+            return None
+        if (reference_X is None) != (reference_y is None):
+            raise ValueError("pass both reference_X and reference_y, or neither")
+        if reference_X is None:
+            reference_X, reference_y = self.reference_X, self.reference_y
+        if reference_X is None or reference_y is None or reference_y.numel() == 0:
+            raise ValueError(f"defense {self.defense.name!r} needs a reference set (population records outside every "
+                             "model's training set): pass reference_X and reference_y, or bind them to the procedure")
+        K = X.shape[0]
+        if reference_X.ndim == 2:
+            reference_X, reference_y = reference_X.expand(K, *reference_X.shape), reference_y.expand(K, -1)
+        if (reference_X.ndim != 3 or reference_X.shape[0] != K or reference_X.shape[2] != X.shape[2]
+                or tuple(reference_y.shape) != tuple(reference_X.shape[:2])):
+            raise ValueError(f"reference set of shape {tuple(reference_X.shape)} / {tuple(reference_y.shape)} does "
+                             f"not fit X {tuple(X.shape)}: need [r, d] and [r], or [K, r, d] and [K, r]")
+        return reference_X, reference_y
 
     def train_chunks(self, chunks: Sequence[Chunk]) -> list[Models]:
         """Train each chunk as its own cached unit. Inside a Ray worker, with a cache, every chunk is its own Ray
@@ -143,10 +176,13 @@ class TrainingProcedure:
         return [self(*chunk)[0] for chunk in chunks]
 
     def _fit(
-        self, X: torch.Tensor, y: torch.Tensor, init: torch.Tensor, train: torch.Tensor
+        self, X: torch.Tensor, y: torch.Tensor, init: torch.Tensor, train: torch.Tensor,
+        reference: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[Models, Claim | None, dict[str, torch.Tensor]]:
         """Train through the defense; also return the tensors the cache stores."""
         device = resolve_device(self.device)
+        Xr, yr = (None, None) if reference is None else (reference[0].to(device, torch.float32),
+                                                         reference[1].to(device, torch.int64))
         task = FitTask(
             arch=self.arch,
             recipe=self.recipe,
@@ -155,6 +191,8 @@ class TrainingProcedure:
             init_seeds=init.to(device),
             train_seeds=train.to(device),
             solver=self.solver,
+            reference_X=Xr,
+            reference_y=yr,
         )
         fit = self.defense.fit(task)
         self.stats.trained += X.shape[0]

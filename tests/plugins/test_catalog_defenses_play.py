@@ -16,7 +16,7 @@ BAD = {
     "label-smoothing": ("smoothing: 1.5", "smoothing"),
     "early-stopping": ("patience: 0", "patience"),
     "mixup-mmd": ("lam: -1", "lam"),
-    "adv-reg": ("reference: 0", "reference"),
+    "adv-reg": ("attack_steps: 0", "attack_steps"),
     "selena": ("submodels: 3, excluded: 3", ""),
     "dmp": ("temperature: 0", "temperature"),
     "hamp": ("gamma: 2", "gamma"),
@@ -37,7 +37,7 @@ tracks:
     dataset: {{name: digits}}
     model: {{name: cnn}}
     training: {{epochs: 2, lr: 0.05, batch_size: 32}}
-    game: {{name: membership, members: 50}}
+    game: {{name: membership, members: 50, test: 100, population: 200}}
     defenses:
 {defenses}
     attacks:
@@ -63,7 +63,7 @@ TOURNAMENT = {
         "dataset": {"name": "digits"},
         "model": {"name": "mlp", "hidden": [16]},
         "training": {"epochs": 3, "batch_size": 32, "lr": 0.1, "momentum": 0.9},
-        "game": {"name": "membership", "members": 60, "test": 100},
+        "game": {"name": "membership", "members": 60, "test": 100, "population": 200},
         "defenses": [
             {"name": "nonprivate"}, {"name": "label-smoothing", "smoothing": 0.1}, {"name": "early-stopping"},
             {"name": "mixup-mmd"}, {"name": "adv-reg"}, {"name": "selena", "submodels": 3, "excluded": 1},

@@ -17,7 +17,7 @@ from arena_plugins.memguard import MemGuard, MemGuardParams, decision, phase_one
 from tests.plugins.tiny_tasks import assert_alone_equals_batched, digits, digits_task
 
 
-@pytest.mark.parametrize("bad", [{"budget": 0.0}, {"budget": 2.5}, {"holdout": 1.0}, {"steps": 0},
+@pytest.mark.parametrize("bad", [{"budget": 0.0}, {"budget": 2.5}, {"steps": 0},
                                  {"step_size": -1.0}, {"c2": float("nan")}])
 def test_bad_parameters_are_refused(bad: dict) -> None:
     with pytest.raises(ValidationError):
@@ -77,9 +77,10 @@ def test_cached_models_answer_through_the_defense(tmp_path: Path) -> None:
     task = digits_task(epochs=2)
     defense = MemGuard(MemGuardParams(steps=20))
     make = lambda: TrainingProcedure(defense, task.arch, task.recipe, cache=TensorCache(tmp_path))  # noqa: E731
-    first, _ = make()(task.X, task.y, task.init_seeds, task.train_seeds)
+    reference = task.reference_X, task.reference_y
+    first, _ = make()(task.X, task.y, task.init_seeds, task.train_seeds, *reference)
     again = make()
-    second, _ = again(task.X, task.y, task.init_seeds, task.train_seeds)
+    second, _ = again(task.X, task.y, task.init_seeds, task.train_seeds, *reference)
     assert again.stats.cached == task.k and second.answering is not None
     X = digits()[0][:50]
     torch.testing.assert_close(first.logits(X), second.logits(X))

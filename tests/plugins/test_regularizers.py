@@ -1,4 +1,4 @@
-"""Label smoothing, early stopping on a held-out split and MixupMMD: validated parameters, their formulas on
+"""Label smoothing, early stopping on the reference set and MixupMMD: validated parameters, their formulas on
 hand-made inputs, and models that train the same alone or in a batch."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from pydantic import ValidationError
 
 from arena.engine.ensemble import logits
 from arena.engine.trainer import train
-from arena_plugins.defense_kit import rows, split
 from arena_plugins.regularizers import (
     EarlyStopping,
     EarlyStoppingParams,
@@ -29,9 +28,8 @@ from tests.plugins.tiny_tasks import assert_alone_equals_batched, digits_task
 @pytest.mark.parametrize(("cls", "bad"), [
     (LabelSmoothingParams, {"smoothing": 0.0}), (LabelSmoothingParams, {"smoothing": 1.0}),
     (LabelSmoothingParams, {"smoothing": float("nan")}), (LabelSmoothingParams, {}),
-    (EarlyStoppingParams, {"holdout": 0.0}), (EarlyStoppingParams, {"holdout": 1.0}),
     (EarlyStoppingParams, {"patience": 0}), (MixupMMDParams, {"lam": -1.0}),
-    (MixupMMDParams, {"bandwidth": 0.0}), (MixupMMDParams, {"validation": 1.5}), (MixupMMDParams, {"l2": 0.1}),
+    (MixupMMDParams, {"bandwidth": 0.0}), (MixupMMDParams, {"l2": 0.1}),
 ])
 def test_bad_parameters_are_refused(cls: type, bad: dict) -> None:
     with pytest.raises(ValidationError):
@@ -75,16 +73,16 @@ def test_mixup_mmd_trains_alone_as_in_a_batch() -> None:
 
 
 @pytest.mark.slow
-def test_early_stopping_releases_the_epoch_with_the_lowest_held_out_loss() -> None:
-    """With patience past the last epoch, the release is the engine's training on the kept rows for the number of
-    epochs (0..E) whose held-out loss is lowest, per model; the held-out rows are never trained on."""
+def test_early_stopping_releases_the_epoch_with_the_lowest_reference_loss() -> None:
+    """With patience past the last epoch, the release is the engine's training on every member for the number of
+    epochs (0..E) whose loss on the reference set is lowest, per model."""
     E = 4
     task = digits_task(epochs=E)
-    fit = EarlyStopping(EarlyStoppingParams(holdout=0.25, patience=E + 1)).fit(task)
-    keep, held = split(task, 0.25, "early-stopping")
-    Xk, yk, Xh, yh = rows(task.X, keep), rows(task.y, keep), rows(task.X, held), rows(task.y, held)
+    fit = EarlyStopping(EarlyStoppingParams(patience=E + 1)).fit(task)
+    Xk, yk, Xh, yh = task.X, task.y, task.reference_X, task.reference_y
     runs = [train(task.arch, Xk, yk, dataclasses.replace(task.recipe, epochs=e), task.init_seeds, task.train_seeds)
             for e in range(E + 1)]
+    assert Xh is not None and yh is not None
     losses = torch.stack([F.cross_entropy(logits(task.arch, s, Xh).transpose(1, 2), yh, reduction="none").mean(1)
                           for s in runs])  # [E + 1, K]
     best = losses.argmin(dim=0)

@@ -20,23 +20,28 @@ def digits() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def digits_task(model: str = "mlp", n: int = 48, epochs: int = 3, batch_size: int | None = 16,
-                augment: Augment | None = None, momentum: float = 0.9, ema: float = 0.0) -> FitTask:
-    """Three models on three random draws of ``n`` digits, in float64 (so alone-vs-batched holds tightly)."""
+                augment: Augment | None = None, momentum: float = 0.9, ema: float = 0.0,
+                reference: int = 24) -> FitTask:
+    """Three models on three random draws of ``n`` digits, in float64 (so alone-vs-batched holds tightly), each with
+    a reference set of ``reference`` other digits (outside its training set)."""
     X, y = digits()
     params = {"hidden": [16]} if model == "mlp" else {"channels": [4, 8], "hidden": 16}
     arch = architecture(model, (1, 8, 8), 10, **params)
     g = torch.Generator().manual_seed(1)
-    rows = torch.stack([torch.randperm(len(y), generator=g)[:n] for _ in range(3)])
+    perms = torch.stack([torch.randperm(len(y), generator=g)[: n + reference] for _ in range(3)])
+    rows, ref = perms[:, :n], perms[:, n:]
     recipe = Recipe(epochs=epochs, lr=0.1, momentum=momentum, batch_size=batch_size,
                     augment=augment or Augment(), ema=ema)
-    return FitTask(arch, recipe, X[rows], y[rows], torch.tensor([5, 6, 7]), torch.tensor([50, 60, 70]))
+    return FitTask(arch, recipe, X[rows], y[rows], torch.tensor([5, 6, 7]), torch.tensor([50, 60, 70]),
+                   reference_X=X[ref] if reference else None, reference_y=y[ref] if reference else None)
 
 
 def one(task: FitTask, k: int) -> FitTask:
     """Model k of ``task`` alone."""
     sl = slice(k, k + 1)
+    ref = {} if task.reference_X is None else {"reference_X": task.reference_X[sl], "reference_y": task.reference_y[sl]}
     return FitTask(task.arch, task.recipe, task.X[sl], task.y[sl], task.init_seeds[sl], task.train_seeds[sl],
-                   task.solver)
+                   task.solver, **ref)
 
 
 def assert_alone_equals_batched(defense: Defense, task: FitTask) -> None:

@@ -32,13 +32,19 @@ from arena.pipeline.procedure import TrainingProcedure
 
 
 class MembershipGameSpec(GameSpec):
-    """Members and as many non-members are the challenge; population and test are disjoint from both."""
+    """Members and as many non-members are the challenge; population and test are disjoint from both.
+
+    ``reference``: records given to a defense that needs a reference set (``Defense.needs_reference``: adv-reg,
+    dmp, mixup-mmd, early-stopping, memguard), disjoint from the challenge, the test set and the attacker's
+    population. Default: the records left after the population (when ``population`` is set), at most ``members``
+    of them; set, they are taken after the population (with ``population`` unset, the population is the rest)."""
 
     model_config = ConfigDict(extra="forbid")
     name: Literal["membership"]
     members: PositiveInt
     test: PositiveInt = 400
     population: PositiveInt | None = None
+    reference: PositiveInt | None = None
     stratify: bool = True
     targets: PositiveInt = Field(default=1, description="target models per defense configuration and seed; more "
                                  "than 1 (a multiple of 4) plays the vulnerable-record protocol (Aerni et al. 2024)")
@@ -69,8 +75,18 @@ class MembershipGameSpec(GameSpec):
         return self.canaries or (CanarySpec() if self.vulnerable else None)
 
     def required_points(self) -> int:
-        canaries = self.canary_spec.rows_needed() if self.canary_spec is not None else 0
-        return 2 * self.members + canaries + self.test + (self.population or 1)
+        return self._challenge_records() + self.test + (self.population or 1) + (self.reference or 0)
+
+    def _challenge_records(self) -> int:
+        """Dataset records the challenge takes: 2·members, and the canaries drawn from the dataset."""
+        return 2 * self.members + (self.canary_spec.rows_needed() if self.canary_spec is not None else 0)
+
+    def reference_size(self, n_records: int) -> int:
+        """Records of the defender's reference set on a dataset of ``n_records`` (0: none to give)."""
+        if self.reference:
+            return self.reference
+        left = n_records - self._challenge_records() - self.test - (self.population or n_records)
+        return max(0, min(self.members, left))
 
 
 class MembershipView(View):
@@ -125,6 +141,11 @@ class MembershipGame(Game):
     A defense whose release was trained elsewhere (``TrainedElsewhere``) fixes the split instead: its members,
     ``members`` of its non-members drawn per seed, and the test set and population from the records in neither
     list; the attacker's shadow models then train with the defense it names for them.
+
+    A defense that ``needs_reference`` is given the game's reference set (``reference``: records in none of the
+    challenge, the test set and the population) with the members when the release trains; the attacker's
+    ``train`` is bound to the attacker's own population as its shadows' reference set (kept in the arena's
+    process: a sandboxed attack never receives it).
     """
 
     name = "membership"
@@ -139,6 +160,7 @@ class MembershipGame(Game):
     primary_metric = "auc"
     rank_metric = "tpr@1%fpr"  # Carlini et al. 2022: TPR at low FPR first, AUC beside it
     resample = "arena.games.membership.vulnerable:resample"
+    supplies_reference = True
     spec: MembershipGameSpec
 
     def __init__(self, spec: MembershipGameSpec, dataset, seed: int) -> None:  # noqa: ANN001
@@ -167,9 +189,7 @@ class MembershipGame(Game):
         base = self._order[: 2 * m]
         used = 2 * m + canary_spec.rows_needed()
         self.canaries = make_canaries(canary_spec, self.dataset, self._order[2 * m : used], self.seed)
-        rest = self._order[used:]
-        self.test = rest[: spec.test]
-        self.population = rest[spec.test : spec.test + spec.population] if spec.population else rest[spec.test :]
+        self._deal_rest(self._order[used:], m)
         plan = plan_targets(2 * m, canary_spec.count, spec.targets, self.seed)
         shuffle = permutation(2 * m + canary_spec.count, "membership-challenge", self.seed)
         bX, by = self.records(base)
@@ -193,16 +213,24 @@ class MembershipGame(Game):
         cols = torch.from_numpy(np.concatenate([base_cols, np.tile(canary_cols, (1, copies))], axis=1))
         return self._challenge_X[cols], self._challenge_y[cols]
 
+    def _deal_rest(self, rest: np.ndarray, m: int) -> None:
+        """From the records outside the challenge, in the split's order: the test set, the population and the
+        defender's reference set (``reference`` records, else up to ``m`` of those the population leaves)."""
+        t = self.spec.test
+        self.test = rest[:t]
+        tail = rest[t:]
+        r = self.spec.reference or 0
+        self.population = tail[: self.spec.population] if self.spec.population else tail[: len(tail) - r]
+        self.reference = tail[len(self.population):][: r or m]
+
     def _deal(self, members: np.ndarray, nonmembers: np.ndarray) -> None:
         """The challenge (members and non-members, shuffled) and, from the other records in the split's order,
-        the test set and the population."""
-        m, t = len(members), self.spec.test
+        the test set, the population and the defender's reference set."""
+        m = len(members)
         self.members, self.nonmembers = members, nonmembers
         taken = np.zeros(self.dataset.n, dtype=bool)
         taken[members] = taken[nonmembers] = True
-        rest = self._order[~taken[self._order]]
-        self.test = rest[:t]
-        self.population = rest[t : t + self.spec.population] if self.spec.population else rest[t:]
+        self._deal_rest(self._order[~taken[self._order]], m)
         challenge = np.concatenate([members, nonmembers])
         shuffle = permutation(len(challenge), "membership-challenge", self.seed)
         self.challenge = challenge[shuffle]
@@ -249,7 +277,13 @@ class MembershipGame(Game):
     @classmethod
     def defense_problems(cls, spec: GameSpec, dataset: Any, arch: Any, defense: Any) -> list[tuple[str, str]]:
         """A model trained elsewhere must fit the track's dataset and model: its ``trained_elsewhere`` raises
-        ``ValueError('field: message')`` otherwise."""
+        ``ValueError('field: message')`` otherwise. A defense that ``needs_reference`` needs records left for it."""
+        if (getattr(defense, "needs_reference", False) and isinstance(spec, MembershipGameSpec)
+                and spec.reference_size(dataset.n) < 1):
+            return [("", f"defense {getattr(defense, 'name', '?')!r} needs a reference set, and game {spec.name!r} "
+                         f"leaves no record of dataset {dataset.name!r} ({dataset.n} records) outside the challenge, "
+                         "the test set and the population: set game.reference (records given to the defender), "
+                         "or a game.population that leaves records over")]
         hand_over = getattr(defense, "trained_elsewhere", None)
         if not callable(hand_over):
             return []
@@ -270,8 +304,13 @@ class MembershipGame(Game):
         if given is not None:
             return given
         X, y = self.records(self.members)
+        reference = {}
+        if procedure.defense.needs_reference:  # every member trains; the reference set is outside the challenge
+            Xr, yr = self.records(self.reference)
+            reference = {"reference_X": Xr, "reference_y": yr}
         models, claim = procedure(
-            X[None], y[None], [derive_seed(self.seed, "release-init")], [derive_seed(self.seed, "release-train")]
+            X[None], y[None], [derive_seed(self.seed, "release-init")], [derive_seed(self.seed, "release-train")],
+            **reference,
         )
         Xt, yt = self.records(self.test)
         return Release(models=models, utility=float(models.accuracy(Xt, yt)[0]), claim=claim)
@@ -280,6 +319,9 @@ class MembershipGame(Game):
         """The M targets of the vulnerable-record protocol, trained as a pool is (chunks of ``procedure.chunk``,
         each a batched call and a cache entry); utility: their mean test accuracy."""
         X, y = self._target_training_sets()
+        if procedure.defense.needs_reference:  # every member trains; the reference set is outside the challenge
+            Xr, yr = self.records(self.reference)
+            procedure = dataclasses.replace(procedure, reference_X=Xr, reference_y=yr)
         init, train = torch.from_numpy(self._plan.init_seeds), torch.from_numpy(self._plan.train_seeds)
         size = procedure.chunk
         chunks = [(X[s : s + size], y[s : s + size], init[s : s + size], train[s : s + size])
@@ -303,6 +345,9 @@ class MembershipGame(Game):
     def _view(self, attack: Attack, models: Models, procedure: TrainingProcedure, cX: torch.Tensor,
               cy: torch.Tensor, seed: int, shadows: Models | None, shadow_in: np.ndarray | None) -> MembershipView:
         pX, py = self.records(self.population)
+        train = procedure if self._shadows is None else self._shadows
+        if train.defense.needs_reference:  # the attacker's shadows: its own population is their reference set
+            train = dataclasses.replace(train, reference_X=pX, reference_y=py)
         return MembershipView(attack.name, attack.threat_model, {
             "challenge_X": cX,
             "challenge_y": cy,
@@ -316,7 +361,7 @@ class MembershipGame(Game):
             "parameters": models,
             "population_X": pX,
             "population_y": py,
-            "train": procedure if self._shadows is None else self._shadows,
+            "train": train,
             "shadow_models": shadows,
             "shadow_in": shadow_in,
         })

@@ -81,8 +81,12 @@ def train_pool(view, k: int, data: PoolData = "challenge") -> ShadowPool:  # noq
 
     Under the vulnerable-record protocol the game hands the attack other target models, trained with the defense
     on random complementary halves of this very challenge (``view.shadow_models``): a challenge pool is then the
-    first ``k`` of them, trained nowhere else (at most as many as the game hands over)."""
-    given = view.shadow_models if data == "challenge" else None
+    first ``k`` of them, trained nowhere else (at most as many as the game hands over).
+
+    A defense that ``needs_reference`` takes its shadows' reference set from the attacker's population: the one the
+    game bound to ``view.train`` for challenge pools; for a population pool, each shadow's population records
+    outside its own training set (never one of its members)."""
+    given = getattr(view, "shadow_models", None) if data == "challenge" else None
     if given is not None:
         if k > given.k or k < 2 or k % 2:
             raise ValueError(f"the vulnerable-record protocol hands over {given.k} shadow models (other targets, "
@@ -94,7 +98,13 @@ def train_pool(view, k: int, data: PoolData = "challenge") -> ShadowPool:  # noq
     rows = torch.from_numpy(plan.rows)
     X, y = records_X[rows], records_y[rows]
     init, train = torch.from_numpy(plan.init_seeds), torch.from_numpy(plan.train_seeds)
+    parts: tuple[torch.Tensor, ...] = (X, y, init, train)
+    if data == "population" and getattr(view.train.defense, "needs_reference", False):
+        outside = np.stack([np.flatnonzero(~taken) for taken in plan.challenge_in])  # [k, P - train_size]
+        if outside.shape[1] == 0:
+            raise ValueError(f"defense {view.train.defense.name!r} needs a reference set, and shadows of "
+                             f"{view.train_size} records leave none of the {len(records_y)} population records out")
+        parts += (records_X[torch.from_numpy(outside)], records_y[torch.from_numpy(outside)])
     size = view.train.chunk
-    chunks = [(X[s : s + size], y[s : s + size], init[s : s + size], train[s : s + size]) for s in range(0, k, size)]
-    parts = view.train.train_chunks(chunks)
-    return ShadowPool(Models.cat(parts), plan.challenge_in)
+    chunks = [tuple(t[s : s + size] for t in parts) for s in range(0, k, size)]
+    return ShadowPool(Models.cat(view.train.train_chunks(chunks)), plan.challenge_in)

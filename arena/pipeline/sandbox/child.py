@@ -107,15 +107,19 @@ class TrainingProxy(_Proxy):
         for k, v in attrs.items():
             object.__setattr__(self, k, v)
 
-    def __call__(self, X: torch.Tensor, y: torch.Tensor, init_seeds: Any, train_seeds: Any) -> Any:
+    def __call__(self, X: torch.Tensor, y: torch.Tensor, init_seeds: Any, train_seeds: Any,
+                 reference_X: torch.Tensor | None = None, reference_y: torch.Tensor | None = None) -> Any:
+        reference = {} if reference_X is None or reference_y is None else {"rX": reference_X, "ry": reference_y}
         return self._call("__call__", {"X": X, "y": y, "init": torch.as_tensor(init_seeds, dtype=torch.int64),
-                                       "train": torch.as_tensor(train_seeds, dtype=torch.int64)})
+                                       "train": torch.as_tensor(train_seeds, dtype=torch.int64), **reference})
 
     def train_chunks(self, chunks: Any) -> list[Models]:
         tensors = {}
-        for i, (X, y, init, train) in enumerate(chunks):
+        for i, (X, y, init, train, *reference) in enumerate(chunks):
             tensors.update({f"{i}.X": X, f"{i}.y": y, f"{i}.init": torch.as_tensor(init, dtype=torch.int64),
                             f"{i}.train": torch.as_tensor(train, dtype=torch.int64)})
+            if len(reference) == 2:  # the chunk's own reference set (a population pool's)
+                tensors.update({f"{i}.rX": reference[0], f"{i}.ry": reference[1]})
         return self._call("train_chunks", tensors, n=len(chunks))
 
 

@@ -371,11 +371,13 @@ class AttackProcess:
             if self._cached_bytes >= self.limits.cache_bytes:  # its share of the shared cache is spent
                 procedure = dataclasses.replace(target, cache=None)
             if method == "__call__":
-                out = procedure(tensors["X"], tensors["y"], tensors["init"], tensors["train"])
+                out = procedure(tensors["X"], tensors["y"], tensors["init"], tensors["train"], tensors.get("rX"),
+                                tensors.get("ry"))
                 self._count(out[0])
                 return out
             n = int(header.get("n", 0))
-            out = procedure.train_chunks([tuple(tensors[f"{i}.{k}"] for k in ("X", "y", "init", "train"))
+            keys = ("X", "y", "init", "train", "rX", "ry")  # the reference set: a chunk's own, when it has one
+            out = procedure.train_chunks([tuple(tensors[f"{i}.{k}"] for k in keys if f"{i}.{k}" in tensors)
                                           for i in range(n)])
             for models in out:
                 self._count(models)

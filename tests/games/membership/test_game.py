@@ -10,6 +10,7 @@ from arena.contracts.attack import Attack
 from arena.contracts.spec import PluginRef
 from arena.contracts.view import ThreatModelError
 from arena.engine.recipe import Recipe
+from arena.games.audit.game import AuditGame
 from arena.games.membership import MembershipGame, MembershipGameSpec
 from arena.games.membership.guess import MembershipGuess
 from arena.pipeline.plan import load_dataset
@@ -145,3 +146,59 @@ def test_score_records_the_operating_point_of_every_tpr_it_reports(game: Members
     assert (point["members"], point["nonmembers"]) == (60, 60)
     assert int((called & ~member).sum()) == point["false_positives"] <= 6
     assert int((called & member).sum()) / 60 == outcome.metrics["tpr@10%fpr"]
+
+
+class _Trainer(Spy):
+    name = "trainer"
+    threat_model = frozenset({"query", "training"})
+
+
+class _Spy(NonPrivate):
+    """Non-private training that needs a reference set and records what the procedure hands it."""
+
+    name = "reference-spy"
+    needs_reference = True
+    tasks: list = []
+
+    def fit(self, task):
+        _Spy.tasks.append(task)
+        return super().fit(task)
+
+
+def test_the_defenders_reference_set_is_outside_the_challenge_test_and_population(game: MembershipGame) -> None:
+    """The release trains on every member; its reference set is ``reference`` records in none of the challenge,
+    the test set and the attacker's population; the attacker's ``train`` gets its own population instead."""
+    arch = architecture("mlp", game.dataset.shape, game.dataset.n_classes, hidden=[8])
+    procedure = TrainingProcedure(_Spy(_Spy.Params()), arch, Recipe(epochs=1, lr=0.1, batch_size=32))
+    _Spy.tasks.clear()
+    game.release(procedure)
+    assert len(game.reference) == game.spec.members  # default: as many as members, from the records left over
+    others = np.concatenate([game.challenge, game.test, game.population])
+    assert not np.isin(game.reference, others).any()
+    (task,) = _Spy.tasks
+    X, _ = game.records(game.members)
+    Xr, yr = game.records(game.reference)
+    torch.testing.assert_close(task.X[0], X.float())  # all n members train
+    torch.testing.assert_close(task.reference_X[0], Xr.float())
+    assert torch.equal(task.reference_y[0], yr)
+    view_train = game.view(_Trainer(_Trainer.Params()), game.release(procedure), procedure).train
+    pX, _ = game.records(game.population)
+    assert view_train.reference_X is not None and torch.equal(view_train.reference_X, pX)
+    assert procedure.reference_X is None  # the game's own procedure is left as it was
+
+
+def test_a_defense_needing_a_reference_set_is_refused_when_the_game_leaves_none() -> None:
+    digits = load_dataset(PluginRef(name="digits"))
+    arch = architecture("mlp", digits.shape, digits.n_classes, hidden=[8])
+    spy = _Spy(_Spy.Params())
+    rest = MembershipGameSpec(name="membership", members=60, test=100)  # the population takes every other record
+    (problem,) = MembershipGame.defense_problems(rest, digits, arch, spy)
+    assert "needs a reference set" in problem[1] and "game.reference" in problem[1]
+    assert MembershipGame.defense_problems(rest, digits, arch, NonPrivate(NonPrivate.Params())) == []
+    given = MembershipGameSpec(name="membership", members=60, test=100, reference=50)
+    assert MembershipGame.defense_problems(given, digits, arch, spy) == []
+    dealt = MembershipGame(given, digits, seed=1)
+    assert len(dealt.reference) == 50 and len(dealt.population) == digits.n - 220 - 50
+    assert not np.isin(dealt.reference, np.concatenate([dealt.challenge, dealt.test, dealt.population])).any()
+    (field, message) = AuditGame.defense_problems(given, digits, arch, spy)[0]
+    assert field == "name" and "does not supply" in message

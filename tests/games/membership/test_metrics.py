@@ -102,7 +102,7 @@ def test_bootstrap_keeps_the_counts_and_is_seeded() -> None:
 
 
 def test_the_games_resample_draws_what_scores_determine_and_nothing_else() -> None:
-    assert MembershipGame.resample == "arena.games.membership.metrics:resample"
+    assert MembershipGame.resample == "arena.games.membership.vulnerable:resample"  # the population part is this
     assert (MembershipGame.primary_metric, MembershipGame.rank_metric) == ("auc", "tpr@1%fpr")
     member = np.r_[np.ones(50, np.int8), np.zeros(50, np.int8)]
     scores = np.random.default_rng(2).normal(size=100) + member
