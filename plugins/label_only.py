@@ -77,6 +77,7 @@ class LabelOnlyMIA(Attack):
     challenge and population records."""
 
     name = "label-only"
+    version = "2"
     game = "membership"
     threat_model = frozenset({"labels", "population"})
     Params = LabelOnlyParams

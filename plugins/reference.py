@@ -92,6 +92,7 @@ class ReferenceMIA(Attack):
     the negated calibrated loss for ``calibration``; higher means member."""
 
     name = "reference"
+    version = "2"
     game = "membership"
     threat_model = frozenset({"query", "population", "training"})
     Params = ReferenceParams

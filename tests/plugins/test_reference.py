@@ -135,7 +135,7 @@ def test_references_train_on_the_population_by_default(monkeypatch) -> None:
     asked = []
     pop_in = np.array([[True, False], [False, True], [True, False], [False, True]])
 
-    def pool(view, k, data):  # noqa: ANN001, ANN202
+    def pool(view, k, data):
         asked.append(data)
         return ShadowPool(Losses(REF), pop_in)
 
