@@ -3,7 +3,8 @@ Attacks", ICML 2021): the attacker sees only the predicted label, never a probab
 
 A model classifies its training points correctly more robustly than unseen points, so the attack queries each
 record under perturbations and counts how often the predicted label stays the true one: the data-augmentation
-attack (translations, optionally flips, for images: Section 4) and the noise-robustness attack (Gaussian noise of
+attack (for images, Section 4: the record and its 4d translations by exactly d pixels, |i| + |j| = d in the L1
+distance, optionally each flipped) and the noise-robustness attack (Gaussian noise of
 scale σ on the features: the paper's attack for tabular data). The unperturbed record is always one query, so
 with no perturbation at all the attack is the gap attack (correct means member).
 """
@@ -18,8 +19,8 @@ from arena import Attack, MembershipGuess, MembershipView, PluginParams, hookimp
 
 
 class LabelOnlyParams(PluginParams):
-    shift: int = Field(default=1, ge=0, description="images: every translation (i, j) with |i| + |j| ≤ shift "
-                                                    "pixels, zero-filled")
+    shift: int = Field(default=1, ge=0, description="images: d, every translation (i, j) with |i| + |j| = d "
+                                                    "pixels (L1 distance exactly d; 4d of them), zero-filled")
     flip: bool = Field(default=False, description="images: also query each translation mirrored left-right")
     sigma: float = Field(default=0.1, ge=0.0, allow_inf_nan=False,
                          description="standard deviation of the Gaussian noise added to the features")
@@ -38,9 +39,11 @@ def translate(images: torch.Tensor, dy: int, dx: int) -> torch.Tensor:
 
 
 def shifts(radius: int) -> list[tuple[int, int]]:
-    """The paper's translations: every (dy, dx) with |dy| + |dx| ≤ ``radius``, (0, 0) first."""
-    return sorted(((i, j) for i in range(-radius, radius + 1) for j in range(-radius, radius + 1)
-                   if abs(i) + abs(j) <= radius), key=lambda d: (abs(d[0]) + abs(d[1]), d))
+    """The paper's augmentation set for translation d = ``radius``: the record itself (0, 0) first, then every
+    (dy, dx) at L1 distance exactly d, |dy| + |dx| = d (4d of them, sorted): 4d + 1 queries."""
+    ring = sorted((i, j) for i in range(-radius, radius + 1) for j in range(-radius, radius + 1)
+                  if abs(i) + abs(j) == radius)
+    return [(0, 0)] if radius == 0 else [(0, 0), *ring]
 
 
 def perturbations(X: torch.Tensor, input_shape: tuple[int, ...], p: LabelOnlyParams, seed: int) -> torch.Tensor:
@@ -74,6 +77,7 @@ class LabelOnlyMIA(Attack):
     challenge and population records."""
 
     name = "label-only"
+    version = "2"
     game = "membership"
     threat_model = frozenset({"labels", "population"})
     Params = LabelOnlyParams

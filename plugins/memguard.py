@@ -2,17 +2,20 @@
 adversarial example for a membership classifier, without changing the predicted label.
 
 Training: the released model trains as ``nonprivate`` does (the engine's training, every member). The defender's
-own membership classifier g (logistic regression on the sorted confidence vector) learns, as in the paper, from
-the released model's outputs on its training set (members) against those on the reference set (non-members:
-population records the challenger gives the defender, ``FitTask.reference_X``, disjoint from the members and the
-challenge), classes weighted equally. g's weights travel with the release.
+own membership classifier g (Jia et al.'s defense classifier: a small fully connected network, hidden widths
+``HIDDEN``, ReLU, on the sorted confidence vector) learns, as in the paper, from the released model's outputs on
+its training set (members) against those on the reference set (non-members: population records the challenger
+gives the defender, ``FitTask.reference_X``, disjoint from the members and the challenge), classes weighted
+equally. g's weights travel with the release.
 
 Answering, per query with confidence vector s = softmax(z) and label l (the paper's Phase I): starting from z,
-normalised gradient steps on |g's decision value| + c₂·max(0, max_{j≠l} z'_j − z'_l) + c₃·||softmax(z') − s||₂;
-the noise e = softmax(z') − s is the first iterate at which g's decision changes side with the label kept (none
-found: e = 0). Phase II: the answer is s + e with probability min(1, ε/||e||₁) (ε the expected L1 distortion
-budget), else s; the coin is a hash of the query's output, so answers are deterministic. The label is never
-changed, so label-only attacks see the model as it is. Claims no privacy guarantee.
+normalised gradient steps on |g's decision value| + c₂·max(0, max_{j≠l} z'_j − z'_l) + c₃·||softmax(z') − s||₂; at
+the first step that takes g's decision across its 0.5 output the step is bisected, and the noise e = softmax(z') −
+s is taken at the boundary from the starting side (g's output 0.5 within the bisection's resolution, never past it
+into the inverted region), with the label kept (none found: e = 0). Phase II: the answer is s + e with probability
+min(1, ε/||e||₁) (ε the expected L1 distortion budget), else s; the coin is a hash of the query's output, so
+answers are deterministic. The label is never changed, so label-only attacks see the model as it is. Claims no
+privacy guarantee.
 """
 
 from __future__ import annotations
@@ -37,17 +40,35 @@ class MemGuardParams(PluginParams):
     _retired = retired("memguard", "holdout")
 
 
-def decision(probs: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """g's decision value [K, n] (log-odds of 'member') on confidence vectors probs [K, n, C]."""
-    return torch.baddbmm(b.unsqueeze(1), probs.sort(dim=-1, descending=True).values, w).squeeze(-1)
+Layers = list[tuple[torch.Tensor, torch.Tensor]]
+"""The defense classifier g: per layer, stacked weights [K, d_in, d_out] and biases [K, d_out] (ReLU between)."""
+
+HIDDEN = (64, 32)
+"""Widths of g's hidden layers (Jia et al.'s defense classifier is a small fully connected network)."""
+
+BISECTIONS = 40
+"""Halvings of the last step when g's decision changes side: Phase I stops at g's 0.5 output, not past it."""
 
 
-def phase_one(z: torch.Tensor, w: torch.Tensor, b: torch.Tensor, p: MemGuardParams) -> torch.Tensor:
-    """The noise e [K, n, C] on softmax(z) that moves g's decision across 0 with the label kept (0 where no
-    iterate does)."""
+def decision(probs: torch.Tensor, layers: Layers) -> torch.Tensor:
+    """g's decision value [K, n] (log-odds of 'member'; 0 is g's 0.5 output) on confidence vectors [K, n, C]."""
+    h = probs.sort(dim=-1, descending=True).values
+    for i, (w, b) in enumerate(layers):
+        h = torch.baddbmm(b.unsqueeze(1), h, w)
+        if i < len(layers) - 1:
+            h = torch.relu(h)
+    return h.squeeze(-1)
+
+
+def phase_one(z: torch.Tensor, layers: Layers, p: MemGuardParams) -> torch.Tensor:
+    """The noise e [K, n, C] on s = softmax(z) that brings g's decision to its boundary (0, g's 0.5 output) with
+    the label kept: normalised gradient steps on z (the paper's loss), and, at the first step that crosses the
+    boundary, a bisection of that step; e is softmax at the bisection's last point still on the starting side
+    (|g| within the bisection's resolution of 0, never past it). The label is checked there; 0 where no
+    iterate reaches the boundary with the label kept."""
     s = z.softmax(-1)
     label = z.argmax(-1, keepdim=True)
-    side = decision(s, w, b) > 0
+    side = decision(s, layers) > 0
     is_label = F.one_hot(label.squeeze(-1), z.shape[-1]).bool()
     found = torch.zeros_like(side)
     noise = torch.zeros_like(s)
@@ -57,18 +78,41 @@ def phase_one(z: torch.Tensor, w: torch.Tensor, b: torch.Tensor, p: MemGuardPara
             zz.requires_grad_(True)
             q = zz.softmax(-1)
             margin = zz.masked_fill(is_label, float("-inf")).amax(-1) - zz.gather(-1, label).squeeze(-1)
-            loss = (decision(q, w, b).abs() + p.c2 * F.relu(margin)
+            loss = (decision(q, layers).abs() + p.c2 * F.relu(margin)
                     + p.c3 * (q - s).norm(dim=-1))
             (grad,) = torch.autograd.grad(loss.sum(), zz)
             with torch.no_grad():
-                zz = zz - p.step_size * grad / grad.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-                q = zz.softmax(-1)
-                hit = ~found & ((decision(q, w, b) > 0) != side) & (zz.argmax(-1, keepdim=True) == label).squeeze(-1)
-                noise = torch.where(hit.unsqueeze(-1), q - s, noise)
-                found = found | hit
+                before = zz.detach()
+                zz = before - p.step_size * grad / grad.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+                crossed = ~found & ((decision(zz.softmax(-1), layers) > 0) != side)
+                if bool(crossed.any()):
+                    at = boundary(before, zz, side, layers)
+                    kept = (at.argmax(-1, keepdim=True) == label).squeeze(-1)
+                    hit = crossed & kept
+                    noise = torch.where(hit.unsqueeze(-1), at.softmax(-1) - s, noise)
+                    found = found | hit
             if bool(found.all()):
                 break
     return noise
+
+
+def boundary(lo: torch.Tensor, hi: torch.Tensor, side: torch.Tensor, layers: Layers) -> torch.Tensor:
+    """Per row, the last point of the segment from logits ``lo`` (g on ``side``) towards ``hi`` that bisection
+    finds still on ``side``: g's boundary from the starting side, within 2^-BISECTIONS of the step."""
+    a = torch.zeros(lo.shape[:-1], dtype=lo.dtype, device=lo.device)
+    b = torch.ones_like(a)
+    for _ in range(BISECTIONS):
+        mid = 0.5 * (a + b)
+        point = lo + mid.unsqueeze(-1) * (hi - lo)
+        same = (decision(point.softmax(-1), layers) > 0) == side
+        a, b = torch.where(same, mid, a), torch.where(same, b, mid)
+    return lo + a.unsqueeze(-1) * (hi - lo)
+
+
+def classifier_layers(answering: dict[str, torch.Tensor], dtype: torch.dtype) -> Layers:
+    """g's layers from a release's answering tensors (``w0``, ``b0``, ``w1``, …)."""
+    count = sum(1 for name in answering if name.startswith("w"))
+    return [(answering[f"w{i}"].to(dtype), answering[f"b{i}"].to(dtype)) for i in range(count)]
 
 
 class MemGuard(Defense):
@@ -90,21 +134,24 @@ class MemGuard(Defense):
         released = Models(task.arch, state)
         members = released.predict_proba(task.X)
         others = released.predict_proba(Xr)
-        g = StackedMLP(model_seeds(task, "memguard-classifier"), [task.arch.n_classes], task.X.dtype, task.device)
-        opt = torch.optim.Adam(g.parameters(), lr=0.05)
-        for _ in range(300):
-            m_logit = decision(members, g.weights[0], g.biases[0])
-            o_logit = decision(others, g.weights[0], g.biases[0])
-            loss = F.softplus(-m_logit).mean(dim=1) + F.softplus(o_logit).mean(dim=1)
+        g = StackedMLP(model_seeds(task, "memguard-classifier"), [task.arch.n_classes, *HIDDEN], task.X.dtype,
+                       task.device)
+        layers = list(zip(g.weights, g.biases))
+        opt = torch.optim.Adam(g.parameters(), lr=0.01)
+        for _ in range(400):  # full batch, members and non-members weighted equally
+            loss = (F.softplus(-decision(members, layers)).mean(dim=1)
+                    + F.softplus(decision(others, layers)).mean(dim=1))
             opt.zero_grad(set_to_none=True)
             loss.sum().backward()
             opt.step()
-        return Fit(state, None, {"w": g.weights[0].detach(), "b": g.biases[0].detach()})
+        answering = {}
+        for i, (w, b) in enumerate(layers):
+            answering[f"w{i}"], answering[f"b{i}"] = w.detach(), b.detach()
+        return Fit(state, None, answering)
 
     def answer(self, logits: torch.Tensor, answering: dict[str, torch.Tensor]) -> torch.Tensor:
-        w, b = answering["w"].to(logits.dtype), answering["b"].to(logits.dtype)
         s = logits.softmax(-1)
-        noise = phase_one(logits, w, b, self.params)
+        noise = phase_one(logits, classifier_layers(answering, logits.dtype), self.params)
         distortion = noise.abs().sum(-1)
         coin = row_hash(logits, _COIN).to(logits.dtype) / _COIN
         use = coin < (self.params.budget / distortion.clamp_min(1e-12)).clamp(max=1.0)

@@ -14,9 +14,11 @@ distribution of non-member losses:
 - ``calibration`` (Watson et al.): the difficulty-calibrated loss ℓ(θ, x) - mean_θ' ℓ(θ', x) over the same
   references; member when it is below a threshold, set on population records for a false-positive rate ``fpr``.
 
-The references are the shared shadow pool (``arena.train_pool``): by default on halves of the challenge set, each
-challenge point then having the half of the pool that did not train on it; ``data: population`` trains them on
-halves of the population (Ye et al.'s own setting), every challenge point outside every reference.
+The references are a shadow pool (``arena.train_pool``). By default (``data: population``, Ye et al.'s threat
+model) they train on halves of the population, disjoint from the challenge, so every challenge point is outside
+every reference (K OUT references per point); the population then needs at least twice the training-set size.
+``data: challenge`` trains them on halves of the challenge set instead (the pool shared with lira, rmia, …), each
+challenge point then having only the K/2 references that did not train on it.
 """
 
 from __future__ import annotations
@@ -77,8 +79,9 @@ class ReferenceParams(PluginParams):
     variant: Literal["attack-p", "attack-r", "calibration"] = "attack-r"
     shadows: ShadowCount = Field(default=8, strict=True, ge=2, le=100_000,
                                  description="reference models (even); attack-p trains none")
-    data: PoolData = Field(default="challenge", description="what the references train on: halves of the "
-                           "challenge set (the shared pool) or of the population (Ye et al.'s setting)")
+    data: PoolData = Field(default="population", description="what the references train on: halves of the "
+                           "population, disjoint from the challenge (Ye et al.'s setting, the default), or of the "
+                           "challenge set (the pool shared with lira and rmia; K/2 OUT references per point)")
     fpr: float = Field(default=0.1, strict=True, gt=0.0, lt=1.0,
                        description="level α of the test (attack-p, attack-r) or population FPR (calibration)")
 
@@ -89,6 +92,7 @@ class ReferenceMIA(Attack):
     the negated calibrated loss for ``calibration``; higher means member."""
 
     name = "reference"
+    version = "2"
     game = "membership"
     threat_model = frozenset({"query", "population", "training"})
     Params = ReferenceParams

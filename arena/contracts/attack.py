@@ -23,7 +23,10 @@ class Attack:
 
     Class attributes an attack declares: ``name``; ``game``, the name of the game it plays (required: there is no
     default game); ``threat_model``, the capabilities it asks for (only the items they grant are in its view);
-    ``Params``, the pydantic model of its parameters; ``version``, recorded with its results.
+    ``Params``, the pydantic model of its parameters; ``version``, recorded with its results; ``adapts_to``, the
+    names of the defenses it is an adaptive attack against (Aerni, Zhang & Tramèr 2024: designed for that defense,
+    its shadows trained with it, on a signal it does not mask), so that a board can rank each defense by its worst
+    adaptive attack; empty (the default) for an attack designed against no defense in particular.
     """
 
     name: ClassVar[str]
@@ -31,6 +34,7 @@ class Attack:
     game: ClassVar[str]
     threat_model: ClassVar[frozenset[Capability]] = frozenset({"query"})
     Params: ClassVar[type[BaseModel]] = NoParams
+    adapts_to: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, params: BaseModel) -> None:
         self.params = params

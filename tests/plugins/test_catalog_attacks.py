@@ -77,4 +77,5 @@ def test_tiny_tournament_plays_the_catalog_attacks(tmp_path: Path) -> None:
         scores = store.load_arrays(row["key"])["scores"].numpy()
         assert len(scores) == 80 and np.isfinite(scores).all()
     models = sorted((tmp_path / "run" / "cache" / "models").iterdir())
-    assert len(models) == 2, "the release and ONE shadow pool of 4 for attack-r, calibration and mentr"
+    assert len(models) == 3, ("the release, ONE population pool of 4 for attack-r and calibration (their default "
+                              "references, disjoint from the challenge) and mentr's challenge pool")

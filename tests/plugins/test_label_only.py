@@ -69,7 +69,21 @@ def test_translations_move_pixels_and_fill_with_zeros() -> None:
     assert translate(image, 0, -1)[0, 0].tolist() == [[2, 3, 0], [5, 6, 0], [8, 9, 0]]
     assert torch.equal(translate(image, 0, 0), image)
     assert shifts(1) == [(0, 0), (-1, 0), (0, -1), (0, 1), (1, 0)]
-    assert len(shifts(2)) == 13, "|i| + |j| <= 2"
+    assert shifts(0) == [(0, 0)]
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 5])
+def test_the_augmentation_set_is_the_record_and_its_translations_at_l1_distance_exactly_d(d: int) -> None:
+    """Choquette-Choo et al.'s set for translation d: the record and the 4d shifts with |i| + |j| = d, none
+    closer (a shift at distance < d is another d's query), none repeated."""
+    got = shifts(d)
+    assert got[0] == (0, 0) and len(got) == 4 * d + 1 == len(set(got))
+    assert all(abs(i) + abs(j) == d for i, j in got[1:])
+    assert set(got[1:]) == {(i, j) for i in range(-d, d + 1) for j in range(-d, d + 1) if abs(i) + abs(j) == d}
+    X = torch.rand(2, 1 * 8 * 8, generator=torch.Generator().manual_seed(d))
+    queries = perturbations(X, (1, 8, 8), LabelOnlyMIA.Params(shift=d, draws=0), seed=0)
+    assert queries.shape == (4 * d + 1, 2, 64)
+    assert torch.equal(queries[1], translate(X.reshape(2, 1, 8, 8), *got[1]).reshape(2, -1))
 
 
 def test_queries_are_the_record_its_translations_flips_and_noisy_copies() -> None:

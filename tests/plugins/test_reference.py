@@ -92,7 +92,7 @@ def test_attack_r_compares_each_loss_with_its_own_out_references(monkeypatch) ->
     # (1 + 0.3/0.8)/3; v(x2) = (0, 0.1, 0.5, 1000): 0.6 at (2 + 0.1/999.5)/3.
     expected = np.array([0.25 / 3, (1 + 0.375) / 3, (2 + 0.1 / 999.5) / 3])
     for fpr in (0.1, 0.5, 0.7):
-        guess = ReferenceMIA(ReferenceMIA.Params(variant="attack-r", shadows=4, fpr=fpr)).run(view)
+        guess = ReferenceMIA(ReferenceMIA.Params(variant="attack-r", shadows=4, data="challenge", fpr=fpr)).run(view)
         assert np.allclose(guess.scores, 1 - expected)
         assert guess.decisions.tolist() == (expected <= fpr).tolist()
 
@@ -109,7 +109,7 @@ def test_calibration_is_the_out_references_mean_loss_minus_the_targets(monkeypat
     view = hand_view(monkeypatch)
     scores = np.array([(0.8 + 0.4) / 2 - 0.1, (1.0 + 0.2) / 2 - 0.5, (0.5 + 0.1) / 2 - 0.6])
     population = np.array([REF[:, 3].mean() - 0.8, REF[:, 4].mean() - 1.2])  # OUT for every reference
-    guess = ReferenceMIA(ReferenceMIA.Params(variant="calibration", shadows=4, fpr=0.5)).run(view)
+    guess = ReferenceMIA(ReferenceMIA.Params(variant="calibration", shadows=4, data="challenge", fpr=0.5)).run(view)
     assert np.allclose(guess.scores, scores)
     assert guess.decisions.tolist() == (scores > np.quantile(population, 0.5)).tolist()
     assert np.allclose(calibrated(REF[:, :3], ~IN, TARGET[:3]), scores)
@@ -127,6 +127,27 @@ def test_population_references_are_out_for_every_challenge_point(monkeypatch) ->
     assert guess.decisions.tolist() == (guess.scores > np.quantile(population, 0.5)).tolist()
     r = ReferenceMIA(ReferenceMIA.Params(variant="attack-r", shadows=4, data="population")).run(view)
     assert np.allclose(r.scores, 1 - interpolated_cdf(REF[:, :3], np.ones((4, 3), dtype=bool), TARGET[:3]))
+
+
+def test_references_train_on_the_population_by_default(monkeypatch) -> None:
+    """Ye et al.'s threat model: with no ``data`` given, the pool is asked for population references (disjoint
+    from the challenge), so every challenge point is compared with all K references."""
+    asked = []
+    pop_in = np.array([[True, False], [False, True], [True, False], [False, True]])
+
+    def pool(view, k, data):
+        asked.append(data)
+        return ShadowPool(Losses(REF), pop_in)
+
+    view = hand_view(monkeypatch)
+    monkeypatch.setattr(reference, "train_pool", pool)
+    assert ReferenceMIA.Params().data == "population"
+    r = ReferenceMIA(ReferenceMIA.Params(variant="attack-r", shadows=4)).run(view)
+    assert asked == ["population"]
+    assert np.allclose(r.scores, 1 - interpolated_cdf(REF[:, :3], np.ones((4, 3), dtype=bool), TARGET[:3]))
+    view.train_size = 2  # two halves of 2 need 4 population records; the view has 2
+    with pytest.raises(ValueError, match="population"):
+        ReferenceMIA(ReferenceMIA.Params(variant="attack-r", shadows=4)).run(view)
 
 
 @pytest.mark.parametrize("bad", [{"variant": "attack-s"}, {"shadows": 3}, {"fpr": 1.0}, {"data": "test"}])
