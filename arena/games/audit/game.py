@@ -153,7 +153,12 @@ def audit_metrics(result: CanaryAudit, input_kind: str) -> dict[str, Any]:
         "mechanism_runs": None if result.check is None else result.check.runs,
         "mechanism_laplace": None if result.check is None else result.check.laplace,
         "mechanism_unaccounted": None if result.check is None else result.check.unaccounted,
-        "claim_consistent": result.claim_consistent, "flagged": result.flagged, "violation": result.violation,
+        "mechanism_composition": None if result.check is None else result.check.composition,
+        "mechanism_sequential_epsilon": (None if result.check is None or result.check.sequential_epsilon is None
+                                         or not np.isfinite(result.check.sequential_epsilon)
+                                         else result.check.sequential_epsilon),
+        "claim_consistent": result.claim_consistent, "claim_check": result.claim_check,
+        "flagged": result.flagged, "violation": result.violation,
         "curve_refuted": result.curve_refuted,
         "models": result.models, "alpha": result.alpha, "input_kind": input_kind,
     }
@@ -345,6 +350,13 @@ class AuditGame(Game):
         if not run.check.trained_release:
             notes.append("the release is not the state the defense's train call returned (post-processed), so the "
                          "Gaussian fit's hypothesis may fail: it is an estimate here; the one-run bounds speak alone")
+        if not run.check.decided:
+            notes.append("claim check: cannot decide how the defense's train calls compose (they trained on record "
+                         "sets that are not one data-independent partition's cells, or on rows that are not the "
+                         "audit's records); no violation is declared from it, the canaries' tests speak alone")
+        elif run.check.composition == "parallel":
+            notes.append(f"claim check: the train calls trained on cells of a data-independent {run.check.cells}-cell "
+                         "partition (verified from the records), composed in parallel")
         if run.check.unaccounted:
             notes.append(f"{run.check.unaccounted} Laplace draw(s) declared no sensitivity and are left out of the "
                          "claim check: mechanism_epsilon is a lower bound on the release's ε")

@@ -49,6 +49,9 @@ class CanaryAuditRecord(AuditedMatchup):
     claim_consistent: bool
     fdp: tuple[tuple[str, FdpBound], ...] = ()
     sigma: SigmaFit | None = None
+    claim_check: str = "consistent"
+    """The claim check's word (``consistent``, ``violation``, ``cannot decide``: how the calls compose could not
+    be verified, so the check declares nothing)."""
 
     @property
     def lower_bound(self) -> float:
@@ -104,6 +107,8 @@ def audit_row(row: Mapping[str, Any], saved: Mapping[str, Any]) -> CanaryAuditRe
         mechanism_epsilon=metrics.get("mechanism_epsilon"),
         noise_free=bool(metrics.get("mechanism_noise_free", False)),
         claim_consistent=bool(metrics.get("claim_consistent", True)), fdp=tuple(fdps), sigma=sigma,
+        claim_check=str(metrics.get("claim_check") or
+                        ("consistent" if metrics.get("claim_consistent", True) else "violation")),
     )
 
 
@@ -152,6 +157,8 @@ def describe_audit(a: CanaryAuditRecord) -> str:
     bounds += "".join(f", {k} f-DP: claim's curve {'rejected' if f.claim_refuted else 'not rejected'} "
                       f"(GDP estimate ε ≈ {f.gdp_epsilon:.3f})" for k, f in a.fdp)
     verdict = "VIOLATION: " + describe_violation(a) if a.violation else "consistent"
+    if a.claim_check == "cannot decide":
+        verdict += " (claim check: cannot decide how the train calls compose)"
     return (f"{a.defense_label} vs {a.attack} seed {a.seed}: {bounds} vs claimed ε = {a.claimed_epsilon:.3f} "
             f"(mechanism run: {_mechanism(a)}): {verdict}")
 

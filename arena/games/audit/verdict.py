@@ -142,11 +142,19 @@ class CanaryAudit:
         """Refuted by the canaries (level α) or by recomputing the claim from the mechanism actually run."""
         return self.flagged or not self.claim_consistent
 
+    @property
+    def claim_check(self) -> str:
+        """The claim check's word: ``consistent``, ``violation`` (the mechanism run, composed as it ran, exceeds
+        the claim) or ``cannot decide`` (how its calls compose cannot be verified; no violation is declared)."""
+        if self.check is not None and not self.check.decided:
+            return "cannot decide"
+        return "consistent" if self.claim_consistent else "violation"
+
     def metrics(self) -> dict[str, float | int | bool | str]:
         out: dict[str, float | int | bool | str] = {
             "claimed_epsilon": self.claim.epsilon, "delta": self.claim.delta, "models": self.models,
             "alpha": self.alpha, "empirical_epsilon": self.lower_bound, "flagged": self.flagged,
-            "claim_consistent": self.claim_consistent, "violation": self.violation,
+            "claim_consistent": self.claim_consistent, "claim_check": self.claim_check, "violation": self.violation,
             "curve_refuted": self.curve_refuted,
         }
         if self.check is not None:
