@@ -172,9 +172,9 @@ def test_a_clipped_release_keeps_the_gaussian_fit_out_of_the_verdict():
     a = audit(_defense(ClippedRelease), ARCH, RECIPE, X, y, SPEC)
     assert not a.check.trained_release and a.gaussian is None
     # the one-run bound and the f-DP test of the claim's curve, α/2 each (no fit)
-    assert set(a.bounds()) == {"gradient.one_run"} and a.kinds[0].alpha_bound == SPEC.alpha / 2
+    assert set(a.bounds()) == {"gradient.one_run", "gradient.fdp"} and a.kinds[0].alpha_bound == SPEC.alpha / 2
     assert a.claim_consistent and not a.violation
-    assert not a.metrics()["gradient.gdp_fit_in_verdict"]
+    assert not a.metrics()["gradient.gdp_fit_model_based"] and a.model_based_epsilon is None
 
 
 @pytest.mark.slow  # the one-run bound over 32,768 scores: several seconds of CPU
@@ -192,7 +192,9 @@ def test_clipping_the_scores_of_a_true_claim_fakes_a_violation_that_the_gate_pre
     trained = ClaimCheck(eps, 1, 0, 0, True)
     post = ClaimCheck(eps, 1, 0, 0, False)
     naive = analyse(claim, {"gradient": scores}, {"gradient": truth}, 64, check=trained)
-    assert naive.gaussian == "gradient" and naive.kinds[0].fit.mu_lo > mu and naive.flagged  # the false violation
+    # the model-based fit would declare a false violation; it is labelled so and kept out of the verdict
+    assert naive.gaussian == "gradient" and naive.kinds[0].fit.mu_lo > mu and naive.model_based_epsilon > eps
+    assert not naive.flagged
     gated = analyse(claim, {"gradient": scores}, {"gradient": truth}, 64, check=post)
     assert gated.gaussian is None and not gated.flagged and not gated.violation
     assert gated.kinds[0].fdp.claim_refuted is False  # post-processing keeps the f-DP test valid
