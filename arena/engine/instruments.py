@@ -11,6 +11,7 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from arena.engine import rng
@@ -63,6 +64,11 @@ class Mechanism:
     noise_multiplier: float
     sample_rate: float
     steps: int
+    cover: str = "all"
+    """Which records of the data the audit handed the defense the call trained on: ``all`` of them (in any
+    order), ``cell:P:c`` exactly cell c of the P-cell ``hash_partition`` (a data-independent partition),
+    ``subset:<digest>`` another set of them (the digest of its sorted indices), ``unknown`` (rows not found in
+    that data, or different rows per model)."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,40 @@ class AuditInstruments:
     """The Laplace mechanisms drawn inside the block, composed with the runs by the claim check."""
     returned: list[str] = field(default_factory=list)
     """``state_digest`` of the state each instrumented call returned."""
+    records: list[bytes] | None = None
+    """``arena.engine.partition.record_digests`` of the records the audit handed the defense (None: not tracked)."""
+    partitions: list[int] = field(default_factory=list)
+    """The number of cells of each ``hash_partition`` drawn inside the block."""
+
+    def locate(self, X: torch.Tensor, y: torch.Tensor) -> np.ndarray | None:
+        """The indices, in ``records``, of a call's rows X [K, n, d], y [K, n] (the same rows for every model),
+        or None where they cannot be told (not tracked, rows not among the records, rows differing per model)."""
+        if self.records is None or X.shape[0] == 0:
+            return None
+        if X.shape[0] > 1 and not (torch.equal(X, X[:1].expand_as(X)) and torch.equal(y, y[:1].expand_as(y))):
+            return None
+        from arena.engine.partition import record_digests
+
+        where = {d: i for i, d in reversed(list(enumerate(self.records)))}  # a duplicate record: its first row
+        rows = [where.get(d) for d in record_digests(X[0], y[0])]
+        return None if any(r is None for r in rows) else np.asarray(rows, np.int64)
+
+    def cover(self, rows: np.ndarray | None) -> str:
+        """``Mechanism.cover`` of a call on ``rows`` (``locate``)."""
+        if rows is None or self.records is None:
+            return "unknown"
+        n = len(self.records)
+        taken = np.unique(rows)
+        if len(taken) == len({*self.records}) and len(rows) == n:
+            return "all"
+        from arena.engine.partition import digest_cells
+
+        for parts in sorted(set(self.partitions)):
+            cells = digest_cells(self.records, parts)
+            c = int(cells[taken[0]]) if len(taken) else -1
+            if len(rows) == len(taken) and np.array_equal(taken, np.flatnonzero(cells == c)):
+                return f"cell:{parts}:{c}"
+        return "subset:" + hashlib.sha256(taken.tobytes()).hexdigest()[:16]
 
     @property
     def armed(self) -> bool:
@@ -137,3 +177,10 @@ def record_laplace(scale: float, l1_sensitivity: float | None) -> None:
     inst = active()
     if inst is not None:
         inst.laplace.append(LaplaceDraw(float(scale), None if l1_sensitivity is None else float(l1_sensitivity)))
+
+
+def record_partition(parts: int) -> None:
+    """Inside an ``instrumented`` block, note a ``hash_partition`` into ``parts`` cells."""
+    inst = active()
+    if inst is not None:
+        inst.partitions.append(int(parts))

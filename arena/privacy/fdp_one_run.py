@@ -23,7 +23,9 @@ DP-SGD claim (``claim_fbar``: GDP with μ = √T/σ at q = 1, the PLD profile ot
 **Uses.** Against the *claim's own curve* (the σ, q and T it records) a rejection refutes the claim as made: the
 release is not the mechanism its accounting describes; this joins the audit's verdict. Against the GDP family it
 gives the largest μ rejected and ε(μ, δ) (``gdp_family_epsilon``, jax_privacy's ``epsilon_one_run_fdp``): an
-*estimate* of ε that assumes the trade-off is Gaussian, shown beside the verdict.
+*estimate* of ε that assumes the trade-off is Gaussian, shown beside the verdict. Against the (ε, δ)-DP family
+(``eps_delta_fbar``) it gives the largest ε rejected (``largest_rejected_epsilon``): a lower bound on ε that
+assumes nothing about the mechanism, beside the one-run bound in the audit's headline.
 """
 
 from __future__ import annotations
@@ -104,6 +106,28 @@ def claim_fbar(noise_multiplier: float, sample_rate: float, steps: int) -> Fbar:
     return profile_fbar(eps, deltas)
 
 
+def eps_delta_fbar(epsilon: float, delta: float) -> Fbar:
+    """f̄ of (ε, δ)-DP: x ↦ f(1 − x) with f(α) = max(0, 1 − δ − e^ε·α, e^{−ε}·(1 − δ − α)) (Kairouz et al.)."""
+    e = math.exp(min(epsilon, 700.0))
+    return lambda x: max(0.0, 1.0 - delta - e * (1.0 - x), (x - delta) / e)
+
+
+def largest_rejected_epsilon(m: int, r: int, v: int, tau: float, delta: float, hi: float = 64.0,
+                             tol: float = 1e-4) -> float:
+    """The largest ε whose (ε, δ)-DP trade-off curve the test rejects at level τ (0 if none): a lower bound on ε
+    that assumes nothing about the mechanism (every (ε, δ)-DP one has a trade-off at least that curve), found by
+    bisection (rejection is monotone in ε); within ``tol`` below the exact one, so still valid."""
+    if v == 0 or not fdp_rejects(m, r, v, tau, eps_delta_fbar(0.0, delta)):
+        return 0.0
+    if fdp_rejects(m, r, v, tau, eps_delta_fbar(hi, delta)):
+        return hi
+    lo = 0.0
+    while hi - lo > tol:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if fdp_rejects(m, r, v, tau, eps_delta_fbar(mid, delta)) else (lo, mid)
+    return lo
+
+
 def largest_rejected_mu(m: int, r: int, v: int, tau: float, hi: float = 64.0, tol: float = 1e-9) -> float:
     """The largest μ whose μ-GDP the test rejects (0 if none): bisection, the rejected μ forming [0, μ*)."""
     if v == 0 or not fdp_rejects(m, r, v, tau, gdp_fbar(0.0)):
@@ -130,9 +154,11 @@ def gdp_family_epsilon(m: int, r: int, v: int, tau: float, delta: float, tol: fl
 @dataclass(frozen=True)
 class FdpBound:
     """The f-DP one-run analysis of one canary kind, counted on ``m`` canaries at level ``alpha`` with r guesses
-    (k₊ "in", k₋ "out") of which v are right. ``claim_refuted``: the claim's own curve rejected (None without a
-    recorded mechanism); ``gdp_epsilon``: the GDP-family estimate at ``delta``; ``max_gdp_epsilon``: that
-    estimate if every guess were right."""
+    (k₊ "in", k₋ "out") of which v are right. ``epsilon``: the largest ε whose (ε, δ)-DP curve is rejected, an
+    assumption-free lower bound; ``claim_refuted``: the claim's own curve rejected (None without a recorded
+    mechanism); ``gdp_epsilon``: the GDP-family estimate at ``delta`` (assumes a Gaussian trade-off);
+    ``max_gdp_epsilon``: that estimate if every guess were right. The claim's curve lies above the (ε, δ) curve
+    of its own ε, so ``epsilon`` above the claimed ε implies ``claim_refuted``: one test at ``alpha``, not two."""
 
     claim_refuted: bool | None
     gdp_epsilon: float
@@ -144,6 +170,7 @@ class FdpBound:
     k_minus: int
     guesses: int
     correct: int
+    epsilon: float = 0.0
     method: str = "f-DP one run (Mahloujifar, Melis & Chaudhuri 2025)"
 
 
@@ -169,4 +196,5 @@ def fdp_one_run(scores: ArrayLike, truth: ArrayLike, alpha: float = ALPHA, delta
         claim_refuted=None if claim is None else fdp_rejects(n_ev, rj, vj, alpha, claim),
         gdp_epsilon=gdp_family_epsilon(n_ev, rj, vj, alpha, delta, tol=1e-5),
         max_gdp_epsilon=gdp_family_epsilon(n_ev, rj, rj, alpha, delta, tol=1e-3),
-        alpha=alpha, delta=delta, m=n_ev, k_plus=pair[0], k_minus=pair[1], guesses=rj, correct=vj)
+        alpha=alpha, delta=delta, m=n_ev, k_plus=pair[0], k_minus=pair[1], guesses=rj, correct=vj,
+        epsilon=largest_rejected_epsilon(n_ev, rj, vj, alpha, delta))

@@ -58,6 +58,7 @@ from arena.engine.architecture import Architecture, State
 from arena.engine.ensemble import init_state, logits
 from arena.engine.functional import mean_gradient
 from arena.engine.instruments import AuditInstruments, GradientCanaries, instrumented
+from arena.engine.partition import record_digests
 from arena.engine.recipe import Recipe
 from arena.games.audit.claim_check import ClaimCheck, check_claim
 from arena.games.audit.verdict import CanaryAudit, KindResult, analyse, flag_batch
@@ -195,7 +196,7 @@ def train_with_canaries(
         sign = torch.as_tensor(np.where(g.random((K, spec.gradient)) < 0.5, -1.0, 1.0), dtype=X.dtype)
         grad_truth = g.random((K, spec.gradient)) < 0.5
         canaries = GradientCanaries(index, sign, torch.as_tensor(grad_truth))
-    instruments = AuditInstruments(canaries, present)
+    instruments = AuditInstruments(canaries, present, records=record_digests(Xk, yk))
     with instrumented(instruments):
         result = fit_fn(FitTask(arch, recipe, Xs, ys, init_seeds, train_seeds, solver))
     if instruments.calls == 0:

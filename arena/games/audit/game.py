@@ -12,12 +12,13 @@ models never enter the procedure's ordinary model cache (they are cached under t
 The attack is an auditor (the built-in ``canary-auditor``): its view holds the released parameters and the
 published initialisation (capability ``parameters``), one black-box query interface per model (``query``) and
 the canaries' design (coordinates and signs, input records), never the bits; it returns one score per canary
-(``CanaryGuess``, higher: included). The game computes, per canary kind, the one-run bound (proved, at α/#kinds:
-Bonferroni; with the gradient canaries' Gaussian-fit bound for a full-batch claim), the held-out Clopper–Pearson
-bound and the Gaussian-DP estimate (at α), and recomputes the claim from the mechanism the engine really ran
-(``arena.games.audit.canaries``). Metrics: ``empirical_epsilon`` (the verdict's figure), ``eps_one_run`` and per kind
-``<kind>_eps_one_run``, ``_eps_heldout``, ``_eps_gdp`` (threshold), ``_eps_gdp_fit`` (Gaussian fit),
-``_max_certifiable``, ``_canaries``; ``claimed_epsilon``, ``mechanism_epsilon``, ``models``.
+(``CanaryGuess``, higher: included). The game computes, per canary kind, the assumption-free one-run and f-DP
+one-run bounds (at α/#tests: Bonferroni), the model-based Gaussian or σ fit of the gradient canaries (assumes the
+release is the recorded DP-SGD), the held-out Clopper–Pearson bound and the Gaussian-DP estimate (at α), and
+recomputes the claim from the mechanism the engine really ran (``arena.games.audit.canaries``). Metrics:
+``empirical_epsilon`` (the assumption-free headline), ``model_based_epsilon``, ``eps_one_run`` and per kind
+``<kind>_eps_one_run``, ``_eps_fdp``, ``_eps_heldout``, ``_eps_gdp`` (threshold), ``_eps_gdp_fit`` (Gaussian fit),
+``_max_certifiable``, ``_canaries``; ``claimed_epsilon``, ``mechanism_epsilon``, ``claim_check``, ``models``.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from arena.pipeline.procedure import TrainingProcedure
 from arena.pipeline.store import content_key, tensor_digest
 
 KINDS = ("gradient", "input")
-ESTIMATORS = ("eps_one_run", "eps_heldout", "eps_gdp", "eps_gdp_fit", "eps_sigma_fit", "eps_fdp_gdp")
+ESTIMATORS = ("eps_one_run", "eps_fdp", "eps_heldout", "eps_gdp", "eps_gdp_fit", "eps_sigma_fit", "eps_fdp_gdp")
 
 
 class AuditGameSpec(GameSpec):
@@ -118,21 +119,25 @@ class AuditView(View):
 
 
 METRICS = (
-    Metric("empirical_epsilon", "audit", True, "empirical ε (95 %): the largest of the verdict's lower bounds (one-run "
-           "per kind; the gradient canaries' Gaussian fit (full batch) or σ fit (subsampled)), Bonferroni over "
-           "them and the f-DP tests of the claim's curve",
+    Metric("empirical_epsilon", "audit", True, "empirical ε (95 %), assumption-free: the largest of the one-run and "
+           "f-DP one-run lower bounds of every canary kind, Bonferroni over them (valid for any mechanism)",
            NON_NEGATIVE),
-    Metric("eps_one_run", "audit", True, "one-run ε lower bound (Steinke et al. 2023, proved for any mechanism), the "
+    Metric("model_based_epsilon", "audit", True, "model-based ε lower bound: the gradient canaries' Gaussian fit "
+           "(full batch) or σ fit (subsampled); assumes the release is the recorded DP-SGD, so neither the headline "
+           "nor part of the verdict", NON_NEGATIVE),
+    Metric("eps_one_run", "audit", True, "one-run ε lower bound (Steinke et al. 2023, assumption-free), the "
            "largest over the canary kinds", NON_NEGATIVE),
     *(Metric(f"{k}_{e}", "audit", True, f"{k} canaries: {what}", NON_NEGATIVE)
       for k in KINDS for e, what in (
-          ("eps_one_run", "one-run ε lower bound (proved)"),
+          ("eps_one_run", "one-run ε lower bound (assumption-free)"),
+          ("eps_fdp", "f-DP one-run ε lower bound (Mahloujifar et al. 2025; the (ε, δ) curve rejected, "
+                      "assumption-free)"),
           ("eps_heldout", "held-out Clopper–Pearson ε bound (canaries as independent trials)"),
           ("eps_gdp", "Gaussian-DP ε estimate, held-out threshold (Nasr et al. 2023)"),
-          ("eps_gdp_fit", "Gaussian-fit ε bound (Nasr et al. 2023): part of the verdict for gradient canaries "
-                          "under a full-batch claim, where the scores are exactly Gaussian; an estimate otherwise"),
-          ("eps_sigma_fit", "σ-fit ε bound: Cohen's d bounds the noise of Poisson-subsampled DP-SGD from above; "
-                            "part of the verdict for gradient canaries under a subsampled claim"),
+          ("eps_gdp_fit", "Gaussian-fit ε bound (Nasr et al. 2023), model-based: assumes the release is the "
+                          "recorded full-batch DP-SGD; an estimate otherwise"),
+          ("eps_sigma_fit", "σ-fit ε bound (Cohen's d bounds the noise of Poisson-subsampled DP-SGD from above), "
+                            "model-based: assumes the release is the recorded DP-SGD"),
           ("eps_fdp_gdp", "f-DP one-run ε estimate (Mahloujifar et al. 2025) if the trade-off is Gaussian"),
       )),
 )
@@ -143,7 +148,8 @@ def audit_metrics(result: CanaryAudit, input_kind: str) -> dict[str, Any]:
     out: dict[str, Any] = {f"{k}_{e}": None for k in KINDS for e in ESTIMATORS}
     out |= {
         "empirical_epsilon": result.lower_bound, "eps_one_run": max(k.one_run.epsilon for k in result.kinds),
-        "gaussian_in_verdict": result.gaussian is not None,
+        "model_based_epsilon": result.model_based_epsilon,
+        "gaussian_in_verdict": False,  # the model-based fit is never part of the verdict (model_based_epsilon)
         "claimed_epsilon": result.claim.epsilon, "delta": result.claim.delta,
         "mechanism_epsilon": (None if result.mechanism_epsilon is None or not np.isfinite(result.mechanism_epsilon)
                               else result.mechanism_epsilon),
@@ -153,7 +159,12 @@ def audit_metrics(result: CanaryAudit, input_kind: str) -> dict[str, Any]:
         "mechanism_runs": None if result.check is None else result.check.runs,
         "mechanism_laplace": None if result.check is None else result.check.laplace,
         "mechanism_unaccounted": None if result.check is None else result.check.unaccounted,
-        "claim_consistent": result.claim_consistent, "flagged": result.flagged, "violation": result.violation,
+        "mechanism_composition": None if result.check is None else result.check.composition,
+        "mechanism_sequential_epsilon": (None if result.check is None or result.check.sequential_epsilon is None
+                                         or not np.isfinite(result.check.sequential_epsilon)
+                                         else result.check.sequential_epsilon),
+        "claim_consistent": result.claim_consistent, "claim_check": result.claim_check,
+        "flagged": result.flagged, "violation": result.violation,
         "curve_refuted": result.curve_refuted,
         "models": result.models, "alpha": result.alpha, "input_kind": input_kind,
     }
@@ -173,6 +184,7 @@ def audit_metrics(result: CanaryAudit, input_kind: str) -> dict[str, Any]:
             f"{p}_sigma_fit_d": k.sigma.d_hat if k.sigma else None,
             f"{p}_sigma_fit_se": k.sigma.se if k.sigma else None,
             f"{p}_eps_fdp_gdp": k.fdp.gdp_epsilon if k.fdp else None,
+            f"{p}_eps_fdp": k.fdp.epsilon if k.fdp else None,
             f"{p}_fdp_claim_refuted": k.fdp.claim_refuted if k.fdp else None,
             f"{p}_one_run_m": k.one_run.m,
         }
@@ -330,12 +342,13 @@ class AuditGame(Game):
                          derive_seed(self.seed, "audit-statistics"), run.check)
         metrics = audit_metrics(result, self.spec.input_kind)
         notes = [
-            f"empirical_epsilon is the largest of the verdict's bounds (confidence {1 - self.spec.alpha:.0%} "
-            "jointly): the one-run bound of each kind (Steinke et al. 2023, proved for any mechanism)"
-            + ((" and the gradient canaries' σ fit (Poisson-subsampled DP-SGD's noise bounded from above)"
-                if result.claim.sample_rate is not None and result.claim.sample_rate < 1 else
-                " and the gradient canaries' Gaussian fit (exact for the white-box canary of full-batch DP-SGD)")
-               if result.gaussian else "")
+            f"empirical_epsilon is the largest of the verdict's assumption-free bounds (confidence "
+            f"{1 - self.spec.alpha:.0%} jointly, Bonferroni): the one-run bound (Steinke et al. 2023) and the f-DP "
+            "one-run bound (Mahloujifar et al. 2025) of each kind, valid for any mechanism"
+            + ("; model_based_epsilon, the gradient canaries' "
+               + ("σ fit" if result.claim.sample_rate is not None and result.claim.sample_rate < 1 else "Gaussian fit")
+               + ", is model-based: it assumes the release is the recorded DP-SGD, so it is neither the headline "
+               "nor part of the verdict" if result.gaussian else "")
             + "; eps_heldout treats canaries as independent trials; eps_gdp (one threshold), eps_fdp_gdp"
             + ("" if result.gaussian else " and eps_gdp_fit") + " assume a Gaussian trade-off: estimates",
         ]
@@ -344,7 +357,14 @@ class AuditGame(Game):
                          "trade-off curve (its σ, q and steps); a rejection is a violation (curve_refuted)")
         if not run.check.trained_release:
             notes.append("the release is not the state the defense's train call returned (post-processed), so the "
-                         "Gaussian fit's hypothesis may fail: it is an estimate here; the one-run bounds speak alone")
+                         "model-based fits' hypothesis fails: they are estimates here")
+        if not run.check.decided:
+            notes.append("claim check: cannot decide how the defense's train calls compose (they trained on record "
+                         "sets that are not one data-independent partition's cells, or on rows that are not the "
+                         "audit's records); no violation is declared from it, the canaries' tests speak alone")
+        elif run.check.composition == "parallel":
+            notes.append(f"claim check: the train calls trained on cells of a data-independent {run.check.cells}-cell "
+                         "partition (verified from the records), composed in parallel")
         if run.check.unaccounted:
             notes.append(f"{run.check.unaccounted} Laplace draw(s) declared no sensitivity and are left out of the "
                          "claim check: mechanism_epsilon is a lower bound on the release's ε")

@@ -1,16 +1,16 @@
 """The audit game's rule: a violation iff the canaries refute the claim or the claim's own arithmetic fails.
 
 For every ok audit row whose defense claims (ε, δ), the verdict's tests are recomputed from the saved canary
-scores and bits by ``arena.games.audit.verdict`` (which says which test is proved and when it joins): per kind the
-one-run bound (Steinke, Nasr & Jagielski 2023) and, where the claim records σ, q and T, the f-DP one-run test of
-the claim's own trade-off curve (Mahloujifar, Melis & Chaudhuri 2025); for the gradient canaries of a trained
-release the Gaussian fit (q = 1) or the σ fit (q < 1); each at α/#tests (Bonferroni, one test at level α per
-matchup, simulated in tests/games/audit/test_verdict.py). They are compared with the claimed **add/remove** ε: a
-canary is added to or removed from one model's training, so add/remove is the relation the game plays. The claim
-check (the PLD ε of the σ, q and steps the engine really ran, recorded in the row's metrics) refutes a claim whose
-accounting does not match its mechanism, whatever the canaries show. Either is a violation and sets exit status
-3. The held-out Clopper–Pearson, one-threshold Gaussian-DP and f-DP GDP-family figures are estimates: shown, never
-a verdict.
+scores and bits by ``arena.games.audit.verdict``: per kind the one-run bound (Steinke, Nasr & Jagielski 2023) and
+the f-DP one-run analysis (Mahloujifar, Melis & Chaudhuri 2025: the largest ε whose (ε, δ) curve it rejects and,
+where the claim records σ, q and T, its test of the claim's own curve), each at α/#tests (Bonferroni, one test at
+level α per matchup). All are assumption-free; the largest lower bound is the headline empirical ε, compared with
+the claimed **add/remove** ε (a canary is added to or removed from one model's training). The gradient canaries'
+Gaussian fit (q = 1) or σ fit (q < 1) is **model-based** (it assumes the release is the recorded DP-SGD): shown,
+labelled, never the headline nor the verdict. The claim check (the PLD ε of the mechanisms the engine really ran,
+composed as they ran) refutes a claim whose accounting does not match its mechanism, whatever the canaries show,
+and says "cannot decide" where how the calls compose cannot be verified. A violation sets exit status 3. The
+held-out Clopper–Pearson, one-threshold Gaussian-DP and f-DP GDP-family figures are estimates.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from arena.games.audit.verdict import fitted_kind, mechanism, n_tests, verdict_bounds
+from arena.games.audit.verdict import MODEL_BASED, fitted_kind, mechanism, n_tests, verdict_bounds
 from arena.privacy.binomial import ALPHA
 from arena.privacy.fdp_one_run import FdpBound, claim_fbar
 from arena.privacy.gdp import GaussianBound
@@ -36,8 +36,8 @@ KINDS = ("gradient", "input")
 @dataclass(frozen=True)
 class CanaryAuditRecord(AuditedMatchup):
     """One audit matchup against its claim, recomputed from the saved arrays (``arena.games.audit.verdict``):
-    each kind's one-run bound and f-DP test of the claim's curve, the gradient canaries' Gaussian fit (q = 1) or
-    σ fit (q < 1) where it applies; the estimates reported by the game, the claim check, the verdict."""
+    each kind's one-run bound and f-DP analysis (the verdict's); the gradient canaries' model-based Gaussian fit
+    (q = 1) or σ fit (q < 1) where it applies; the estimates reported by the game, the claim check, the verdict."""
 
     bounds: tuple[tuple[str, OneRunBound], ...]
     gaussian: GaussianBound | None
@@ -49,14 +49,21 @@ class CanaryAuditRecord(AuditedMatchup):
     claim_consistent: bool
     fdp: tuple[tuple[str, FdpBound], ...] = ()
     sigma: SigmaFit | None = None
+    claim_check: str = "consistent"
+    """The claim check's word (``consistent``, ``violation``, ``cannot decide``: how the calls compose could not
+    be verified, so the check declares nothing)."""
 
     @property
     def lower_bound(self) -> float:
-        """The empirical ε: the largest of the verdict's figures."""
+        """The empirical ε (headline): the largest of the verdict's assumption-free bounds (one-run, f-DP)."""
         out = max((b.epsilon for _, b in self.bounds), default=0.0)
-        for fit in (self.gaussian, self.sigma):
-            out = max(out, fit.epsilon) if fit is not None else out
-        return out
+        return max([out, *(f.epsilon for _, f in self.fdp)])
+
+    @property
+    def model_based_epsilon(self) -> float | None:
+        """The gradient canaries' σ fit or Gaussian fit: it assumes the release is the recorded DP-SGD."""
+        fit = self.sigma if self.sigma is not None else self.gaussian
+        return None if fit is None else fit.epsilon
 
     @property
     def curve_refuted(self) -> bool:
@@ -91,9 +98,9 @@ def audit_row(row: Mapping[str, Any], saved: Mapping[str, Any]) -> CanaryAuditRe
     for k in kinds:
         one, fdp, fit, sig = verdict_bounds(claim, k, np.asarray(saved[f"{k}_scores"], np.float64),
                                             np.asarray(saved[f"{k}_truth"]).astype(bool), a, k == fitted,
-                                            split_seed(row["key"]), curve)
+                                            split_seed(row["key"]), curve, alpha)
         bounds.append((k, one))
-        fdps += [(k, fdp)] if fdp is not None else []
+        fdps.append((k, fdp))
         gaussian, sigma = gaussian or fit, sigma or sig
     estimates = {f"{k}_{e}": metrics.get(f"{k}_{e}") for k in kinds
                  for e in ("eps_one_run", "eps_heldout", "eps_gdp", "eps_gdp_fit", "eps_fdp_gdp", "max_certifiable",
@@ -104,6 +111,8 @@ def audit_row(row: Mapping[str, Any], saved: Mapping[str, Any]) -> CanaryAuditRe
         mechanism_epsilon=metrics.get("mechanism_epsilon"),
         noise_free=bool(metrics.get("mechanism_noise_free", False)),
         claim_consistent=bool(metrics.get("claim_consistent", True)), fdp=tuple(fdps), sigma=sigma,
+        claim_check=str(metrics.get("claim_check") or
+                        ("consistent" if metrics.get("claim_consistent", True) else "violation")),
     )
 
 
@@ -117,20 +126,15 @@ def describe_violation(a: CanaryAuditRecord) -> str:
     parts = []
     if a.lower_bound > a.claimed_epsilon:
         k, b = max(a.bounds, key=lambda kb: kb[1].epsilon)
-        g, sg = a.gaussian, a.sigma
-        if sg is not None and sg.epsilon >= b.epsilon:
-            parts.append(f"gradient canaries: σ-fit ε ≥ {sg.epsilon:.3f} > claimed add/remove ε = "
-                         f"{a.claimed_epsilon:.3f} ({1 - sg.alpha:.1%} confidence; Cohen's d = {sg.d_hat:.4f} ± "
-                         f"{sg.se:.4f}, so σ ≤ {sg.sigma_hi:.4f} at q = {sg.sample_rate:g}, T = {sg.steps}; "
-                         f"{sg.n_pos} + {sg.n_neg} canaries over {a.models} models)")
-        elif g is not None and g.epsilon >= b.epsilon:
-            parts.append(f"gradient canaries: Gaussian-fit ε ≥ {g.epsilon:.3f} > claimed add/remove ε = "
-                         f"{a.claimed_epsilon:.3f} ({1 - g.alpha:.1%} confidence; μ̂ = {g.mu_hat:.4f} ± "
-                         f"{g.se:.4f}, μ ≥ {g.mu_lo:.4f}, {g.n_pos} + {g.n_neg} canaries over {a.models} models)")
+        kf, f = max(a.fdp, key=lambda kf: kf[1].epsilon, default=(k, None))
+        if f is not None and f.epsilon > b.epsilon:
+            parts.append(f"{kf} canaries: f-DP one-run ε ≥ {f.epsilon:.3f} > claimed add/remove ε = "
+                         f"{a.claimed_epsilon:.3f} ({1 - f.alpha:.1%} confidence, assumption-free; "
+                         f"{f.correct}/{f.guesses} guesses correct of {f.m} held-out canaries over {a.models} models)")
         else:
             parts.append(f"{k} canaries: one-run ε ≥ {b.epsilon:.3f} > claimed add/remove ε = "
-                         f"{a.claimed_epsilon:.3f} ({1 - b.alpha:.1%} confidence; {b.correct}/{b.guesses} guesses "
-                         f"correct of {b.m} held-out canaries over {a.models} models)")
+                         f"{a.claimed_epsilon:.3f} ({1 - b.alpha:.1%} confidence, assumption-free; "
+                         f"{b.correct}/{b.guesses} guesses correct of {b.m} held-out canaries over {a.models} models)")
     for k, f in a.fdp:
         if f.claim_refuted:
             parts.append(f"{k} canaries: the claim's own trade-off curve is rejected by the f-DP one-run test "
@@ -142,17 +146,30 @@ def describe_violation(a: CanaryAuditRecord) -> str:
     return "; ".join(parts)
 
 
+def describe_model_based(a: CanaryAuditRecord) -> str:
+    """The gradient canaries' σ or Gaussian fit, labelled model-based, or "" where none applies."""
+    if a.sigma is not None:
+        sg = a.sigma
+        return (f"gradient σ-fit ε ≥ {sg.epsilon:.3f} (σ ≤ {sg.sigma_hi:.4f}; {MODEL_BASED}; not the headline)")
+    if a.gaussian is not None:
+        g = a.gaussian
+        return (f"gradient Gaussian-fit ε ≥ {g.epsilon:.3f} (μ resolved to ±{g.se:.4f}; {MODEL_BASED}; "
+                "not the headline)")
+    return ""
+
+
 def describe_audit(a: CanaryAuditRecord) -> str:
     bounds = ", ".join(f"{k} one-run ε ≥ {b.epsilon:.3f} (≤ {b.max_certifiable:.3f} certifiable)"
                        for k, b in a.bounds)
-    if a.gaussian is not None:
-        bounds += f", gradient Gaussian-fit ε ≥ {a.gaussian.epsilon:.3f} (μ resolved to ±{a.gaussian.se:.4f})"
-    if a.sigma is not None:
-        bounds += f", gradient σ-fit ε ≥ {a.sigma.epsilon:.3f} (σ ≤ {a.sigma.sigma_hi:.4f})"
+    bounds += "".join(f", {k} f-DP ε ≥ {f.epsilon:.3f}" for k, f in a.fdp)
     bounds += "".join(f", {k} f-DP: claim's curve {'rejected' if f.claim_refuted else 'not rejected'} "
-                      f"(GDP estimate ε ≈ {f.gdp_epsilon:.3f})" for k, f in a.fdp)
+                      f"(GDP estimate ε ≈ {f.gdp_epsilon:.3f})" for k, f in a.fdp if f.claim_refuted is not None)
+    model = describe_model_based(a)
     verdict = "VIOLATION: " + describe_violation(a) if a.violation else "consistent"
-    return (f"{a.defense_label} vs {a.attack} seed {a.seed}: {bounds} vs claimed ε = {a.claimed_epsilon:.3f} "
+    if a.claim_check == "cannot decide":
+        verdict += " (claim check: cannot decide how the train calls compose)"
+    return (f"{a.defense_label} vs {a.attack} seed {a.seed}: empirical ε ≥ {a.lower_bound:.3f} (assumption-free: "
+            f"{bounds}){'; ' + model if model else ''} vs claimed ε = {a.claimed_epsilon:.3f} "
             f"(mechanism run: {_mechanism(a)}): {verdict}")
 
 

@@ -1,22 +1,27 @@
 """The canary audit's statistics and verdict: which bounds speak for a claim, at which level, and when.
 
-Per canary kind the verdict's tests, each at α/#tests (Bonferroni, so one test at level α per matchup):
+Per canary kind two tests, each at α/#tests (Bonferroni over 2 × #kinds, so one test at level α per matchup),
+both **assumption-free** (valid for any mechanism that is (ε, δ)-DP in each canary's bit):
 
-- the **one-run bound** (Steinke, Nasr & Jagielski 2023; guess set chosen on a held-out half): *proved* for any
-  mechanism; always in the verdict;
-- the **f-DP one-run test against the claim's own trade-off curve** (Mahloujifar, Melis & Chaudhuri 2025): *proved*
-  for any mechanism; in the verdict whenever the claim records DP-SGD's σ, q and T (a rejection refutes the claim
-  as made: the release is not the mechanism its accounting describes);
-- for the white-box gradient canaries of a claim recording σ, q and T whose release is the state ``train``
-  returned: the **Gaussian fit** (q = 1: the scores are Gaussian, μ ≥ μ_lo) or the **σ fit** (q < 1: Cohen's d
-  bounds σ from above, ε ≥ the optimistic PLD ε at that σ); *proved* under the model where no data gradient
-  reaches the canary's coordinate, measured conservative where one does.
+- the **one-run bound** (Steinke, Nasr & Jagielski 2023; guess set chosen on a held-out half);
+- the **f-DP one-run analysis** (Mahloujifar, Melis & Chaudhuri 2025) on the same kind of counts: the largest ε
+  whose (ε, δ)-DP trade-off curve it rejects and, where the claim records DP-SGD's σ, q and T, whether it rejects
+  the claim's own curve (the release is not the mechanism its accounting describes). The claim's curve lies above
+  the (ε, δ) curve of the claimed ε, so the ε bound exceeding the claim implies the curve's rejection: one event.
 
-Estimates beside them, never a verdict: the held-out Clopper–Pearson bound, the one-threshold Gaussian-DP
-estimate, the f-DP GDP-family estimate. The empirical ε is the largest proved figure; flagged iff it exceeds the
-claimed add/remove ε or the claim's curve is rejected. Each test's false-positive rate is simulated (at most α,
-power at 2ε printed) in ``tests/privacy/test_one_run.py``, ``test_fdp_one_run.py``, ``test_sigma_fit.py`` and
-``tests/games/audit/test_canaries.py``; ``tests/games/audit/test_verdict.py`` checks which tests join.
+The **empirical ε** (the headline) is the largest of these 2 × #kinds lower bounds, jointly at 1 − α; flagged iff
+it exceeds the claimed add/remove ε or a claim's curve is rejected.
+
+**Model-based** (never the headline, never the verdict): for the white-box gradient canaries of a claim recording
+σ, q and T whose release is the state ``train`` returned, the **Gaussian fit** (q = 1: the scores are Gaussian,
+μ ≥ μ_lo) or the **σ fit** (q < 1: Cohen's d bounds σ from above, ε ≥ the optimistic PLD ε at that σ), at α.
+Both *assume the release is the recorded DP-SGD* (and no data gradient reaching the canary's coordinate; measured
+conservative where one does): ``model_based_epsilon``, labelled so wherever it is shown.
+
+Estimates beside them: the held-out Clopper–Pearson bound, the one-threshold Gaussian-DP estimate, the f-DP
+GDP-family estimate. Each test's false-positive rate is simulated in ``tests/privacy/test_one_run.py``,
+``test_fdp_one_run.py``, ``test_sigma_fit.py`` and ``tests/games/audit/test_canaries.py``;
+``tests/games/audit/test_verdict.py`` checks which tests join.
 """
 
 from __future__ import annotations
@@ -39,6 +44,9 @@ from arena.privacy.heldout import HeldOutBound, heldout_epsilon
 from arena.privacy.one_run import OneRunBound, one_run_epsilon, one_run_epsilon_batch
 from arena.privacy.sigma_fit import SigmaFit, sigma_fit
 
+MODEL_BASED = "model-based: assumes the release is the recorded DP-SGD"
+"""The label of the Gaussian and σ fits wherever they are shown."""
+
 
 def mechanism(claim: Mapping[str, Any] | Claim) -> tuple[float, float, int] | None:
     """(σ, q, T) when the claim records a DP-SGD mechanism that can be accounted at its δ (0 < δ < 1), else None."""
@@ -51,16 +59,15 @@ def mechanism(claim: Mapping[str, Any] | Claim) -> tuple[float, float, int] | No
 
 
 def fitted_kind(claim: Mapping[str, Any] | Claim, kinds: Sequence[str], trained: bool) -> str | None:
-    """The kind whose fit (Gaussian at q = 1, σ fit at q < 1) joins the verdict: the white-box gradient canaries,
-    when the claim records σ, q, T and the release is the trained state; None otherwise."""
+    """The kind whose model-based fit (Gaussian at q = 1, σ fit at q < 1) is the ``model_based_epsilon``: the
+    white-box gradient canaries, when the claim records σ, q, T and the release is the trained state; else None."""
     return "gradient" if trained and "gradient" in kinds and mechanism(claim) is not None else None
 
 
 def n_tests(claim: Mapping[str, Any] | Claim, kinds: Sequence[str], trained: bool) -> int:
-    """The Bonferroni factor: a one-run bound per kind, an f-DP claim test per kind when a mechanism is recorded,
-    and the fit where it applies."""
-    mech = mechanism(claim) is not None
-    return len(kinds) * (1 + mech) + (fitted_kind(claim, kinds, trained) is not None)
+    """The Bonferroni factor: per kind the one-run bound and the f-DP analysis (its ε bound and its test of the
+    claim's curve are one event, see the module docstring); the model-based fit is not a test of the verdict."""
+    return 2 * len(kinds)
 
 
 @dataclass(frozen=True)
@@ -93,11 +100,11 @@ class CanaryAudit:
     models: int
     alpha: float
     check: ClaimCheck | None = None
-    """What the engine saw the defense run (``check_claim``): every mechanism composed by PLD (add/remove, at the
-    claimed δ; ∞ without noise), a deterministic check of the claim's arithmetic, and whether the release is the
-    state ``train`` returned."""
+    """What the engine saw the defense run (``check_claim``): the mechanisms composed by PLD as they ran
+    (add/remove, at the claimed δ; ∞ without noise), a deterministic check of the claim's arithmetic, and whether
+    the release is the state ``train`` returned."""
     gaussian: str | None = None
-    """The kind whose fit (Gaussian at q = 1, σ fit at q < 1) is part of the verdict, None where none is."""
+    """The kind whose model-based fit (Gaussian at q = 1, σ fit at q < 1) applies, None where none does."""
 
     @property
     def mechanism_epsilon(self) -> float | None:
@@ -106,19 +113,25 @@ class CanaryAudit:
 
     @property
     def lower_bound(self) -> float:
-        """The empirical ε: the largest of the verdict's figures, so ε ≥ this with confidence 1 − α."""
+        """The empirical ε (headline): the largest of the verdict's assumption-free lower bounds, so ε ≥ this with
+        confidence 1 − α whatever the mechanism."""
         return max(self.bounds().values())
 
     def bounds(self) -> dict[str, float]:
-        """The verdict's figures by name (``<kind>.one_run``, ``<kind>.gaussian``, ``<kind>.sigma_fit``)."""
+        """The verdict's assumption-free figures by name (``<kind>.one_run``, ``<kind>.fdp``)."""
         out = {f"{k.kind}.one_run": k.one_run.epsilon for k in self.kinds}
+        out |= {f"{k.kind}.fdp": k.fdp.epsilon for k in self.kinds if k.fdp is not None}
+        return out
+
+    @property
+    def model_based_epsilon(self) -> float | None:
+        """The fitted kind's Gaussian or σ fit (at α): it assumes the release is the recorded DP-SGD, so it is
+        labelled model-based and is neither the headline nor part of the verdict; None where no fit applies."""
         for k in self.kinds:
             if k.kind == self.gaussian:
-                if k.sigma is not None:
-                    out[f"{k.kind}.sigma_fit"] = k.sigma.epsilon
-                elif k.fit is not None:
-                    out[f"{k.kind}.gaussian"] = k.fit.epsilon
-        return out
+                fit = k.sigma if k.sigma is not None else k.fit
+                return None if fit is None else fit.epsilon
+        return None
 
     @property
     def curve_refuted(self) -> bool:
@@ -142,13 +155,23 @@ class CanaryAudit:
         """Refuted by the canaries (level α) or by recomputing the claim from the mechanism actually run."""
         return self.flagged or not self.claim_consistent
 
+    @property
+    def claim_check(self) -> str:
+        """The claim check's word: ``consistent``, ``violation`` (the mechanism run, composed as it ran, exceeds
+        the claim) or ``cannot decide`` (how its calls compose cannot be verified; no violation is declared)."""
+        if self.check is not None and not self.check.decided:
+            return "cannot decide"
+        return "consistent" if self.claim_consistent else "violation"
+
     def metrics(self) -> dict[str, float | int | bool | str]:
         out: dict[str, float | int | bool | str] = {
             "claimed_epsilon": self.claim.epsilon, "delta": self.claim.delta, "models": self.models,
             "alpha": self.alpha, "empirical_epsilon": self.lower_bound, "flagged": self.flagged,
-            "claim_consistent": self.claim_consistent, "violation": self.violation,
+            "claim_consistent": self.claim_consistent, "claim_check": self.claim_check, "violation": self.violation,
             "curve_refuted": self.curve_refuted,
         }
+        if self.model_based_epsilon is not None:
+            out |= {"model_based_epsilon": self.model_based_epsilon, "model_based": MODEL_BASED}
         if self.check is not None:
             out |= {f"mechanism_{k}": v for k, v in self.check.as_dict().items() if v is not None}
         if self.claim_pld_epsilon is not None:
@@ -166,9 +189,10 @@ class CanaryAudit:
             if k.fit is not None:
                 out |= {f"{p}.gdp_fit_epsilon": k.fit.epsilon, f"{p}.gdp_fit_mu": k.fit.mu_hat,
                         f"{p}.gdp_fit_mu_lo": k.fit.mu_lo, f"{p}.gdp_fit_se": k.fit.se,
-                        f"{p}.gdp_fit_in_verdict": k.kind == self.gaussian and k.sigma is None}
+                        f"{p}.gdp_fit_model_based": k.kind == self.gaussian and k.sigma is None}
             if k.fdp is not None:
-                out |= {f"{p}.fdp_gdp_epsilon": k.fdp.gdp_epsilon, f"{p}.fdp_max_gdp_epsilon": k.fdp.max_gdp_epsilon}
+                out |= {f"{p}.fdp_epsilon": k.fdp.epsilon, f"{p}.fdp_gdp_epsilon": k.fdp.gdp_epsilon,
+                        f"{p}.fdp_max_gdp_epsilon": k.fdp.max_gdp_epsilon}
                 if k.fdp.claim_refuted is not None:
                     out[f"{p}.fdp_claim_refuted"] = k.fdp.claim_refuted
             if k.sigma is not None:
@@ -192,22 +216,24 @@ def flag_batch(kinds: Sequence[tuple[np.ndarray, np.ndarray]], claimed_epsilon: 
 
 
 def verdict_bounds(claim: Mapping[str, Any] | Claim, name: str, scores: np.ndarray, truth: np.ndarray, a: float,
-                   fitted: bool, seed: int, curve: Fbar | None
-                   ) -> tuple[OneRunBound, FdpBound | None, GaussianBound | None, SigmaFit | None]:
-    """One kind's verdict tests at level ``a``: one-run, f-DP against ``curve`` (when a mechanism is recorded),
-    and, for the ``fitted`` kind, the Gaussian fit (q = 1) or the σ fit (q < 1)."""
+                   fitted: bool, seed: int, curve: Fbar | None, alpha_fit: float | None = None
+                   ) -> tuple[OneRunBound, FdpBound, GaussianBound | None, SigmaFit | None]:
+    """One kind's verdict tests at level ``a``: one-run and f-DP (its (ε, δ) bound, and the test of ``curve``
+    when a mechanism is recorded); for the ``fitted`` kind, the model-based Gaussian fit (q = 1) or σ fit (q < 1)
+    at ``alpha_fit`` (default ``a``), outside the verdict."""
     c = claim.as_dict() if hasattr(claim, "as_dict") else claim
     delta = float(c["delta"])
     s, t = scores.reshape(-1), truth.reshape(-1).astype(bool)
     one = one_run_epsilon(s, t, a, delta, seed=seed)
     mech = mechanism(c)
-    fdp = fdp_one_run(s, t, a, delta, claim=curve, seed=seed) if mech is not None else None
+    fdp = fdp_one_run(s, t, a, delta, claim=curve if mech is not None else None, seed=seed)
     fit = sigma = None
+    af = a if alpha_fit is None else alpha_fit
     if fitted and mech is not None:
         if mech[1] >= 1.0:
-            fit = gaussian_bound(s, t, delta, a)
+            fit = gaussian_bound(s, t, delta, af)
         else:
-            sigma = sigma_fit(s, t, mech[1], mech[2], delta, a)
+            sigma = sigma_fit(s, t, mech[1], mech[2], delta, af)
     return one, fdp, fit, sigma
 
 
@@ -231,9 +257,9 @@ def analyse(claim: Claim, scores: dict[str, np.ndarray], truths: dict[str, np.nd
         if not np.all(np.isfinite(s)):
             raise ValueError(f"{name}: canary scores contain NaN or infinity")
         s, t = s.reshape(-1), t.reshape(-1)
-        one, fdp, fit, sig = verdict_bounds(claim, name, s, t, a, name == fitted, seed, curve)
+        one, fdp, fit, sig = verdict_bounds(claim, name, s, t, a, name == fitted, seed, curve, alpha)
         if fit is None and sig is None and len(s) >= 4:  # shown as an estimate where it is not a bound
-            fit = gaussian_bound(s, t, claim.delta, a)
+            fit = gaussian_bound(s, t, claim.delta, alpha)
         kinds.append(KindResult(
             kind=name, n_canaries=len(s), included=int(t.sum()), one_run=one,
             heldout=heldout_epsilon(s, t, claim.delta, alpha, seed=seed),
