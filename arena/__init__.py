@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     # The built-in games, their views and guesses
     from arena.games.audit import AuditGame, AuditView, CanaryGuess
     from arena.games.membership import MembershipGame, MembershipGuess, MembershipView
-    from arena.games.membership.game import TrainedElsewhere
+    from arena.games.membership.spec import TrainedElsewhere
     from arena.games.reconstruction import ReconstructionGame, ReconstructionGuess, ReconstructionView
 
     # isort: split
@@ -93,7 +93,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "MembershipGame": ("arena.games.membership", "MembershipGame"),
     "MembershipView": ("arena.games.membership", "MembershipView"),
     "MembershipGuess": ("arena.games.membership", "MembershipGuess"),
-    "TrainedElsewhere": ("arena.games.membership.game", "TrainedElsewhere"),
+    "TrainedElsewhere": ("arena.games.membership.spec", "TrainedElsewhere"),
     "ReconstructionGame": ("arena.games.reconstruction", "ReconstructionGame"),
     "ReconstructionView": ("arena.games.reconstruction", "ReconstructionView"),
     "ReconstructionGuess": ("arena.games.reconstruction", "ReconstructionGuess"),

@@ -32,9 +32,17 @@ def tpr_key(fpr: float) -> str:
 
 
 def fpr_level(metric: str) -> float | None:
-    """The FPR of a ``tpr@X%fpr`` metric (0.01 for ``tpr@1%fpr``; the inverse of ``tpr_key``), else None."""
-    m = re.match(r"^tpr@([0-9.]+)%fpr$", metric)
+    """The FPR of a ``tpr@X%fpr`` metric (0.01 for ``tpr@1%fpr``; the inverse of ``tpr_key``), also of one with a
+    sample prefix (``vr_tpr@0.1%fpr``: the membership game's vulnerable records), else None."""
+    m = re.match(r"^(?:[a-z]+_)?tpr@([0-9.]+)%fpr$", metric)
     return float(m.group(1)) / 100 if m else None
+
+
+def nonmembers_key(metric: str) -> str:
+    """The metric counting the non-members behind a TPR@FPR: ``n_nonmembers``, or ``<prefix>_nonmembers`` for one
+    with a sample prefix (``vr_nonmembers`` for ``vr_tpr@0.1%fpr``)."""
+    prefix = metric.partition("tpr@")[0]
+    return f"{prefix}nonmembers" if prefix else "n_nonmembers"
 
 
 UNIT = (0.0, 1.0)  # the range of a rate, a probability or an AUC; also of utility (test accuracy)

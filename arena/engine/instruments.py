@@ -107,7 +107,7 @@ class AuditInstruments:
             return None
         if X.shape[0] > 1 and not (torch.equal(X, X[:1].expand_as(X)) and torch.equal(y, y[:1].expand_as(y))):
             return None
-        from arena.engine.partition import record_digests
+        from arena.engine.digests import record_digests
 
         where = {d: i for i, d in reversed(list(enumerate(self.records)))}  # a duplicate record: its first row
         rows = [where.get(d) for d in record_digests(X[0], y[0])]
@@ -121,7 +121,7 @@ class AuditInstruments:
         taken = np.unique(rows)
         if len(taken) == len({*self.records}) and len(rows) == n:
             return "all"
-        from arena.engine.partition import digest_cells
+        from arena.engine.digests import digest_cells
 
         for parts in sorted(set(self.partitions)):
             cells = digest_cells(self.records, parts)

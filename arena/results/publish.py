@@ -36,7 +36,7 @@ import yaml
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from arena._version import __version__
-from arena.contracts.metric import fpr_level
+from arena.contracts.metric import fpr_level, nonmembers_key
 from arena.pipeline.store import _atomic_write
 from arena.results import leaderboard
 from arena.results.audit import Audit, audit_lines, violation_findings
@@ -108,7 +108,7 @@ def _value(row: Mapping[str, Any], metric: str) -> str:
     if metric not in metrics:
         return "—"
     v = metrics[metric]
-    n = metrics.get("n_nonmembers")
+    n = metrics.get(nonmembers_key(metric))
     if v is None or not leaderboard.resolvable(metric, n if isinstance(n, int) else None):
         return NOT_RESOLVABLE if fpr_level(metric) is not None or v is None else fmt(v)
     return fmt(float(v)) if isinstance(v, (int, float)) else str(v)

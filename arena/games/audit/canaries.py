@@ -55,10 +55,10 @@ import torch.nn.functional as F
 
 from arena.contracts.defense import Claim, Defense, Fit, FitTask
 from arena.engine.architecture import Architecture, State
+from arena.engine.digests import record_digests
 from arena.engine.ensemble import init_state, logits
 from arena.engine.functional import mean_gradient
 from arena.engine.instruments import AuditInstruments, GradientCanaries, instrumented
-from arena.engine.partition import record_digests
 from arena.engine.recipe import Recipe
 from arena.games.audit.claim_check import ClaimCheck, check_claim
 from arena.games.audit.verdict import CanaryAudit, KindResult, analyse, flag_batch

@@ -1,6 +1,7 @@
 """The membership game: members vs non-members of the released model's training set, one score per point.
 
-This folder owns the game's spec and view (``game``), its metrics (``metrics``), its guess type (``guess``), its shadow
+This folder owns the game (``game``), its spec and view (``spec``), the vulnerable-record protocol
+(``vulnerable``), its metrics (``metrics``), its guess type (``guess``), its shadow
 pools (``pools``), its audit rule (``rule``) and its report section (``sections``, ``figures`` and ``templates/``).
 
 Its classes are imported when first asked for: its audit rule and report parts, which a leaderboard or a report
@@ -12,15 +13,16 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from arena.games.membership.game import MembershipGame, MembershipGameSpec, MembershipView
+    from arena.games.membership.game import MembershipGame
     from arena.games.membership.guess import MembershipGuess
+    from arena.games.membership.spec import MembershipGameSpec, MembershipView
 
 __all__ = ["MembershipGame", "MembershipGuess", "MembershipGameSpec", "MembershipView"]
 
 _HOMES = {
     "MembershipGame": "arena.games.membership.game",
-    "MembershipGameSpec": "arena.games.membership.game",
-    "MembershipView": "arena.games.membership.game",
+    "MembershipGameSpec": "arena.games.membership.spec",
+    "MembershipView": "arena.games.membership.spec",
     "MembershipGuess": "arena.games.membership.guess",
 }
 

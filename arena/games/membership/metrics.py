@@ -143,7 +143,7 @@ def membership_metrics(scores: np.ndarray, is_member: np.ndarray, decisions: np.
 
 def resamplable(metric: str) -> bool:
     """Whether resamples of saved scores recompute ``metric``."""
-    return metric in SCORE_METRICS or fpr_level(metric) is not None
+    return metric in SCORE_METRICS or (metric.startswith("tpr@") and fpr_level(metric) is not None)
 
 
 def bootstrap_metrics(scores: np.ndarray, is_member: np.ndarray, metrics: Sequence[str], *, resamples: int = 1000,

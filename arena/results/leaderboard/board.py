@@ -183,7 +183,8 @@ def track_board(track: str, rows: list[dict[str, Any]], violations: Mapping[str,
     # the defense ranking's worst case: the cells' intervals made simultaneous over the attacks (Bonferroni)
     together = (metric_grid(main.info, groups, defenses, attacks, resampler, simultaneous_confidence(len(attacks)))
                 if metric in grids else main)
-    attack_ranking, defense_ranking = rankings(main.means, utility, metric, higher, defenses, together.intervals)
+    attack_ranking, defense_ranking = rankings(main.means, utility, metric, higher, defenses, together.intervals,
+                                               frozenset(claimed_epsilons(rows)))
     return TrackBoard(track, game, metric, higher, cells, main.means, utility, attack_ranking, defense_ranking,
                       failures, main.intervals, utility_intervals, flagged, claimed_epsilons(rows), beside, grids,
                       _interval_method(main, metric, n_seeds, resampler), n_seeds, warnings,

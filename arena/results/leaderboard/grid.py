@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from arena.contracts.metric import fpr_level
+from arena.contracts.metric import fpr_level, nonmembers_key
 from arena.results.leaderboard.intervals import CONFIDENCE, MIN_T_SEEDS, Interval, cell_interval, mean_std
 from arena.results.leaderboard.resample import Resampler
 from arena.results.leaderboard.rows import MetricInfo, resolvable
@@ -105,7 +105,7 @@ def metric_grid(info: MetricInfo, groups: Groups, defenses: list[str], attacks: 
         if not ok:
             continue
         values = [r["metrics"][name] for r in ok]
-        if any(v is None or not resolvable(name, r["metrics"].get("n_nonmembers")) for v, r in zip(values, ok)):
+        if any(v is None or not resolvable(name, r["metrics"].get(nonmembers_key(name))) for v, r in zip(values, ok)):
             grid.not_resolvable.add((d, a))
             cells[row[d], column[a]] = NOT_RESOLVABLE
             continue
@@ -144,8 +144,8 @@ def unresolvable_warnings(track: str, grids: dict[str, MetricGrid], groups: Grou
     warnings = []
     for n, grid in grids.items():
         if grid.not_resolvable and fpr_level(n) is not None:
-            counts = sorted({r["metrics"].get("n_nonmembers") for (d, a) in grid.not_resolvable
-                             for r in groups[d, a] if r["status"] == "ok" and r["metrics"].get("n_nonmembers")})
+            counts = sorted({r["metrics"].get(nonmembers_key(n)) for (d, a) in grid.not_resolvable
+                             for r in groups[d, a] if r["status"] == "ok" and r["metrics"].get(nonmembers_key(n))})
             fewest = min(counts) if counts else None
             resolution = f"{fewest} non-members resolve FPR only to {1 / fewest:.2%}" if fewest else \
                 "too few non-members"

@@ -18,6 +18,13 @@ estimates is biased upward: ranking defenses by ``max`` of the cell means lets o
 * a cell without an interval (too few seeds and no bootstrap draws) counts as its estimate alone, both ends.
 
 The Pareto front stays on the estimates (utility against ``worst_<metric>``), found by one sort.
+
+``dominated_by`` compares each defense without a privacy claim with the track's DP baselines (the configurations
+whose releases claim an ε: DP-SGD at each ε, output perturbation), as Aerni, Zhang & Tramèr (2024) do: a defense is
+dominated by a baseline that has at least its utility and whose worst-case interval lies wholly at or below the
+defense's (the baseline's upper end at most the defense's lower end, both simultaneous intervals): with 95 %
+confidence the baseline leaks no more under the strongest attack played, at no loss of utility. Among several, the
+most useful baseline is named.
 """
 
 from __future__ import annotations
@@ -39,9 +46,11 @@ def simultaneous_confidence(n_attacks: int) -> float:
 
 
 def rankings(means: pd.DataFrame, utility: pd.Series, metric: str, higher: bool, defenses: list[str],
-             intervals: Mapping[tuple[str, str], Interval] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+             intervals: Mapping[tuple[str, str], Interval] | None = None,
+             baselines: frozenset[str] = frozenset()) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(attack ranking, defense ranking) from the cell means of the ranking ``metric`` and the cells' simultaneous
-    ``intervals`` (defense, attack) → ``Interval`` (none given: every cell counts as its estimate)."""
+    ``intervals`` (defense, attack) → ``Interval`` (none given: every cell counts as its estimate); ``baselines``:
+    the defenses with a DP claim, which the others are compared with (``dominated_by``)."""
     # Attacks: rank within each defense (1 = strongest), ties share the average rank.
     rank_frame = (means.reindex(defenses) * (-1 if higher else 1)).rank(axis=1, method="average")
     rank_frame = rank_frame.dropna(how="all").dropna(axis=1, how="all")  # defenses and attacks with a mean
@@ -50,7 +59,7 @@ def rankings(means: pd.DataFrame, utility: pd.Series, metric: str, higher: bool,
     ).sort_values("mean_rank") if len(rank_frame) else pd.DataFrame(columns=["mean_rank", "defenses"])
     # Equal mean ranks are a tie and share the better place.
     attack_ranking.insert(0, "place", attack_ranking["mean_rank"].rank(method="min").astype(int))
-    return attack_ranking, defense_ranking(means, utility, metric, higher, intervals or {})
+    return attack_ranking, defense_ranking(means, utility, metric, higher, intervals or {}, baselines)
 
 
 def _worst(means: pd.Series, defense: str, sign: float,
@@ -75,10 +84,12 @@ def _worst(means: pd.Series, defense: str, sign: float,
 
 
 def defense_ranking(means: pd.DataFrame, utility: pd.Series, metric: str, higher: bool,
-                    intervals: Mapping[tuple[str, str], Interval]) -> pd.DataFrame:
+                    intervals: Mapping[tuple[str, str], Interval],
+                    baselines: frozenset[str] = frozenset()) -> pd.DataFrame:
     """Per defense (rows of ``means``): ``place``, ``utility``, ``worst_<metric>`` (the highest estimate over
     attacks, for the attacker), ``worst_<metric>_low`` and ``_high`` (the worst-case interval), ``worst_attack``,
-    ``indistinguishable`` (comma-separated) and ``pareto``; ordered by place, then utility (descending), then the
+    ``indistinguishable`` (comma-separated), ``pareto`` and ``dominated_by`` (a DP baseline of ``baselines``
+    dominating it, or ""); ordered by place, then utility (descending), then the
     estimate (the rule: this module's docstring)."""
     sign = 1.0 if higher else -1.0
     found = {d: _worst(means.loc[d], d, sign, intervals) for d in means.index}
@@ -100,6 +111,7 @@ def defense_ranking(means: pd.DataFrame, utility: pd.Series, metric: str, higher
         "indistinguishable": pd.Series({d: ", ".join(f[4]) for d, f in found.items()}),
     })
     frame["pareto"] = pareto_front(frame["utility"], est)
+    frame["dominated_by"] = dominated_by(frame["utility"], low, high, baselines)
     order = frame.assign(_place=place.fillna(np.inf), _u=-frame["utility"].fillna(-np.inf), _e=est.fillna(np.inf))
     order = order.sort_values(["_place", "_u", "_e"], kind="stable").index
     return frame.loc[order]
@@ -127,3 +139,17 @@ def pareto_front(utility: pd.Series, leak: pd.Series) -> pd.Series:
         best_before = max(best_before, top)
         i = j
     return pd.Series(on, index=leak.index)
+
+
+def dominated_by(utility: pd.Series, low: pd.Series, high: pd.Series, baselines: frozenset[str]) -> pd.Series:
+    """Per defense outside ``baselines``: the most useful baseline with at least its utility whose worst-case upper
+    end (attacker's orientation) is at most the defense's lower end, or ""; baselines themselves get "". Sorting
+    the baselines by utility makes it one pass over them per defense (few baselines: DP configurations)."""
+    u = utility.reindex(low.index)
+    base = sorted((b for b in baselines if b in low.index and np.isfinite(u[b]) and np.isfinite(high[b])),
+                  key=lambda b: -u[b])
+    out = {}
+    for d in low.index:
+        out[d] = "" if d in baselines or not (np.isfinite(u[d]) and np.isfinite(low[d])) else next(
+            (b for b in base if u[b] >= u[d] and high[b] <= low[d]), "")
+    return pd.Series(out, dtype=object)

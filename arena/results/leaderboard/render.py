@@ -95,7 +95,9 @@ def render_table(boards: list[TrackBoard]) -> str:
         out.append("")
         out.append("defenses by the worst case over attacks, with intervals simultaneous over the attacks (Bonferroni; "
                    "a shared place: the intervals cannot tell them apart); worst_attack: the highest estimate, "
-                   "indistinguishable: the attacks the intervals cannot tell from it (pareto = on the front):")
+                   "indistinguishable: the attacks the intervals cannot tell from it (pareto = on the front); "
+                   "dominated_by: a DP baseline with at least its utility whose worst-case interval lies wholly at "
+                   "or below its own:")
         out.append(b.defense_ranking.to_string(float_format=lambda v: f"{v:.3f}"))
         if b.failures:
             out.append("")

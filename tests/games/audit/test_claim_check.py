@@ -10,9 +10,10 @@ import torch
 
 from arena.contracts.defense import Claim, Fit, FitTask
 from arena.engine.architecture import Architecture
+from arena.engine.digests import record_digests
 from arena.engine.instruments import AuditInstruments, LaplaceDraw, Mechanism, state_digest
 from arena.engine.laplace import laplace
-from arena.engine.partition import hash_partition, record_digests
+from arena.engine.partition import hash_partition
 from arena.engine.recipe import DPNoise, Recipe
 from arena.engine.trainer import train
 from arena.games.audit.canaries import CanarySpec, analyse, audit
