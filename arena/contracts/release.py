@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -26,6 +28,13 @@ class Answering:
 
     def select(self, sl: slice) -> Answering:
         return Answering(self.fn, {k: v[sl] for k, v in self.tensors.items()})
+
+
+LOGITS_KEPT = 8
+"""Answers of ``Models.logits`` kept per process (a few MB: [K, n, C] each)."""
+MEMO_STATE_BYTES = 64 << 20
+"""Pools larger than this are not kept: hashing their state would cost more than it saves."""
+_LOGITS: OrderedDict[bytes, torch.Tensor] = OrderedDict()
 
 
 @dataclass(frozen=True)
@@ -54,7 +63,14 @@ class Models:
 
     def logits(self, X: torch.Tensor) -> torch.Tensor:
         """Logits [K, n, C] for flat records X [n, d] (shared) or [K, n, d] (one set per model), as answered (through
-        the defense's ``answering`` when it has one)."""
+        the defense's ``answering`` when it has one). A pure function of the models and X: for a pool of models (K >
+        1) of at most ``MEMO_STATE_BYTES``, the last few answers are kept (``_LOGITS``), so the same shadows queried
+        on the same records for each target of the vulnerable-record protocol run their forward pass once."""
+        memo = self.k > 1 and sum(t.numel() * t.element_size() for t in self.state.values()) <= MEMO_STATE_BYTES
+        key = self._memo_key(X) if memo else b""
+        if memo and (hit := _LOGITS.get(key)) is not None:
+            _LOGITS.move_to_end(key)
+            return hit.clone()
         dense = self.arch.dense
         dtype = next(iter(self.state.values())).dtype
         with torch.no_grad():
@@ -62,7 +78,25 @@ class Models:
                 raw = forward(dense, to_layers(self.state), X.to(dtype))
             else:
                 raw = logits(self.arch, self.state, X.to(dtype))
-            return raw if self.answering is None else self.answering(raw)
+            out = raw if self.answering is None else self.answering(raw)
+        if memo:
+            _LOGITS[key] = out.clone()
+            while len(_LOGITS) > LOGITS_KEPT:
+                _LOGITS.popitem(last=False)
+        return out
+
+    def _memo_key(self, X: torch.Tensor) -> bytes:
+        """A digest of everything ``logits`` reads: the architecture, the state, the answering function and its
+        tensors, and X."""
+        h = hashlib.blake2b(repr(self.arch.identity()).encode(), digest_size=20)
+        if self.answering is not None:
+            h.update(f"{self.answering.fn.__module__}.{self.answering.fn.__qualname__}".encode())
+        for name, t in (*sorted(self.state.items()), *sorted((self.answering.tensors if self.answering else {})
+                                                              .items()), ("X", X)):
+            c = t.detach().to("cpu").contiguous()
+            h.update(f"{name}{tuple(c.shape)}{c.dtype}".encode())
+            h.update(c.reshape(-1).view(torch.uint8).numpy().tobytes() if c.numel() else b"")
+        return h.digest()
 
     def predict_proba(self, X: torch.Tensor) -> torch.Tensor:
         return torch.softmax(self.logits(X), dim=-1)

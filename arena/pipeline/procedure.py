@@ -157,7 +157,12 @@ class TrainingProcedure:
         return reference_X, reference_y
 
     def train_chunks(self, chunks: Sequence[Chunk]) -> list[Models]:
-        """Train each chunk as its own cached unit. Inside a Ray worker, with a cache, every chunk is its own Ray
+        """``train_chunked``'s models (what an attacker's pool asks for)."""
+        return self.train_chunked(chunks)[0]
+
+    def train_chunked(self, chunks: Sequence[Chunk]) -> tuple[list[Models], Claim | None]:
+        """Train each chunk as its own cached unit; the models and the claim they train under (the first chunk's:
+        one procedure, one claim). Inside a Ray worker, with a cache, every chunk is its own Ray
         task (a GPU share on ``cuda`` tracks), so a pool spreads over a cluster's workers and a chunk finished
         before a crash is never retrained; elsewhere the chunks train here, one after another."""
         if len(chunks) > 1 and self.cache is not None and _inside_ray_worker():
@@ -173,7 +178,8 @@ class TrainingProcedure:
             for trained, node in ray.get(refs):
                 self.stats.trained += trained
                 self.stats.nodes.add(node)
-        return [self(*chunk)[0] for chunk in chunks]
+        trained = [self(*chunk) for chunk in chunks]
+        return [models for models, _ in trained], (trained[0][1] if trained else None)
 
     def _fit(
         self, X: torch.Tensor, y: torch.Tensor, init: torch.Tensor, train: torch.Tensor,

@@ -223,8 +223,8 @@ class MembershipGame(Game):
         size = procedure.chunk
         chunks = [(X[s : s + size], y[s : s + size], init[s : s + size], train[s : s + size])
                   for s in range(0, len(X), size)]
-        models = Models.cat(procedure.train_chunks(chunks))
-        claim = procedure(*chunks[0])[1]  # the cache's: every chunk trains under the same claim
+        parts, claim = procedure.train_chunked(chunks)
+        models = Models.cat(parts)
         Xt, yt = self.records(self.test)
         return Release(models=models, utility=float(models.accuracy(Xt, yt).mean()), claim=claim)
 
