@@ -17,7 +17,7 @@ from arena.pipeline.execute import game_columns
 from arena.pipeline.store import RunStore
 from arena.results import leaderboard
 from arena.results.audit import saved_arrays
-from arena.results.leaderboard.rankings import pareto_front, simultaneous_confidence
+from arena.results.leaderboard.rankings import dominated_by, pareto_front, simultaneous_confidence
 
 N = 1000  # members and non-members each: TPR at 1 % FPR resolvable, and noisy
 
@@ -104,3 +104,18 @@ def test_the_pareto_front_by_one_sort_is_the_pairwise_definition() -> None:
             dominated = any(u[e] >= u[d] and w[e] <= w[d] and (u[e] > u[d] or w[e] < w[d])
                             for e in u.index if e != d and not np.isnan(u[e]))
             assert front[d] == (not np.isnan(u[d]) and not dominated), (u.to_dict(), w.to_dict(), d)
+
+
+def test_a_defense_is_dominated_by_a_dp_baseline_as_useful_whose_worst_case_lies_below() -> None:
+    """Aerni et al.'s comparison: dominated_by names the most useful DP baseline with at least the defense's utility
+    whose worst-case interval lies at or below the defense's; overlapping intervals or less utility do not count."""
+    low = pd.Series({"emp": 0.40, "close": 0.10, "dp-hi": 0.05, "dp-lo": 0.01, "dp-useless": 0.0})
+    high = pd.Series({"emp": 0.60, "close": 0.30, "dp-hi": 0.20, "dp-lo": 0.04, "dp-useless": 0.01})
+    utility = pd.Series({"emp": 0.90, "close": 0.90, "dp-hi": 0.92, "dp-lo": 0.80, "dp-useless": 0.95})
+    baselines = frozenset({"dp-hi", "dp-lo", "dp-useless"})
+    found = dominated_by(utility, low, high, baselines)
+    assert found["emp"] == "dp-useless", "the most useful baseline that dominates it"
+    assert found["close"] == "dp-useless"
+    assert all(found[b] == "" for b in baselines)
+    without = dominated_by(utility, low, high, frozenset({"dp-hi", "dp-lo"}))
+    assert without["emp"] == "dp-hi" and without["close"] == "", "dp-hi overlaps close's interval; dp-lo is less useful"

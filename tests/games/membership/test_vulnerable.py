@@ -144,6 +144,7 @@ def null_interval_covers(reps: int, level: float, seed: int) -> float:
     return hits / reps
 
 
+@pytest.mark.slow
 def test_a_defense_that_releases_nothing_gets_a_tpr_within_its_interval_of_the_fpr() -> None:
     """Simulated repetitions of a release independent of its data: the interval of TPR at 0.1 % and at 1 % FPR
     covers the FPR at least as often as its level says, less a simulation margin (40 repetitions: a true rate of
@@ -152,6 +153,7 @@ def test_a_defense_that_releases_nothing_gets_a_tpr_within_its_interval_of_the_f
     assert null_interval_covers(40, 0.01, seed=2) >= 0.85
 
 
+@pytest.mark.slow
 def test_a_defense_that_memorises_its_hardest_records_is_flagged_where_the_population_average_is_not(digits):
     """Two simulated defenses with the same population leakage; one memorises its canaries. Their population AUCs
     agree, the vulnerable-record TPR at 0.1 % FPR tells them apart with disjoint intervals."""

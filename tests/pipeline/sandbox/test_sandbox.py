@@ -389,3 +389,27 @@ def test_messages_and_queries_over_their_quota_fail_the_attack(released) -> None
         run_attack(Chatty, ChattyView("chatty", frozenset(), {"model": box}), limits=Limits(message_bytes=100_000))
     with pytest.raises(AttackFailed, match=r"^quota: attack 'chatty' queried 10 rows at once, over the 5 one query"):
         run_attack(Chatty, ChattyView("chatty", frozenset({"query"}), {"model": box}), limits=Limits(query_rows=5))
+
+
+class Counts(Attack):
+    """Returns its process id and how many views it has answered in that process."""
+
+    name = "counts"
+    answered = 0
+
+    def run(self, view):
+        Counts.answered += 1
+        return MembershipGuess(scores=np.array([float(os.getpid()), float(Counts.answered)]),
+                               decisions=np.zeros(2, dtype=bool))
+
+
+def test_one_process_answers_every_view_it_is_sent_and_a_new_process_starts_afresh() -> None:
+    """A game that plays many targets (``Game.view_groups``) sends one process several views; the next group's
+    process shares nothing with it."""
+    a = Counts
+    with AttackProcess(a) as process:
+        first = [process.run(view_of(a)).scores for _ in range(3)]
+    with AttackProcess(a) as process:
+        second = process.run(view_of(a)).scores
+    assert [s[1] for s in first] == [1.0, 2.0, 3.0] and len({s[0] for s in first}) == 1
+    assert second[1] == 1.0 and second[0] != first[0][0]
