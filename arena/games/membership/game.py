@@ -20,12 +20,15 @@ from arena.games.membership.spec import MembershipGameSpec, MembershipView, Trai
 from arena.games.membership.vulnerable import (
     RANK_METRIC,
     VR_METRICS,
+    Canaries,
     groups,
     make_canaries,
     plan_targets,
+    screen_risk,
     vulnerable_metrics,
 )
 from arena.pipeline.procedure import TrainingProcedure
+from arena.pipeline.store import content_key
 
 
 class MembershipGame(Game):
@@ -78,27 +81,57 @@ class MembershipGame(Game):
 
     def _vulnerable(self) -> None:
         """The vulnerable-record protocol's split (``arena.games.membership.vulnerable``): 2·members base challenge
-        records, the canaries, then the test set and the population from the records left; the challenge is the
-        base records and the canaries, shuffled; each target's membership of it is the plan's."""
+        records, the canaries (or the candidates they are screened from), then the test set, the population and the
+        reference set from the records left; the challenge is the base records and the canaries, shuffled; each
+        target's membership of it is the plan's."""
         spec, m = self.spec, self.spec.members
         canary_spec = spec.canary_spec
         assert canary_spec is not None
-        base = self._order[: 2 * m]
+        self._base = self._order[: 2 * m]
         used = 2 * m + canary_spec.rows_needed()
-        self.canaries = make_canaries(canary_spec, self.dataset, self._order[2 * m : used], self.seed)
+        self._candidates = self._order[2 * m : used]
         self._deal_rest(self._order[used:], m)
         plan = plan_targets(2 * m, canary_spec.count, spec.targets, self.seed)
-        shuffle = permutation(2 * m + canary_spec.count, "membership-challenge", self.seed)
-        bX, by = self.records(base)
-        self._challenge_X = torch.cat([bX, self.canaries.X])[shuffle]
-        self._challenge_y = torch.cat([by, self.canaries.y])[shuffle]
-        self._record = np.r_[base, self.canaries.rows][shuffle].astype(np.int64)
-        self._is_canary = (shuffle >= 2 * m)
-        self._is_in = plan.is_in[:, shuffle]
+        self._shuffle = permutation(2 * m + canary_spec.count, "membership-challenge", self.seed)
+        self._is_canary = self._shuffle >= 2 * m
+        self._is_in = plan.is_in[:, self._shuffle]
         self._plan = plan
         self._paired = False
-        self.challenge = self._record
         self._is_member = self._is_in[0]
+        self.canaries = None
+        if canary_spec.kind != "vulnerable":
+            self._insert(make_canaries(canary_spec, self.dataset, self._candidates, self.seed))
+
+    def _insert(self, canaries: Canaries) -> None:
+        """The challenge with ``canaries``: the base records and the canaries, shuffled."""
+        self.canaries = canaries
+        bX, by = self.records(self._base)
+        self._challenge_X = torch.cat([bX, canaries.X])[self._shuffle]
+        self._challenge_y = torch.cat([by, canaries.y])[self._shuffle]
+        self._record = np.r_[self._base, canaries.rows][self._shuffle].astype(np.int64)
+        self.challenge = self._record
+
+    def _screen(self, procedure: TrainingProcedure) -> None:
+        """``kind: vulnerable``: the ``count`` candidates a non-private screening pool of the track's model finds
+        most exposed (``vulnerable.screen_risk`` over the base records and the candidates), cached in the run
+        directory, so every defense configuration of a seed plays the same canaries."""
+        if self.canaries is not None:
+            return
+        spec = self.spec.canary_spec
+        assert spec is not None
+        key = content_key({"screen": spec.screen.model_dump(), "dataset": self.dataset.name, "seed": self.seed,
+                           "arch": procedure.arch.identity(), "candidates": self._candidates.tolist(),
+                           "base": self._base.tolist()})
+        cache = procedure.cache
+        hit = cache.get("canaries", key) if cache is not None else None
+        if hit is None:
+            X, y = self.records(np.r_[self._base, self._candidates])
+            risk = screen_risk(spec.screen, procedure.arch, X, y, derive_seed(self.seed, "screen"))
+            top = np.sort(np.argsort(-risk[len(self._base):], kind="stable")[: spec.count])
+            hit = {"rows": torch.from_numpy(self._candidates[top].astype(np.int64))}
+            if cache is not None:
+                cache.put("canaries", key, hit)
+        self._insert(make_canaries(spec, self.dataset, hit["rows"].numpy(), self.seed))
 
     def _target_training_sets(self) -> tuple[torch.Tensor, torch.Tensor]:
         """[M, n, ...] and [M, n]: each target's training set, its base half then its canary half, each member
@@ -215,6 +248,7 @@ class MembershipGame(Game):
     def _release_targets(self, procedure: TrainingProcedure) -> Release:
         """The M targets of the vulnerable-record protocol, trained as a pool is (chunks of ``procedure.chunk``,
         each a batched call and a cache entry); utility: their mean test accuracy."""
+        self._screen(procedure)
         X, y = self._target_training_sets()
         if procedure.defense.needs_reference:  # every member trains; the reference set is outside the challenge
             Xr, yr = self.records(self.reference)
@@ -234,6 +268,7 @@ class MembershipGame(Game):
         """What ``attack`` may see: the challenge records (features and class labels, never membership) and the
         shape of one record (``input_shape``, e.g. (1, 8, 8) for an image, (d,) for a table row)."""
         if self.spec.vulnerable:
+            self._screen(procedure)
             return self._target_view(attack, release, procedure, 0, groups(self.spec.targets)[0].shadows)
         cX, cy = self.records(self.challenge)
         return self._view(attack, release.models, procedure, cX, cy, derive_seed(self.seed, "attack", attack.name),
@@ -278,6 +313,7 @@ class MembershipGame(Game):
         ``vulnerable.groups`` (each answered by an attack process of its own), targets in ascending order."""
         if not self.spec.vulnerable:
             return [[self.view(attack, release, procedure)]]
+        self._screen(procedure)
         return [[self._target_view(attack, release, procedure, t, g.shadows) for t in g.attacked]
                 for g in groups(self.spec.targets)]
 

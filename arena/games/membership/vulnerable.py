@@ -19,6 +19,7 @@ so that no process ever holds two partners, or a target together with the member
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -30,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from arena.contracts.metric import UNIT, Metric, tpr_key
 from arena.engine.seeds import derive_seed
 
-CanaryKind = Literal["mislabelled", "ood", "duplicated"]
+CanaryKind = Literal["mislabelled", "ood", "duplicated", "vulnerable"]
 VR_LEVELS = (0.01, 0.001, 0.0001)
 """The FPRs of the vulnerable-record TPRs (``vr_tpr@1%fpr``, ``vr_tpr@0.1%fpr``, ``vr_tpr@0.01%fpr``)."""
 RANK_METRIC = "vr_tpr@0.1%fpr"
@@ -56,6 +57,25 @@ def _even(name: str, value: int) -> int:
     return value
 
 
+class ScreenSpec(BaseModel):
+    """How ``kind: vulnerable`` canaries are chosen: a non-private screening pool of the track's model trained with
+    this recipe, in complementary pairs on random halves of the base records and the candidates."""
+
+    model_config = ConfigDict(extra="forbid")
+    candidates: int = Field(default=0, strict=True, ge=0, le=1_000_000, description="dataset records screened "
+                            "(0: four times the canaries); the most vulnerable ``count`` of them become canaries")
+    models: int = Field(default=16, strict=True, ge=2, le=1024, description="screening models (even)")
+    epochs: int = Field(default=30, strict=True, ge=1, le=10_000)
+    lr: float = Field(default=0.1, gt=0.0, le=100.0, allow_inf_nan=False)
+    batch_size: int = Field(default=32, strict=True, ge=1)
+    momentum: float = Field(default=0.9, ge=0.0, lt=1.0)
+
+    @field_validator("models")
+    @classmethod
+    def _models_even(cls, v: int) -> int:
+        return _even("models", v)
+
+
 class CanarySpec(BaseModel):
     """The canaries of the vulnerable-record protocol (``game.canaries``)."""
 
@@ -65,9 +85,11 @@ class CanarySpec(BaseModel):
     kind: CanaryKind = Field(default="mislabelled", description="mislabelled: dataset records with a label drawn "
                              "uniformly among the other classes; ood: features drawn from a Gaussian with the "
                              "dataset's per-feature mean and standard deviation, random labels; duplicated: "
-                             "dataset records with their own labels, inserted ``copies`` times")
+                             "dataset records with their own labels, inserted ``copies`` times; vulnerable: the "
+                             "records a non-private screening pool finds most exposed (``screen``), own labels")
     copies: int = Field(default=1, strict=True, ge=1, le=100, description="times a member canary is in its "
                         "target's training set (``duplicated`` defaults to 4 when left at 1)")
+    screen: ScreenSpec = Field(default_factory=ScreenSpec, description="the screening of ``kind: vulnerable``")
 
     @field_validator("count")
     @classmethod
@@ -80,7 +102,10 @@ class CanarySpec(BaseModel):
         return 4 if self.kind == "duplicated" and self.copies == 1 else self.copies
 
     def rows_needed(self) -> int:
-        """Dataset records the canaries consume (``ood`` canaries are synthetic)."""
+        """Dataset records the canaries consume (``ood`` canaries are synthetic; ``vulnerable`` ones are chosen
+        among the screened candidates)."""
+        if self.kind == "vulnerable":
+            return max(self.screen.candidates or 4 * self.count, self.count)
         return 0 if self.kind == "ood" else self.count
 
 
@@ -110,6 +135,34 @@ def make_canaries(spec: CanarySpec, dataset: Any, rows: np.ndarray, seed: int) -
     if spec.kind == "mislabelled":  # a uniformly drawn other class: never the record's own
         y = (y + rng.integers(1, k, c)) % k
     return Canaries(torch.from_numpy(X), torch.from_numpy(y).long(), np.asarray(rows, dtype=np.int64))
+
+
+def screen_risk(spec: ScreenSpec, arch: Any, X: torch.Tensor, y: torch.Tensor, seed: int) -> np.ndarray:
+    """Each record's exposure [n] under a non-private screening pool of ``arch`` trained by the engine on random
+    complementary halves of (X, y): LiRA's statistic φ = log(p_y / (1 − p_y)) per record, the gap between its mean
+    over the models that trained on it and over those that did not, in units of their pooled standard deviation
+    (Carlini et al. 2022's per-example difficulty). Higher: more exposed."""
+    from arena.contracts.release import Models
+    from arena.engine.recipe import Recipe
+    from arena.engine.trainer import train
+    from arena.games.membership.pools import plan_pool
+
+    n = len(y)
+    plan = plan_pool(n, n // 2, spec.models, derive_seed(seed, "canary-screen"))
+    rows = torch.from_numpy(plan.rows)
+    recipe = Recipe(epochs=spec.epochs, lr=spec.lr, momentum=spec.momentum, batch_size=spec.batch_size)
+    state = train(arch, X[rows].float(), y[rows], recipe, torch.from_numpy(plan.init_seeds),
+                  torch.from_numpy(plan.train_seeds))
+    logits = Models(arch, state).logits(X.float()).double()  # [K, n, C]
+    own = logits.gather(-1, y.expand(logits.shape[:2]).unsqueeze(-1)).squeeze(-1)
+    others = logits.scatter(-1, y.expand(logits.shape[:2]).unsqueeze(-1), -math.inf).logsumexp(-1)
+    phi = (own - others).numpy()
+    inside = plan.challenge_in
+    mean_in = np.where(inside, phi, 0).sum(0) / inside.sum(0)
+    mean_out = np.where(~inside, phi, 0).sum(0) / (~inside).sum(0)
+    var_in = np.where(inside, (phi - mean_in) ** 2, 0).sum(0) / np.maximum(inside.sum(0) - 1, 1)
+    var_out = np.where(~inside, (phi - mean_out) ** 2, 0).sum(0) / np.maximum((~inside).sum(0) - 1, 1)
+    return (mean_in - mean_out) / np.sqrt((var_in + var_out) / 2 + 1e-12)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import torch
 from arena.contracts.attack import Attack
 from arena.contracts.spec import PluginRef
 from arena.engine.recipe import Recipe
+from arena.engine.seeds import derive_seed
 from arena.games.membership import MembershipGame, MembershipGameSpec
 from arena.games.membership.guess import MembershipGuess
 from arena.games.membership.pools import train_pool
@@ -19,6 +20,7 @@ from arena.games.membership.vulnerable import (
     groups,
     plan_targets,
     resample,
+    screen_risk,
     vulnerable_draws,
     vulnerable_metrics,
 )
@@ -177,3 +179,32 @@ def test_a_defense_that_memorises_its_hardest_records_is_flagged_where_the_popul
     assert abs(ordinary["auc"] - memoriser["auc"]) < 0.02, "the population average cannot tell them apart"
     assert memoriser["vr_tpr@0.1%fpr"] > 0.5 > ordinary["vr_tpr@0.1%fpr"]
     assert memoriser_low > ordinary_high, "the vulnerable-record metric flags the memoriser"
+
+
+@pytest.mark.slow
+def test_vulnerable_canaries_are_the_screened_candidates_most_exposed_and_cached(digits, tmp_path) -> None:
+    """``kind: vulnerable``: the canaries are the candidates a non-private screening pool finds most exposed, the
+    same for a second game of the seed (read from the run's cache, nothing retrained), and they leak more than the
+    population average under LiRA with the targets as shadows."""
+    from arena.pipeline.tensorcache import TensorCache
+    from arena_plugins.membership import LiRA
+
+    game_spec = spec(targets=8, canaries={"count": 20, "kind": "vulnerable",
+                                          "screen": {"models": 8, "epochs": 20, "candidates": 80}})
+    procedure = TrainingProcedure(NonPrivate(NonPrivate.Params()), architecture("mlp", (1, 8, 8), 10, hidden=[64]),
+                                  Recipe(epochs=20, lr=0.1, batch_size=32, momentum=0.9), chunk=8,
+                                  cache=TensorCache(tmp_path))
+    game = MembershipGame(game_spec, digits, seed=2)
+    release = game.release(procedure)
+    rows = game.canaries.rows
+    assert len(rows) == 20 and np.isin(rows, game._candidates).all()
+    assert (game.canaries.y.numpy() == digits.y[rows]).all(), "own labels"
+    again = MembershipGame(game_spec, digits, seed=2)
+    again._screen(procedure)
+    assert np.array_equal(again.canaries.rows, rows), "the screening is cached: every configuration plays them"
+    X, y = game.records(np.r_[game._base, game._candidates])
+    risk = screen_risk(game_spec.canary_spec.screen, procedure.arch, X, y, derive_seed(game.seed, "screen"))
+    top = game._candidates[np.argsort(-risk[len(game._base):], kind="stable")[:20]]
+    assert set(rows.tolist()) == set(top.tolist()), "the 20 candidates of highest screened risk"
+    lira = game.play(LiRA(LiRA.Params.model_validate({"shadows": 4})), release, procedure)
+    assert lira.metrics["vr_auc"] > lira.metrics["auc"] + 0.02, "exposed records leak more than the average"
