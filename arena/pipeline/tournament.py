@@ -249,6 +249,18 @@ def _play_on_ray(todo: list[Matchup], store: RunStore, on_row: Callable[[dict], 
             releases[m.release_key] = task.remote(m, run_dir, driver)
         return releases[m.release_key]
 
+    def prefetch(waiting: list[Matchup], ahead: int) -> None:
+        """Submit the releases of the next ``ahead`` distinct releases in the queue: a matchup task waits for its
+        release without holding a CPU, so while the matchups in flight wait for theirs (a vulnerable-record
+        release trains dozens of targets) the other workers train the next releases instead of idling."""
+        keys: list[str] = []
+        for m in waiting:
+            if m.release_key not in keys and m.release_key not in stopped:
+                keys.append(m.release_key)
+                release(m)
+            if len(keys) >= ahead:
+                return
+
     def stopped_row(m: Matchup, seconds: float) -> dict[str, Any]:
         return failed_row(m, f"timeout: its release did not finish within {timeout(m):g}s", seconds)
 
@@ -261,6 +273,7 @@ def _play_on_ray(todo: list[Matchup], store: RunStore, on_row: Callable[[dict], 
                 continue
             task = matchup_task.options(num_gpus=gpus[m.track.device])
             running[task.remote(m, run_dir, release(m), driver)] = (m, time.monotonic())
+        prefetch(queue, limit)
         if not running:
             continue
         on_start(len(running))
