@@ -146,25 +146,57 @@ def resamplable(metric: str) -> bool:
     return metric in SCORE_METRICS or (metric.startswith("tpr@") and fpr_level(metric) is not None)
 
 
+def weighted_rates(scores: np.ndarray, is_member: np.ndarray, weights: np.ndarray,
+                   levels: Sequence[float]) -> dict[str, np.ndarray]:
+    """AUC, advantage and TPR at each FPR in ``levels`` of the scores [N] (members where ``is_member``), each point
+    counted ``weights[b, i]`` times in row b of ``weights`` [B, N], each an array [B]: the metrics of B resamples
+    given as multiplicities, from ONE sort of the scores (a resample only reweights the sorted points). As
+    ``score_metrics``: AUC by Mann–Whitney with ties counting one half, a threshold only between distinct scores."""
+    order = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")
+    s = np.asarray(scores, dtype=np.float64)[order]
+    lab = np.asarray(is_member, dtype=bool)[order]
+    W = np.asarray(weights, dtype=np.float64)[:, order]
+    Wm, Wn = W * lab, W * ~lab
+    m, n = Wm.sum(axis=1), Wn.sum(axis=1)
+    tpr = np.cumsum(Wm, axis=1) / np.maximum(m, 1e-300)[:, None]
+    fpr = np.cumsum(Wn, axis=1) / np.maximum(n, 1e-300)[:, None]
+    cut = np.ones(len(s), dtype=bool)  # a threshold can fall after position i only between distinct scores
+    cut[:-1] = s[:-1] != s[1:]
+    starts = np.flatnonzero(np.r_[True, cut[:-1]] if len(s) else np.zeros(0, bool))  # first of each group
+    Mg, Ng = np.add.reduceat(Wm, starts, axis=1), np.add.reduceat(Wn, starts, axis=1)  # per group of equal scores
+    below = n[:, None] - np.cumsum(Ng, axis=1)  # non-member weight strictly below each group (descending order)
+    out = {"auc": (Mg * (below + 0.5 * Ng)).sum(axis=1) / np.maximum(m * n, 1e-300),
+           "advantage": np.maximum(np.where(cut, tpr - fpr, -np.inf).max(axis=1), 0.0)}
+    for level in levels:
+        out[tpr_key(level)] = np.where(cut & (fpr <= level + 1e-12), tpr, 0.0).max(axis=1)
+    return out
+
+
+def multiplicities(rng: np.random.Generator, b: int, n: int) -> np.ndarray:
+    """[b, n]: how many times each of n points is drawn in each of b resamples of n draws with replacement."""
+    idx = rng.integers(0, n, (b, n)) + (np.arange(b) * n)[:, None]
+    return np.bincount(idx.reshape(-1), minlength=b * n).reshape(b, n)
+
+
 def bootstrap_metrics(scores: np.ndarray, is_member: np.ndarray, metrics: Sequence[str], *, resamples: int = 1000,
                       seed: int = 0) -> dict[str, np.ndarray]:
     """Each metric of ``metrics`` that scores determine (AUC, advantage, TPR@FPR) on ``resamples`` stratified
     bootstrap resamples of one matchup's challenge points: members and non-members are each drawn with
-    replacement, so every resample keeps the counts (and the FPR resolution) of the game played."""
+    replacement, so every resample keeps the counts (and the FPR resolution) of the game played. The resamples are
+    multiplicities of the points (``weighted_rates``: one sort, not one per resample)."""
     scores = np.asarray(scores, dtype=np.float64).reshape(-1)
     lab = np.asarray(is_member).astype(bool).reshape(-1)
-    members, nonmembers = scores[lab], scores[~lab]
     rng = np.random.default_rng(seed)
     out: dict[str, list[np.ndarray]] = {}
     levels = tuple(sorted({level for m in metrics if (level := fpr_level(m)) is not None}))
-    labels = np.r_[np.ones(len(members), bool), np.zeros(len(nonmembers), bool)]
     chunk = max(1, min(resamples, RESAMPLE_BATCH // max(1, len(scores))))
     done = 0
     while done < resamples:
         b = min(chunk, resamples - done)
-        S = np.concatenate([members[rng.integers(0, len(members), (b, len(members)))],
-                            nonmembers[rng.integers(0, len(nonmembers), (b, len(nonmembers)))]], axis=1)
-        for k, v in score_metrics(S, labels, levels).items():
+        W = np.empty((b, len(scores)))
+        W[:, lab] = multiplicities(rng, b, int(lab.sum()))
+        W[:, ~lab] = multiplicities(rng, b, int((~lab).sum()))
+        for k, v in weighted_rates(scores, lab, W, levels).items():
             out.setdefault(k, []).append(v)
         done += b
     return {k: np.concatenate(v) for k, v in out.items() if k in metrics}

@@ -211,28 +211,6 @@ def groups(targets: int) -> list[Group]:
 # --- metrics ---
 
 
-def _rates(S: np.ndarray, L: np.ndarray, levels: Sequence[float]) -> dict[str, np.ndarray]:
-    """AUC and TPR at each FPR in ``levels`` of every row of scores ``S`` [B, N] with its own labels ``L`` [B, N]
-    (members true; higher means member), as ``score_metrics`` computes them for one shared label vector: AUC by
-    Mann–Whitney with ties counting one half, a threshold only between distinct scores."""
-    from scipy.stats import rankdata  # scipy.stats costs 0.8 s to import: only when metrics are computed
-
-    S = np.asarray(S, dtype=np.float64)
-    L = np.asarray(L, dtype=bool)
-    m, n = L.sum(axis=1), (~L).sum(axis=1)
-    ranks = rankdata(S, axis=1)
-    out = {"auc": ((ranks * L).sum(axis=1) - m * (m + 1) / 2) / np.maximum(m * n, 1)}
-    order = np.argsort(-S, axis=1, kind="stable")
-    s_sorted, l_sorted = np.take_along_axis(S, order, axis=1), np.take_along_axis(L, order, axis=1)
-    tpr = np.cumsum(l_sorted, axis=1) / np.maximum(m, 1)[:, None]
-    fpr = np.cumsum(~l_sorted, axis=1) / np.maximum(n, 1)[:, None]
-    cut = np.ones_like(s_sorted, dtype=bool)
-    cut[:, :-1] = s_sorted[:, :-1] != s_sorted[:, 1:]
-    for level in levels:
-        out[vr_key(level)] = np.where(cut & (fpr <= level + 1e-12), tpr, 0.0).max(axis=1)
-    return out
-
-
 def vulnerable_metrics(scores: np.ndarray, is_in: np.ndarray) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """The vulnerable-record metrics of the canary scores ``scores`` [M, C] with the secret ``is_in`` [M, C]: the AUC
     and the TPR at each FPR of ``VR_LEVELS`` over the M·C (canary, target) pairs, None where the non-member pairs
@@ -270,7 +248,10 @@ def vulnerable_draws(scores: np.ndarray, is_in: np.ndarray, *, resamples: int, s
     """Bootstrap draws of the vulnerable-record metrics: the (canary, target) pairs are not independent (a canary
     the defense memorises leaks in every target that trained on it; a target may leak more than another), so each
     resample draws the canaries and, independently, the targets with replacement and takes every pair of the two
-    (a two-way cluster bootstrap, conservative for either dependence)."""
+    (a two-way cluster bootstrap, conservative for either dependence): pair (t, c) counts as often as the product
+    of t's and c's multiplicities (``metrics.weighted_rates``)."""
+    from arena.games.membership.metrics import multiplicities, weighted_rates
+
     S, L = np.asarray(scores, np.float64), np.asarray(is_in, bool)
     M, C = S.shape
     rng = np.random.default_rng(seed)
@@ -279,13 +260,17 @@ def vulnerable_draws(scores: np.ndarray, is_in: np.ndarray, *, resamples: int, s
     done = 0
     while done < resamples:
         b = min(chunk, resamples - done)
-        t = rng.integers(0, M, (b, M, 1))
-        c = rng.integers(0, C, (b, 1, C))
-        found = _rates(S[t, c].reshape(b, -1), L[t, c].reshape(b, -1), VR_LEVELS)
+        W = multiplicities(rng, b, M)[:, :, None] * multiplicities(rng, b, C)[:, None, :]
+        found = weighted_rates(S.reshape(-1), L.reshape(-1), W.reshape(b, -1), VR_LEVELS)
         for key in VR_RESAMPLED:
-            out.setdefault(key, []).append(found["auc" if key == "vr_auc" else key])
+            out.setdefault(key, []).append(found["auc" if key == "vr_auc" else tpr_key(fpr_level_of(key))])
         done += b
     return {k: np.concatenate(v) for k, v in out.items()}
+
+
+def fpr_level_of(key: str) -> float:
+    """The FPR of a vulnerable-record TPR key (``vr_tpr@0.1%fpr`` → 0.001)."""
+    return next(level for level in VR_LEVELS if vr_key(level) == key)
 
 
 def resample(arrays: Mapping[str, Any], metrics: Sequence[str], *, resamples: int,

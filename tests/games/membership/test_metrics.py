@@ -162,3 +162,20 @@ def test_an_attack_with_no_true_positive_at_the_level_calls_no_point_a_member() 
     assert metrics["tpr@1%fpr"] == 0.0
     assert points["tpr@1%fpr"] == {"threshold": None, "fpr": 0.0, "false_positives": 0, "nonmembers": 200,
                                    "true_positives": 0, "members": 5}
+
+
+def test_a_resample_as_multiplicities_gives_the_metrics_of_the_resampled_scores() -> None:
+    """``weighted_rates`` (one sort, resamples as multiplicities) equals ``score_metrics`` of the drawn points, ties
+    included, so the faster bootstrap draws the same distribution."""
+    from arena.games.membership.metrics import weighted_rates
+
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        scores = np.round(rng.normal(size=300), 1)  # many ties
+        member = rng.random(300) < 0.4
+        idx = np.r_[rng.choice(np.flatnonzero(member), member.sum()), rng.choice(np.flatnonzero(~member),
+                                                                                 (~member).sum())]
+        drawn = score_metrics(scores[idx][None], member[idx], [0.1, 0.01])
+        weighted = weighted_rates(scores, member, np.bincount(idx, minlength=300)[None].astype(float), [0.1, 0.01])
+        for key, value in drawn.items():
+            assert weighted[key][0] == pytest.approx(value[0], abs=1e-12), key
