@@ -56,7 +56,29 @@ def catalog(entry_points: list[md.EntryPoint]) -> dict[str, dict[str, Any]] | No
 
     if in_attack_process():
         return None
+    from arena.plugins import PluginLoadError
+
     listed = [[ep.dist.name if ep.dist else "unknown", ep.name, ep.value] for ep in entry_points]
+    try:
+        return _catalogued(listed)
+    except PluginLoadError as exc:
+        by_dist: dict[str, list[list[str]]] = {}
+        for item in listed:
+            by_dist.setdefault(item[0], []).append(item)
+        if len(by_dist) < 2:
+            return {f"{d}:{n}": {"error": str(exc)} for d, n, _ in listed}
+    found: dict[str, dict[str, Any]] = {}
+    for dist, items in by_dist.items():  # one distribution killed the sandbox's process: ask for each alone
+        try:
+            found.update(_catalogued(items))
+        except PluginLoadError as exc:
+            found.update({f"{d}:{n}": {"error": f"distribution {dist!r}: {exc}"} for d, n, _ in items})
+    return found
+
+
+def _catalogued(listed: list[list[str]]) -> dict[str, dict[str, Any]]:
+    """The catalog of ``[distribution, name, value]`` entry points from one sandboxed process (``PluginLoadError``
+    where that process fails or answers nonsense)."""
     answer = _ask({"task": "catalog", "entry_points": listed})
     try:
         return {f"{d}:{n}": _checked_entry(answer[f"{d}:{n}"]) for d, n, _ in listed}
@@ -82,7 +104,7 @@ def _checked_entry(entry: Any) -> dict[str, Any]:
         return {"error": _text(entry["error"])}
     kinds = [_text(k, 64) for k in entry["kinds"]]
     attacks = []
-    for a in entry["attacks"] if kinds == ["register_attacks"] else []:
+    for a in entry["attacks"] if "register_attacks" in kinds else []:
         name = a["name"]
         if type(name) is not str or printable(name) != name or not name or len(name) > MAX_NAME:
             raise ValueError(f"attack name {clip_text(name, MAX_NAME)!r}")
