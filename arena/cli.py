@@ -92,6 +92,15 @@ def _trust():  # noqa: ANN202 - the module, imported when the parser is built (i
     return trust
 
 
+def _apply_trust(names: list[str]) -> None:
+    """``--trust``: the names added to ``ARENA_TRUSTED`` (for this process and those it starts); registries built
+    before are built again."""
+    if names:
+        _trust().trust(names)
+        if "arena.plugins" in sys.modules:
+            sys.modules["arena.plugins"].registries.cache_clear()
+
+
 def third_party_lines(regs: object) -> list[str]:
     """One line per third-party distribution: name, version and where its code runs (or why it does not)."""
     return [d.describe() for d in getattr(regs, "distributions", ())]
@@ -108,7 +117,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from arena.pipeline.plan import plan
     from arena.pipeline.scenario import ScenarioError
 
-    _trust().trust(args.trust)
+    _apply_trust(args.trust)
 
     try:
         p = plan(args.scenarios)
@@ -130,7 +139,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if args.workers is not None and args.workers < 1:
         return _problems(["--workers: must be at least 1"])
-    _trust().trust(args.trust)
+    _apply_trust(args.trust)
     import arena.pipeline  # noqa: F401 - the sandbox's catalog: attack-only plugins are listed from there
     from arena.plugins import registries
 
@@ -301,7 +310,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_plugins(args: argparse.Namespace) -> int:
     if args.plugins_command == "install":
         return _install(args)
-    _trust().trust(args.trust)
+    _apply_trust(args.trust)
     import arena.pipeline  # noqa: F401 - installs the sandbox's catalog: attack-only plugins are listed from there
     from arena.plugins import registries
 

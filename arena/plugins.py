@@ -202,9 +202,9 @@ def load_plugins() -> tuple[pluggy.PluginManager, tuple[PluginInfo, ...], dict[s
         problem = next((a["error"] for a in answers.values() if a is not None and a.get("error")), None)
         problem = problem or next((a["registry_error"] for a in answers.values()
                                    if a is not None and a.get("registry_error")), None)
-        kinds = {k for a in answers.values() if a is not None for k in a["kinds"]}
+        kinds = {k for a in answers.values() if a is not None for k in a.get("kinds", ())}
         problem = problem or _refusal(info, kinds)
-        attacks = [a for answer in answers.values() if answer is not None for a in answer["attacks"]]
+        attacks = [a for answer in answers.values() if answer is not None for a in answer.get("attacks", ())]
         if problem is None:
             zone, loaded = trust.ATTACK_SANDBOX, []
             try:
