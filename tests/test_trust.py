@@ -57,7 +57,7 @@ def register_metrics(register):
 """
 
 
-def _distribution(regs, name: str):  # noqa: ANN001, ANN202
+def _distribution(regs, name: str):
     (found,) = [d for d in regs.distributions if d.name == name]
     return found
 
@@ -169,7 +169,8 @@ def test_registries_before_the_pipeline_never_import_an_attack_only_distribution
         import arena.pipeline
         after = arena.plugins.registries()
         print(json.dumps({"first": first, "imported": "arena_marker_plugin" in sys.modules,
-                          "lines": [d.describe() for d in after.distributions], "attack": "marker-coin" in after.attacks}))
+                          "lines": [d.describe() for d in after.distributions],
+                          "attack": "marker-coin" in after.attacks}))
     """)
     env = {**os.environ, "ARENA_RUN_SECRET": TEST_SECRET}
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
