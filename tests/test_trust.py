@@ -296,3 +296,64 @@ def test_an_untrusted_wheels_start_up_file_runs_only_in_the_sandbox(tmp_path: Pa
     assert seen and {p.name.split(".")[0] for p in seen} == {"sandbox"}, [p.name for p in seen]
     if os.geteuid() == 0:  # run as root: each time as a sandbox user, never the arena's
         assert all(int(p.read_text()) != 0 for p in seen)
+
+
+KILLS_ITS_PROCESS = """
+import os
+
+os._exit(3)
+"""
+
+
+def test_a_distribution_that_kills_the_catalogs_process_is_broken_alone(plugin_dist, capsys) -> None:
+    plugin_dist("arena-killer", "arena_killer_plugin", KILLS_ITS_PROCESS)
+    plugin_dist("arena-fine", "arena_fine_plugin", ATTACK.format(name="fine-coin"))
+    regs = build_registries()
+    killer, fine = _distribution(regs, "arena-killer"), _distribution(regs, "arena-fine")
+    assert killer.zone == "broken" and killer.problem.startswith("distribution 'arena-killer': the attack sandbox "
+                                                                 "could not catalog"), killer
+    assert fine.zone == "attack sandbox" and "fine-coin" in regs.attacks
+
+
+def _site_dist(site: Path, dist: str, module: str, source: str) -> None:
+    """A distribution as ``pip install --target`` leaves it: the module and its ``.dist-info``."""
+    site.mkdir(exist_ok=True)
+    (site / f"{module}.py").write_text(textwrap.dedent(source))
+    info = site / f"{dist.replace('-', '_')}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[arena]\n{module} = {module}\n")
+
+
+DEFENSE = """
+from arena import hookimpl
+from arena_plugins.defenses import NonPrivate
+
+
+class Again(NonPrivate):
+    name = "site-defense"
+
+
+@hookimpl
+def register_defenses(register):
+    register(Again)
+"""
+
+
+@pytest.mark.subprocess
+def test_the_untrusted_site_is_read_by_metadata_and_serves_attacks_only(tmp_path, monkeypatch, capsys) -> None:
+    site = tmp_path / "untrusted"
+    _site_dist(site, "arena-site-attack", "arena_site_attack", ATTACK.format(name="site-coin"))
+    _site_dist(site, "arena-site-defense", "arena_site_defense", DEFENSE)
+    monkeypatch.setenv("ARENA_UNTRUSTED_SITE", str(site))
+    monkeypatch.setenv("ARENA_TRUSTED", "arena-site-defense")  # trust does not reach into the untrusted site
+    regs = build_registries()
+    assert _distribution(regs, "arena-site-attack").describe() == \
+        "arena-site-attack 1.0: attack sandbox (installed in the untrusted site)"
+    defense = _distribution(regs, "arena-site-defense")
+    assert defense.zone == "broken" and "installed in the untrusted site" in defense.problem \
+        and "registers a defense" in defense.problem, defense
+    assert str(site) not in sys.path and not {"arena_site_attack", "arena_site_defense"} & set(sys.modules)
+    assert "site-defense" not in regs.defenses
+    # Its attack's parameters are validated in the sandbox, which adds the site to its own path.
+    assert main(["validate", str(_tiny_with(tmp_path, "site-coin"))]) == EXIT_OK, capsys.readouterr().err
