@@ -14,9 +14,11 @@ field. ``arena.pipeline.sandbox.tasks`` is the sandboxed side of both. Whatever 
 plugin's code, so it is taken as data only: checked for shape, texts escaped and capped, names plain,
 capabilities known (``_checked_entry``, ``_checked_answer``).
 
-Which entry points the arena imports follows from that answer: one that registers, or claims to register, a
-defense, model, dataset, game or metric is the challenger's code by its own account, and is imported here as
-every such plugin is (``arena plugins`` lists what each registered).
+Which entry points the arena imports follows from that answer (``arena.plugins.load_plugins``): one that
+registers, or claims to register, a defense, model, dataset, game or metric is the challenger's code by its own
+account, and is imported here as every such plugin is, unless its distribution also registers attacks and is not
+trusted by name, or lives in the untrusted site (``arena.trust``): then it is refused. A distribution whose
+entry points kill the sandbox's process is found by asking for each distribution alone, and only it is broken.
 """
 
 from __future__ import annotations
