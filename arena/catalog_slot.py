@@ -22,5 +22,6 @@ def set_catalog(catalog: Catalog) -> None:
 
 
 def installed_catalog() -> Catalog | None:
-    """The catalog installed, if any."""
+    """The catalog installed, if any. Without one, the plugin loader imports no third-party distribution but those
+    trusted by name (``arena.trust``): no order of imports brings attack code into the caller's process."""
     return _installed[0] if _installed else None

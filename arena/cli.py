@@ -65,8 +65,45 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples for the intervals (default 1000)")
     ev.add_argument("--seed", type=int, default=0, help="seed of the bootstrap resamples")
 
-    sub.add_parser("plugins", help="list loaded plugins and what they register")
+    plugins = sub.add_parser("plugins", help="list loaded plugins, what they register and where their code runs; "
+                             "`arena plugins install` installs untrusted attack distributions")
+    plugins_sub = plugins.add_subparsers(dest="plugins_command")
+    install = plugins_sub.add_parser(
+        "install", help="install attack distributions into the untrusted site, where only the attack sandbox "
+        "loads them (never the arena's process, nor its start-up files)")
+    install.add_argument("sources", nargs="+", metavar="PATH_OR_WHEEL",
+                         help="wheels, source folders or requirements, as pip takes them (a wheel runs no code to "
+                         "install; building a source folder runs its build code here)")
+    install.add_argument("--site", type=Path, help=f"the untrusted site (default: ${_trust().SITE_ENV}, else "
+                         "$XDG_DATA_HOME/arena/untrusted-site)")
+    install.add_argument("--pip-option", action="append", default=[], metavar="OPTION",
+                         help="passed to pip (repeatable), e.g. --pip-option=--no-index")
+    for command in (run, val, plugins):
+        command.add_argument("--trust", action="append", default=[], metavar="DIST",
+                             help=f"trust this third-party distribution (repeatable; adds to ${_trust().TRUSTED_ENV}): "
+                             "it may register attacks together with a defense, model, dataset, game or metric, "
+                             "and its code then runs in the arena's process")
     return p
+
+
+def _trust():  # noqa: ANN202 - the module, imported when the parser is built (it imports nothing else)
+    from arena import trust
+
+    return trust
+
+
+def _apply_trust(names: list[str]) -> None:
+    """``--trust``: the names added to ``ARENA_TRUSTED`` (for this process and those it starts); registries built
+    before are built again."""
+    if names:
+        _trust().trust(names)
+        if "arena.plugins" in sys.modules:
+            sys.modules["arena.plugins"].registries.cache_clear()
+
+
+def third_party_lines(regs: object) -> list[str]:
+    """One line per third-party distribution: name, version and where its code runs (or why it does not)."""
+    return [d.describe() for d in getattr(regs, "distributions", ())]
 
 
 def _problems(problems: list[str]) -> int:
@@ -79,6 +116,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from arena.api import rank_by_problems
     from arena.pipeline.plan import plan
     from arena.pipeline.scenario import ScenarioError
+
+    _apply_trust(args.trust)
 
     try:
         p = plan(args.scenarios)
@@ -100,6 +139,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if args.workers is not None and args.workers < 1:
         return _problems(["--workers: must be at least 1"])
+    _apply_trust(args.trust)
+    import arena.pipeline  # noqa: F401 - the sandbox's catalog: attack-only plugins are listed from there
+    from arena.plugins import registries
+
+    for line in third_party_lines(registries()):  # which third-party code runs where
+        print(f"third-party: {line}", file=sys.stderr)
     page = args.out / "report" / "index.html"
     try:
         results = api.run(args.scenarios, out=args.out, serial=args.serial, workers=args.workers,
@@ -263,6 +308,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
+    if args.plugins_command == "install":
+        return _install(args)
+    _apply_trust(args.trust)
     import arena.pipeline  # noqa: F401 - installs the sandbox's catalog: attack-only plugins are listed from there
     from arena.plugins import registries
 
@@ -270,12 +318,35 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     print("plugins:")
     for info in regs.plugins:
         print(f"  {info.name:40} {info.distribution} {info.version} ({info.module})")
+    site = _trust().untrusted_site()
+    print(f"third-party code (untrusted site: {site}{'' if site.is_dir() else ', absent'}):")
+    for line in third_party_lines(regs) or ["(none)"]:
+        print(f"  {line}")
     kinds = (("games", regs.games), ("datasets", regs.datasets), ("models", regs.models),
              ("defenses", regs.defenses), ("attacks", regs.attacks), ("metrics", regs.metrics))
     for kind, reg in kinds:
         print(f"{kind}:")
         for e in reg:
             print(f"  {e.name:24} from {e.distribution} {e.version}")
+    return EXIT_OK
+
+
+def _install(args: argparse.Namespace) -> int:
+    """``arena plugins install``: pip installs the distributions into the untrusted site (never the arena's
+    environment), then lists what the attack sandbox finds there."""
+    import subprocess
+
+    trust = _trust()
+    site = (args.site or trust.untrusted_site()).expanduser().absolute()
+    if site.exists() and not site.is_dir():
+        return _problems([f"--site: {site}: not a directory"])
+    site.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(trust.install_command(list(args.sources), site, list(args.pip_option)), check=False)
+    if done.returncode != 0:
+        return _problems([f"pip could not install {' '.join(args.sources)} into {site} (exit {done.returncode})"])
+    print(f"installed into the untrusted site {site}: only sandboxed attack processes load it"
+          + ("" if args.site is None or str(site) == str(trust.untrusted_site()) else
+             f"; set {trust.SITE_ENV}={site} for the arena to find it"))
     return EXIT_OK
 
 

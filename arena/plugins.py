@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import importlib.metadata as md
 import os
@@ -10,7 +12,7 @@ from typing import Any
 
 import pluggy
 
-from arena import hookspecs
+from arena import hookspecs, trust
 from arena.catalog_slot import installed_catalog
 from arena.contracts.attack import Attack
 from arena.contracts.dataset import DatasetLoader
@@ -51,6 +53,12 @@ class Registries:
     attacks: Registry[type[Attack]]
     metrics: Registry[Metric]
     plugins: tuple[PluginInfo, ...]
+    distributions: tuple[DistributionInfo, ...] = ()
+    """Every third-party distribution of the ``arena`` group and where its code runs (or why it does not)."""
+
+    def broken(self) -> list[DistributionInfo]:
+        """The third-party distributions that did not load (``broken`` or ``not loaded``)."""
+        return [d for d in self.distributions if d.problem is not None]
 
 
 def _allowed_distributions() -> set[str] | None:
@@ -60,10 +68,46 @@ def _allowed_distributions() -> set[str] | None:
     return {part.strip().lower() for part in raw.split(",") if part.strip()}
 
 
-def _entry_points() -> list[tuple[md.EntryPoint, str, str]]:
-    """The allowed entry points of the ``arena`` group, each with its distribution's name and version, sorted by
+@dataclass(frozen=True)
+class DistributionInfo:
+    """A third-party distribution with entry points in the ``arena`` group, and where its code runs: ``installed``
+    (``arena environment`` or ``untrusted site``), ``zone`` (``arena process``: its modules are imported by the
+    arena; ``attack sandbox``: only in sandboxed processes; ``broken`` or ``not loaded``: nowhere, ``problem``
+    says why), ``trusted`` (by name: ``ARENA_TRUSTED``), ``startup`` (its ``.pth`` files)."""
+
+    name: str
+    version: str
+    installed: str
+    zone: str
+    trusted: bool = False
+    problem: str | None = None
+    startup: tuple[str, ...] = ()
+    provides: tuple[tuple[str, str], ...] = ()
+    """(kind, name) of what a broken one declared before it failed (its attacks as the sandbox found them, what
+    it registered): a scenario that names one is answered with its problem."""
+
+    def describe(self) -> str:
+        """One line: 'name version: zone (installed where; trusted by name)' or 'name version: broken: why'."""
+        if self.problem is not None:
+            return f"{self.name} {self.version}: {self.zone}: {self.problem}"
+        notes = [f"installed in the {self.installed}"] + (["trusted by name"] if self.trusted else [])
+        if self.startup and self.installed == trust.ENVIRONMENT and not self.trusted:
+            notes.append(f"its start-up files {', '.join(self.startup)} run in every interpreter of the arena's "
+                         "environment: install it with `arena plugins install` instead")
+        return f"{self.name} {self.version}: {self.zone} ({'; '.join(notes)})"
+
+
+BROKEN, NOT_LOADED = "broken", "not loaded"
+_KINDS = {"register_games": "a game", "register_datasets": "a dataset", "register_models": "a model",
+          "register_defenses": "a defense", "register_metrics": "a metric"}
+
+
+def _entry_points() -> list[tuple[md.EntryPoint, str, str, str]]:
+    """The allowed entry points of the ``arena`` group, each with its distribution's name and version and where
+    it is installed (``arena.trust.ENVIRONMENT``, or ``UNTRUSTED_SITE``: read from its metadata only), sorted by
     both names. Each distribution's metadata is parsed once (``EntryPoint.dist.name`` parses it on every access,
-    which was most of what building the registries cost)."""
+    which was most of what building the registries cost). In a sandboxed process the untrusted site, where it was
+    added, is on the import path: its distributions are found there as any other."""
     allowed = _allowed_distributions()
     meta: dict[int, tuple[str, str]] = {}
     found = []
@@ -75,48 +119,137 @@ def _entry_points() -> list[tuple[md.EntryPoint, str, str]]:
                 parsed = ep.dist.metadata
                 meta[id(ep.dist)] = (parsed["Name"], parsed["Version"])
             dist, version = meta[id(ep.dist)]
-        if allowed is not None and dist.lower() != BUILTIN_DISTRIBUTION and dist.lower() not in allowed:
-            continue
-        found.append((ep, dist, version))
+        found.append((ep, dist, version, trust.ENVIRONMENT))
+    if not trust.in_sandbox():
+        here = {trust.normalize(d) for _, d, _, _ in found}
+        for site_dist in trust.site_distributions():
+            name, version = site_dist.metadata["Name"], site_dist.metadata["Version"]
+            if trust.normalize(name) in here:  # the environment's copy is the one Python imports
+                continue
+            found += [(ep, name, version, trust.UNTRUSTED_SITE) for ep in site_dist.entry_points
+                      if ep.group == ENTRY_POINT_GROUP]
+    found = [f for f in found if allowed is None or f[1].lower() == BUILTIN_DISTRIBUTION or f[1].lower() in allowed]
     return sorted(found, key=lambda f: (f[1] if f[0].dist else "", f[0].name))
 
 
-def load_plugins() -> tuple[pluggy.PluginManager, tuple[PluginInfo, ...], dict[str, list[dict[str, Any]]]]:
-    """Import every allowed entry point of the ``arena`` group and register it; unknown hooks are load errors.
-    With a catalog installed (``arena.catalog_slot``), a third-party entry point that implements ``register_attacks``
-    alone is not imported here: its attacks' declarations come back from the sandbox (third value, by plugin)."""
+def _distribution(name: str, version: str, installed: str, eps: list[md.EntryPoint]) -> DistributionInfo:
+    startup: tuple[str, ...] = ()
+    dist = next((ep.dist for ep in eps if ep.dist is not None), None)
+    if dist is not None:
+        with contextlib.suppress(Exception):
+            startup = tuple(trust.startup_files(dist))
+    return DistributionInfo(name, version, installed, NOT_LOADED, trust.is_trusted(name), None, startup)
+
+
+def _refusal(info: DistributionInfo, kinds: set[str]) -> str | None:
+    """Why a distribution that implements the hooks ``kinds`` may not run where it is installed, or None."""
+    others = sorted(_KINDS[k] for k in kinds if k in _KINDS)
+    if info.installed == trust.UNTRUSTED_SITE and others:
+        return (f"distribution {info.name!r} is installed in the untrusted site ({trust.untrusted_site()}) but "
+                f"registers {', '.join(others)}, which runs in the arena's process; only attacks run from there: "
+                "install it into the arena's environment and trust it by name")
+    if "register_attacks" in kinds and others and not info.trusted:
+        return (f"distribution {info.name!r} registers attacks together with {', '.join(others)}: its attack code "
+                f"would run in the arena's process; trust it by name ({trust.TRUSTED_ENV}={info.name} or --trust "
+                f"{info.name}) or ship its attacks in a distribution of their own")
+    return None
+
+
+def load_plugins() -> tuple[pluggy.PluginManager, tuple[PluginInfo, ...], dict[str, list[dict[str, Any]]],
+                            dict[str, DistributionInfo]]:
+    """Import the allowed entry points of the ``arena`` group that may run here and register them; unknown hooks
+    are load errors. The built-in distribution's failures raise; a third-party distribution whose import or
+    registration fails is recorded as broken (fourth value: every third-party distribution, by name) and the
+    others load. Which third-party entry points are imported here is decided by the attack sandbox's catalog
+    (``arena.catalog_slot``), which imports each of them in a sandboxed process first: one that implements
+    ``register_attacks`` alone is never imported here (its attacks' declarations come back from the sandbox, the
+    third value, by plugin), nor is a distribution of the untrusted site, nor one that registers attacks with any
+    other kind unless it is trusted by name (``arena.trust``). Without a catalog installed (``arena.pipeline``
+    not imported), only distributions trusted by name are imported. In a sandboxed process, everything loads."""
     pm = pluggy.PluginManager("arena")
     pm.add_hookspecs(hookspecs)
-    infos = []
-    eps = _entry_points()
-    outside = [ep for ep, dist, _ in eps if (dist if ep.dist else "").lower() != BUILTIN_DISTRIBUTION]
-    catalog = installed_catalog()
-    seen = catalog(outside) if catalog is not None and outside else None
+    infos: list[PluginInfo] = []
     sandboxed: dict[str, list[dict[str, Any]]] = {}
-    for ep, dist, version in eps:
-        plugin_name = f"{dist}:{ep.name}"
-        found = (seen or {}).get(plugin_name)
-        if found is not None and found.get("error"):
-            raise PluginLoadError(found["error"])
-        if found is not None and set(found["kinds"]) <= {"register_attacks"}:  # attack code: the sandbox's only
-            if found.get("registry_error"):
-                raise RegistryError(found["registry_error"])
-            sandboxed[plugin_name] = found["attacks"]
-            infos.append(PluginInfo(plugin_name, ep.value, dist, version))
+    eps = _entry_points()
+    outside: dict[str, list[tuple[md.EntryPoint, str, str]]] = {}
+    for ep, dist, version, installed in eps:
+        if dist.lower() == BUILTIN_DISTRIBUTION and ep.dist is not None:
+            _register(pm, ep, f"{dist}:{ep.name}")
+            infos.append(PluginInfo(f"{dist}:{ep.name}", ep.value, dist, version))
+        else:
+            outside.setdefault(dist, []).append((ep, version, installed))
+    dists = {d: _distribution(d, found[0][1], found[0][2], [ep for ep, _, _ in found]) for d, found in outside.items()}
+    catalog = installed_catalog()
+    everything = trust.in_sandbox()
+    seen = None
+    if catalog is not None and outside and not everything:
+        seen = catalog([ep for found in outside.values() for ep, _, _ in found])
+        everything = seen is None
+    for dist, found in outside.items():
+        info = dists[dist]
+        plugins = {f"{dist}:{ep.name}": ep for ep, _, _ in found}
+        if everything:
+            answers: dict[str, Any] = dict.fromkeys(plugins)
+        elif seen is None:  # no sandbox to ask: only what the user trusts by name is imported
+            if not info.trusted or info.installed != trust.ENVIRONMENT:
+                dists[dist] = dataclasses.replace(info, problem="not loaded in this process: no attack sandbox to "
+                                                  "look at it first (import arena.pipeline, or use arena.api)")
+                continue
+            answers = dict.fromkeys(plugins)
+        else:
+            answers = {name: seen.get(name) or {"error": f"plugin {name!r}: no answer from the sandbox"}
+                       for name in plugins}
+        problem = next((a["error"] for a in answers.values() if a is not None and a.get("error")), None)
+        problem = problem or next((a["registry_error"] for a in answers.values()
+                                   if a is not None and a.get("registry_error")), None)
+        kinds = {k for a in answers.values() if a is not None for k in a.get("kinds", ())}
+        problem = problem or _refusal(info, kinds)
+        attacks = [a for answer in answers.values() if answer is not None for a in answer.get("attacks", ())]
+        if problem is None:
+            zone, loaded = trust.ATTACK_SANDBOX, []
+            try:
+                for name, ep in plugins.items():
+                    answer = answers[name]
+                    if answer is not None and set(answer["kinds"]) <= {"register_attacks"}:
+                        site = info.installed == trust.UNTRUSTED_SITE  # its process adds the untrusted site
+                        sandboxed[name] = [{**a, "site": site} for a in answer["attacks"]]  # the sandbox's only
+                    else:
+                        _register(pm, ep, name)
+                        loaded.append(name)
+                        zone = trust.ARENA_PROCESS
+            except PluginLoadError as exc:
+                problem = str(exc)
+                for name in loaded:
+                    pm.unregister(name=name)
+                for name in plugins:
+                    sandboxed.pop(name, None)
+        if problem is not None:
+            dists[dist] = dataclasses.replace(info, zone=BROKEN, problem=problem,
+                                              provides=tuple(("attack", str(a["name"])) for a in attacks))
             continue
-        try:
-            module = ep.load()
-            pm.register(module, name=plugin_name)
-        except pluggy.PluginValidationError as exc:
-            raise PluginLoadError(f"plugin {plugin_name!r} ({ep.value}): {exc}") from exc
-        except Exception as exc:  # report any import failure with the plugin's name
-            raise PluginLoadError(f"plugin {plugin_name!r} ({ep.value}) failed to load: {exc!r}") from exc
-        infos.append(PluginInfo(plugin_name, ep.value, dist, version))
+        dists[dist] = dataclasses.replace(info, zone=zone)
+        infos += [PluginInfo(name, ep.value, dist, info.version) for name, ep in plugins.items()]
     try:
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
         raise PluginLoadError(f"{exc} (no such hook in arena.hookspecs: check the spelling)") from exc
-    return pm, tuple(infos), sandboxed
+    return pm, tuple(infos), sandboxed, dists
+
+
+def _register(pm: pluggy.PluginManager, ep: md.EntryPoint, plugin_name: str) -> None:
+    """Import one entry point here and register it: ``PluginLoadError`` naming the plugin when it cannot be."""
+    try:
+        module = ep.load()
+        pm.register(module, name=plugin_name)
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        with contextlib.suppress(Exception):
+            pm.unregister(name=plugin_name)
+        if "unknown hook" in str(exc):
+            raise PluginLoadError(f"{exc} (no such hook in arena.hookspecs: check the spelling)") from exc
+        raise PluginLoadError(f"plugin {plugin_name!r} ({ep.value}): {exc}") from exc
+    except Exception as exc:  # report any import failure with the plugin's name
+        raise PluginLoadError(f"plugin {plugin_name!r} ({ep.value}) failed to load: {exc!r}") from exc
 
 
 def sandboxed_attack(declared: dict[str, Any]) -> type[Attack]:
@@ -127,7 +260,8 @@ def sandboxed_attack(declared: dict[str, Any]) -> type[Attack]:
     return type(qualname.rpartition(".")[2] or "Attack", (Attack,), {
         "name": declared["name"], "game": declared["game"], "threat_model": frozenset(declared["threat_model"]),
         "version": declared["version"], "__module__": module, "__qualname__": qualname, "sandboxed": True,
-        "refused": declared.get("refused"), "__doc__": "(imported only in the attack sandbox)"})
+        "refused": declared.get("refused"), "__doc__": "(imported only in the attack sandbox)",
+        "untrusted_site": declared.get("site") is True})
 
 
 def is_sandboxed(cls: object) -> bool:
@@ -135,15 +269,51 @@ def is_sandboxed(cls: object) -> bool:
     return isinstance(cls, type) and cls.__dict__.get("sandboxed") is True
 
 
-def _fill(pm: pluggy.PluginManager, hook_name: str, registry: Registry, infos: dict[str, PluginInfo]) -> None:
-    """Call one hook plugin by plugin so every registration is attributed to its plugin and distribution."""
-    for impl in getattr(pm.hook, hook_name).get_hookimpls():
+class _Broken(Exception):  # noqa: N818 - internal: one third-party distribution failed while registering
+    def __init__(self, distribution: str, message: str, names: list[tuple[str, str]]) -> None:
+        super().__init__(message)
+        self.distribution, self.names = distribution, names
+
+
+def _add(registry: Registry, obj: object, info: PluginInfo, tried: list[tuple[str, str]]) -> None:
+    """Register ``obj`` for ``info``'s plugin; a third-party distribution's failure is ``_Broken`` (with the names
+    it registered so far, ``tried``), the arena's own raises."""
+    name = obj.__dict__.get("name") if isinstance(obj, type) else getattr(obj, "name", None)
+    if isinstance(name, str) and name:
+        tried.append((registry.kind, name))
+    try:
+        registry.add(obj, plugin=info.name, distribution=info.distribution, version=info.version)
+    except RegistryError as exc:
+        if info.distribution.lower() != BUILTIN_DISTRIBUTION:
+            raise _Broken(info.distribution, str(exc), tried) from None
+        first = registry.entry(name) if isinstance(name, str) and name in registry else None
+        if first is None or first.distribution.lower() == BUILTIN_DISTRIBUTION:
+            raise
+        raise _Broken(first.distribution, str(exc), [(registry.kind, name)]) from None  # it took a built-in's name
+
+
+def _fill(pm: pluggy.PluginManager, hook_name: str, registry: Registry, infos: dict[str, PluginInfo],
+          tried: dict[str, list[tuple[str, str]]]) -> None:
+    """Call one hook plugin by plugin (the arena's own first) so every registration is attributed to its plugin
+    and distribution; a third-party hook that raises breaks its distribution (``_Broken``)."""
+    impls = getattr(pm.hook, hook_name).get_hookimpls()
+    for impl in sorted(impls, key=lambda i: infos[i.plugin_name].distribution.lower() != BUILTIN_DISTRIBUTION):
         info = infos[impl.plugin_name]
+        names = tried.setdefault(info.distribution, [])
 
-        def register(obj: object, _info: PluginInfo = info) -> None:
-            registry.add(obj, plugin=_info.name, distribution=_info.distribution, version=_info.version)
+        def register(obj: object, _info: PluginInfo = info, _names: list[tuple[str, str]] = names) -> None:
+            _add(registry, obj, _info, _names)
 
-        impl.function(register=register)
+        if info.distribution.lower() == BUILTIN_DISTRIBUTION:
+            impl.function(register=register)
+            continue
+        try:
+            impl.function(register=register)
+        except _Broken:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a third party's hook: its distribution is broken
+            raise _Broken(info.distribution, f"plugin {info.name!r} failed in {hook_name}: {exc!r}", names) \
+                from None
 
 
 def _attack_problem(cls: type[Attack]) -> str | None:
@@ -170,8 +340,27 @@ def _game_problem(cls: type[Game]) -> str | None:
 
 
 def build_registries() -> Registries:
-    """Load plugins and fill one registry per kind."""
-    pm, infos, sandboxed = load_plugins()
+    """Load plugins and fill one registry per kind. A third-party distribution whose registration fails is set
+    aside as broken (its problem kept in ``distributions``, its names answered with it) and the registries are
+    filled again without it."""
+    pm, infos, sandboxed, dists = load_plugins()
+    while True:
+        tried: dict[str, list[tuple[str, str]]] = {}
+        try:
+            return _filled(pm, infos, sandboxed, dists, tried)
+        except _Broken as exc:
+            for p in [p for p in infos if p.distribution == exc.distribution]:
+                if pm.get_plugin(p.name) is not None:
+                    pm.unregister(name=p.name)
+                sandboxed.pop(p.name, None)
+            infos = tuple(p for p in infos if p.distribution != exc.distribution)
+            dists[exc.distribution] = dataclasses.replace(
+                dists[exc.distribution], zone=BROKEN, problem=str(exc),
+                provides=tuple(dict.fromkeys([*dists[exc.distribution].provides, *exc.names])))
+
+
+def _filled(pm: pluggy.PluginManager, infos: tuple[PluginInfo, ...], sandboxed: dict[str, list[dict[str, Any]]],
+            dists: dict[str, DistributionInfo], tried: dict[str, list[tuple[str, str]]]) -> Registries:
     by_name = {i.name: i for i in infos}
     regs = Registries(
         games=Registry("game", Game, check=_game_problem),
@@ -181,21 +370,32 @@ def build_registries() -> Registries:
         attacks=Registry("attack", Attack, check=_attack_problem),
         metrics=Registry("metric", Metric, instances=True),
         plugins=infos,
+        distributions=tuple(dists[d] for d in sorted(dists, key=str.lower)),
     )
-    _fill(pm, "register_games", regs.games, by_name)
+    _fill(pm, "register_games", regs.games, by_name, tried)
     for entry in regs.games:  # each game's own metrics, attributed to the plugin that registered the game
         for metric in entry.obj.metrics:
-            regs.metrics.add(metric, plugin=entry.plugin, distribution=entry.distribution, version=entry.version)
-    _fill(pm, "register_datasets", regs.datasets, by_name)
-    _fill(pm, "register_models", regs.models, by_name)
-    _fill(pm, "register_defenses", regs.defenses, by_name)
-    _fill(pm, "register_attacks", regs.attacks, by_name)
+            _add(regs.metrics, metric, by_name[entry.plugin], tried.setdefault(entry.distribution, []))
+    _fill(pm, "register_datasets", regs.datasets, by_name, tried)
+    _fill(pm, "register_models", regs.models, by_name, tried)
+    _fill(pm, "register_defenses", regs.defenses, by_name, tried)
+    _fill(pm, "register_attacks", regs.attacks, by_name, tried)
     for plugin, declared in sandboxed.items():
         info = by_name[plugin]
         for attack in declared:
-            regs.attacks.add(sandboxed_attack(attack), plugin=plugin, distribution=info.distribution,
-                             version=info.version)
-    _fill(pm, "register_metrics", regs.metrics, by_name)
+            _add(regs.attacks, sandboxed_attack(attack), info, tried.setdefault(info.distribution, []))
+    _fill(pm, "register_metrics", regs.metrics, by_name, tried)
+    broken = [d for d in regs.distributions if d.zone in (BROKEN, NOT_LOADED)]
+    if broken:
+        note = "; ".join(f"{d.name} {d.version} ({d.zone})" for d in broken)
+        for registry in (regs.games, regs.datasets, regs.models, regs.defenses, regs.attacks, regs.metrics):
+            registry.note = f"third-party distributions not loaded, which may provide it: {note} (see `arena plugins`)"
+        for d in broken:
+            for kind, name in d.provides:
+                registry = {"game": regs.games, "dataset": regs.datasets, "model": regs.models,
+                            "defense": regs.defenses, "attack": regs.attacks, "metric": regs.metrics}.get(kind)
+                if registry is not None and name not in registry:
+                    registry.withhold(name, f"its distribution {d.name} {d.version} is {d.zone}: {d.problem}")
     return regs
 
 

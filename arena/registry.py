@@ -18,11 +18,16 @@ class RegistryError(Exception):
 class UnknownNameError(KeyError):
     """A scenario named a plugin that no registry holds."""
 
-    def __init__(self, kind: str, name: str, known: list[str]) -> None:
+    def __init__(self, kind: str, name: str, known: list[str], *, unavailable: str | None = None,
+                 note: str | None = None) -> None:
         self.kind, self.name, self.known = kind, name, known
+        if unavailable is not None:  # a broken distribution's: say which and why
+            super().__init__(f"{kind} {name!r} is unavailable: {unavailable}")
+            return
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
         hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
-        super().__init__(f"unknown {kind} {name!r}; {hint}registered {kind}s: {', '.join(known) or '(none)'}")
+        super().__init__(f"unknown {kind} {name!r}; {hint}registered {kind}s: {', '.join(known) or '(none)'}"
+                         + (f" ({note})" if note else ""))
 
     def __str__(self) -> str:
         return str(self.args[0])
@@ -58,6 +63,13 @@ class Registry(Generic[T]):
         self.instances = instances
         self.check = check
         self._entries: dict[str, Entry[T]] = {}
+        self._withheld: dict[str, str] = {}
+        self.note: str | None = None
+        """Said after every unknown name (the broken distributions, one of which may have provided it)."""
+
+    def withhold(self, name: str, why: str) -> None:
+        """Answer a lookup of ``name`` with ``why`` (its distribution is broken) instead of "unknown"."""
+        self._withheld[name] = why
 
     def _problem(self, obj: object) -> str | None:
         """Why ``obj`` cannot be registered as this kind, or None."""
@@ -108,7 +120,8 @@ class Registry(Generic[T]):
         try:
             return self._entries[name]
         except KeyError:
-            raise UnknownNameError(self.kind, name, self.names()) from None
+            raise UnknownNameError(self.kind, name, self.names(), unavailable=self._withheld.get(name),
+                                   note=self.note) from None
 
     def names(self) -> list[str]:
         return sorted(self._entries)

@@ -55,6 +55,11 @@ if "ARENA_CACHE_DIR" not in os.environ:
     os.environ["ARENA_CACHE_DIR"] = tempfile.mkdtemp(prefix="arena-test-cache-")
     atexit.register(shutil.rmtree, os.environ["ARENA_CACHE_DIR"], ignore_errors=True)
 
+# Trust zones (``arena.trust``): the user's untrusted site and trusted names stay out of the suite; a test that
+# needs them sets its own.
+os.environ["ARENA_UNTRUSTED_SITE"] = os.path.join(os.environ["ARENA_CACHE_DIR"], "no-untrusted-site")
+os.environ.pop("ARENA_TRUSTED", None)
+
 TEST_SECRET = "a7" * 32
 """The run secret of every run directory a test creates (``ARENA_RUN_SECRET``), so that the suite's numbers are
 the same on every machine; tests of the secret itself unset it."""

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "arena"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("arena._version", "arena.catalog_slot"),
+    ("arena._version", "arena.catalog_slot", "arena.trust"),
     ("arena.privacy",),
     ("arena.engine",),
     ("arena.contracts",),

@@ -127,9 +127,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return target
 
 
-def _arena(site: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    """The ``arena`` command in a fresh interpreter that finds the installed examples on PYTHONPATH."""
-    env = {**os.environ, "PYTHONPATH": str(site), "ARENA_RUN_SECRET": TEST_SECRET}
+def _arena(site: Path, cwd: Path, *args: str, trusted: str = "arena-example-game") -> subprocess.CompletedProcess:
+    """The ``arena`` command in a fresh interpreter that finds the installed examples on PYTHONPATH, trusting the
+    example game (which registers its baseline attack beside the game) by name."""
+    env = {**os.environ, "PYTHONPATH": str(site), "ARENA_RUN_SECRET": TEST_SECRET, "ARENA_TRUSTED": trusted}
     env.pop("ARENA_LOAD_PLUGINS", None)
     return subprocess.run([sys.executable, "-m", "arena.cli", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=600, check=False)
@@ -143,8 +144,18 @@ def _in_bounds(value: float, bounds: list[float | None]) -> bool:
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_the_five_example_distributions_play_one_tournament(site: Path, tmp_path: Path) -> None:
+    # Untrusted, the game (with its baseline attack) is refused, saying how to trust it; the rest load.
+    untrusted = _arena(site, tmp_path, "plugins", trusted="")
+    assert untrusted.returncode == 0, untrusted.stderr
+    assert ("  arena-example-game 0.1.0: broken: distribution 'arena-example-game' registers attacks together with a "
+            "game: its attack code would run in the arena's process; trust it by name "
+            "(ARENA_TRUSTED=arena-example-game or --trust arena-example-game)") in untrusted.stdout, untrusted.stdout
+    assert "  arena-example-defense 0.1.0: arena process (installed in the arena environment)" in untrusted.stdout
     listing = _arena(site, tmp_path, "plugins")
     assert listing.returncode == 0, listing.stderr
+    for dist, zone in {"arena-example-attack": "attack sandbox", "arena-example-game": "arena process",
+                       "arena-example-defense": "arena process"}.items():
+        assert f"  {dist} 0.1.0: {zone} (installed in the arena environment" in listing.stdout, listing.stdout
     for dist, names in {
         "arena-example-dataset": ["example-blobs"],
         "arena-example-model": ["example-resmlp"],

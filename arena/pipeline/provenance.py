@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from arena import trust
+
 HARNESS = "arena"
 SOURCE_DIGITS = 16
 
@@ -68,7 +70,11 @@ def install_kind(distribution: str) -> str:
     ``local`` (a local directory or a ``file:`` archive), ``index`` (a package index or a remote URL) or
     ``unknown`` (no metadata)."""
     kinds = set()
-    for dist in md.distributions(name=distribution):
+    found = list(md.distributions(name=distribution))
+    site = trust.site_in_use()
+    if not found and site is not None:  # an untrusted attack's: read from the untrusted site's metadata
+        found = list(md.distributions(name=distribution, path=[site]))
+    for dist in found:
         try:
             direct = json.loads(dist.read_text("direct_url.json") or "null")
         except json.JSONDecodeError:
@@ -114,13 +120,21 @@ def _find_spec(name: str) -> Any:
     for i in range(len(parts)):
         part = ".".join(parts[: i + 1])
         loaded = sys.modules.get(part)
-        spec = getattr(loaded, "__spec__", None) if loaded is not None else PathFinder.find_spec(part, search)
+        spec = getattr(loaded, "__spec__", None) if loaded is not None else PathFinder.find_spec(
+            part, search if search is not None else _search_path())
         if spec is None:
             return None
         search = spec.submodule_search_locations
         if search is None and i < len(parts) - 1:
             return None
     return spec
+
+
+def _search_path() -> list[str]:
+    """Where top-level modules are looked for: the import path, then the untrusted site (whose attacks' sources
+    are hashed like any other plugin's: read, never imported here)."""
+    site = trust.site_in_use()
+    return sys.path + ([site] if site is not None else [])
 
 
 def _is_package(name: str, origin: Path) -> bool:

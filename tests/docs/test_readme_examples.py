@@ -122,7 +122,8 @@ def test_the_dataset_plugin_plays_a_scenario(plugin_dist, tmp_path: Path) -> Non
 
 
 @pytest.mark.subprocess
-def test_the_game_and_metric_plugins_play_a_scenario(plugin_dist, tmp_path: Path) -> None:
+def test_the_game_and_metric_plugins_play_a_scenario(plugin_dist, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("ARENA_TRUSTED", "arena-parity")  # a game with its attack: trusted by name, as the guide says
     _install(plugin_dist, "arena_parity", entry="parity")
     _install(plugin_dist, "arena_parity_errors")
     (row,) = _play(tmp_path, """

@@ -113,7 +113,8 @@ tracks:
 """
 
 
-def test_a_third_party_game_plays_in_a_scenario(plugin_dist, tmp_path: Path, capsys) -> None:
+def test_a_third_party_game_plays_in_a_scenario(plugin_dist, tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("ARENA_TRUSTED", "arena-parity")  # a game with its attack: trusted by name
     plugin_dist("arena-parity", "arena_parity", TOY_GAME, entry="parity")
     entry = registries().games.entry("parity")
     assert entry.distribution == "arena-parity"
@@ -137,7 +138,8 @@ def test_a_third_party_game_plays_in_a_scenario(plugin_dist, tmp_path: Path, cap
     assert registries().games.get("parity").capabilities == {"query"}  # read from its View
 
 
-def test_a_game_spec_error_names_its_field_paths(plugin_dist, tmp_path: Path, capsys) -> None:
+def test_a_game_spec_error_names_its_field_paths(plugin_dist, tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("ARENA_TRUSTED", "arena-parity")
     plugin_dist("arena-parity", "arena_parity", TOY_GAME, entry="parity")
     bad = write_scenario(tmp_path / "bad.yaml", PARITY.replace("train: 200", "train: 0, colour: red"))
     assert main(["validate", str(bad)]) == EXIT_INPUT

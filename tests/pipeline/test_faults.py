@@ -237,7 +237,8 @@ def check_fault_rows(out: Path) -> dict[tuple[str, str], dict]:
     return rows
 
 
-def test_serial_faults_fail_only_their_own_matchups(plugin_dist, tmp_path: Path, capsys) -> None:
+def test_serial_faults_fail_only_their_own_matchups(plugin_dist, tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("ARENA_TRUSTED", "arena-faults")  # attacks and defenses in one distribution: trusted by name
     plugin_dist("arena-faults", "arena_faults_plugin", FAULTS)
     paths = faults_scenarios(tmp_path)
     out = tmp_path / "run"
@@ -278,7 +279,7 @@ def greedy_release_scenarios(folder: Path) -> list[Path]:
 
 
 def test_ray_faults_fail_only_their_own_matchups_and_a_greedy_release_is_stopped(plugin_dist, tmp_path: Path,
-                                                                                capsys) -> None:
+                                                                                capsys, monkeypatch) -> None:
     """Under Ray (one run, one Ray start, for both): every fault fails its own matchup, as
     serially. And a defense catching every BaseException while it trains keeps its release task busy past the
     timeout. With one worker, that task held the only CPU for the rest of the run, and every later honest matchup
@@ -286,6 +287,7 @@ def test_ray_faults_fail_only_their_own_matchups_and_a_greedy_release_is_stopped
     with its first matchup's clock running and is stopped with it, and the matchups queued on it fail at once."""
     import ray
 
+    monkeypatch.setenv("ARENA_TRUSTED", "arena-faults")  # attacks and defenses in one distribution
     plugin_dist("arena-faults", "arena_faults_plugin", FAULTS)
     paths = [*faults_scenarios(tmp_path), *greedy_release_scenarios(tmp_path)]
     out = tmp_path / "run"

@@ -42,7 +42,10 @@ fault, played again like a worker's death.
 
 Third-party plugins that register attacks only are never imported by the arena either: ``catalog`` imports them
 in a sandboxed process, which answers what they register (their attacks' declarations, read statically), and
-validates their attacks' parameters (pydantic's errors come back as data, for the plan to report).
+validates their attacks' parameters (pydantic's errors come back as data, for the plan to report). Untrusted
+attack distributions live in the untrusted site (``arena.trust``), never on the arena's path: the catalog's and
+validation's processes, and the process of an attack from there (``AttackRef.site``), add it with
+``site.addsitedir`` after the user change, so its ``.pth`` start-up files run there and nowhere else.
 
 The package, by side: ``static`` (the attack as the arena knows it), ``wire`` (the message format both sides
 speak), ``limits`` (quotas, process limits, escaping), ``catalog`` (third-party plugins listed and

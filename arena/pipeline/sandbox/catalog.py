@@ -14,9 +14,11 @@ field. ``arena.pipeline.sandbox.tasks`` is the sandboxed side of both. Whatever 
 plugin's code, so it is taken as data only: checked for shape, texts escaped and capped, names plain,
 capabilities known (``_checked_entry``, ``_checked_answer``).
 
-Which entry points the arena imports follows from that answer: one that registers, or claims to register, a
-defense, model, dataset, game or metric is the challenger's code by its own account, and is imported here as
-every such plugin is (``arena plugins`` lists what each registered).
+Which entry points the arena imports follows from that answer (``arena.plugins.load_plugins``): one that
+registers, or claims to register, a defense, model, dataset, game or metric is the challenger's code by its own
+account, and is imported here as every such plugin is, unless its distribution also registers attacks and is not
+trusted by name, or lives in the untrusted site (``arena.trust``): then it is refused. A distribution whose
+entry points kill the sandbox's process is found by asking for each distribution alone, and only it is broken.
 """
 
 from __future__ import annotations
@@ -56,7 +58,29 @@ def catalog(entry_points: list[md.EntryPoint]) -> dict[str, dict[str, Any]] | No
 
     if in_attack_process():
         return None
+    from arena.plugins import PluginLoadError
+
     listed = [[ep.dist.name if ep.dist else "unknown", ep.name, ep.value] for ep in entry_points]
+    try:
+        return _catalogued(listed)
+    except PluginLoadError as exc:
+        by_dist: dict[str, list[list[str]]] = {}
+        for item in listed:
+            by_dist.setdefault(item[0], []).append(item)
+        if len(by_dist) < 2:
+            return {f"{d}:{n}": {"error": str(exc)} for d, n, _ in listed}
+    found: dict[str, dict[str, Any]] = {}
+    for dist, items in by_dist.items():  # one distribution killed the sandbox's process: ask for each alone
+        try:
+            found.update(_catalogued(items))
+        except PluginLoadError as exc:
+            found.update({f"{d}:{n}": {"error": f"distribution {dist!r}: {exc}"} for d, n, _ in items})
+    return found
+
+
+def _catalogued(listed: list[list[str]]) -> dict[str, dict[str, Any]]:
+    """The catalog of ``[distribution, name, value]`` entry points from one sandboxed process (``PluginLoadError``
+    where that process fails or answers nonsense)."""
     answer = _ask({"task": "catalog", "entry_points": listed})
     try:
         return {f"{d}:{n}": _checked_entry(answer[f"{d}:{n}"]) for d, n, _ in listed}
@@ -82,7 +106,7 @@ def _checked_entry(entry: Any) -> dict[str, Any]:
         return {"error": _text(entry["error"])}
     kinds = [_text(k, 64) for k in entry["kinds"]]
     attacks = []
-    for a in entry["attacks"] if kinds == ["register_attacks"] else []:
+    for a in entry["attacks"] if "register_attacks" in kinds else []:
         name = a["name"]
         if type(name) is not str or printable(name) != name or not name or len(name) > MAX_NAME:
             raise ValueError(f"attack name {clip_text(name, MAX_NAME)!r}")

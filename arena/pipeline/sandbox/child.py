@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from arena import trust
 from arena.contracts.release import Models
 from arena.pipeline.sandbox.wire import TRAIN_ATTRS, Remote, encode, guess_message
 
@@ -198,6 +199,17 @@ def keep_code_reachable() -> int:
     return len(opened)
 
 
+def reachable_alias(path: str) -> str:
+    """``path``, or, where the attack's user could not reach it, ``/proc/self/fd/N`` of a directory descriptor
+    opened now (before the user change, as ``keep_code_reachable`` does for import directories)."""
+    if _reachable(path):
+        return path
+    try:
+        return f"/proc/self/fd/{os.open(path, os.O_RDONLY | os.O_DIRECTORY)}"
+    except OSError:
+        return path
+
+
 # --- becoming the attack's process ---
 
 _PR_SET_PDEATHSIG = 1
@@ -347,6 +359,7 @@ def main(fd: int, *, parent: int | None = None) -> None:
     back its guess, or its failure."""
     global _ATTACK_PROCESS
     _ATTACK_PROCESS = True  # an attack that forks starts no fork server
+    trust.enter_sandbox()  # every plugin is loaded here, the untrusted site's where it is added
     forked = parent is not None
     parent = os.getppid() if parent is None else parent
     conn = Connection(fd)
@@ -368,13 +381,20 @@ def main(fd: int, *, parent: int | None = None) -> None:
             _forked_as(boot["env"], boot["path"])
         for module in boot["modules"]:
             importlib.import_module(module)
+        untrusted = boot.get("site")
         if os.geteuid() == 0:
             keep_code_reachable()
+            untrusted = untrusted and reachable_alias(untrusted)
         set_limits(boot["limits"])
         drop_privileges(boot["limits"].get("uid_base", 0))
         die_with_parent(parent)
         torch.set_num_threads(1)
         # from here on, the attack's code runs
+        if untrusted:  # the untrusted site, and its start-up files (.pth), in this process only
+            import site
+
+            site.addsitedir(untrusted)
+            importlib.invalidate_caches()
         if boot.get("task") is not None:  # plugins to list or parameters to validate: one answer, then exit
             from arena.pipeline.sandbox.tasks import answer
 

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from arena import trust
 from arena.contracts.release import BlackBox, LabelOnly, Models
 from arena.pipeline.sandbox import server
 from arena.pipeline.sandbox.limits import ARTIFACT_CHARS, ERROR_CHARS, TRACEBACK_CHARS, Limits, clip_text, printable
@@ -204,7 +205,9 @@ class AttackProcess:
                              # its own pickle, loaded only after the user change: it may name a plugin's classes
                              "track": None if track is None else pickle.dumps(track),
                              "attack": {"name": self.name, "entry": self.attack.entry, "params": self.attack.params},
-                             "task": task})
+                             "task": task,
+                             # an untrusted attack's (or a plugin task's): added to its path after the user change
+                             "site": trust.site_in_use() if task is not None or self.attack.site else None})
         ours, theirs = socket.socketpair()
         out_r, out_w = os.pipe()
         try:

@@ -87,6 +87,8 @@ class AttackRef:
     version: str
     entry: str
     params: dict[str, Any] = field(default_factory=dict)
+    site: bool = False
+    """Its class is imported from the untrusted site (``arena.trust``): its process adds that site to its path."""
 
 
 def static_attack(cls: type) -> AttackRef:
@@ -98,9 +100,10 @@ def static_attack(cls: type) -> AttackRef:
     if type(module) is not str or type(qualname) is not str:
         raise TypeError("its class has no plain __module__ and __qualname__")
     game = "" if class_value(cls, "game") is _ABSENT else _plain_str(cls, "game")  # registration requires one
+    site = _own(cls, "sandboxed") is True and _own(cls, "untrusted_site") is True  # set by the arena's stand-in
     return AttackRef(name=_plain_str(cls, "name"), game=game, threat_model=_threat_model(cls),
                      version=_plain_str(cls, "version", allow_int=True),
-                     entry=f"{str.__str__(module)}:{str.__str__(qualname)}")
+                     entry=f"{str.__str__(module)}:{str.__str__(qualname)}", site=site)
 
 
 def attack_ref(cls: type, params: dict[str, Any] | None = None, *,
@@ -109,4 +112,4 @@ def attack_ref(cls: type, params: dict[str, Any] | None = None, *,
     and, where the plan fixed it, the planned ``threat_model`` (else the class's, read statically)."""
     ref = static_attack(cls)
     planned = ref.threat_model if threat_model is None else frozenset(threat_model)
-    return AttackRef(ref.name, ref.game, planned, ref.version, ref.entry, dict(params or {}))
+    return AttackRef(ref.name, ref.game, planned, ref.version, ref.entry, dict(params or {}), ref.site)

@@ -171,13 +171,14 @@ def test_an_attack_plugins_bad_parameters_are_refused_with_file_and_field(plugin
     path = scenario(tmp_path / "bad.yaml", ["name: hostile-at-import, bias: 7", "name: hostile-at-import, typo: 1"])
     out = tmp_path / "run"
     assert main(["run", str(path), "--out", str(out), "--serial"]) == EXIT_INPUT
-    err = capsys.readouterr().err.splitlines()
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("third-party: ")]
     assert err == [f"{path}: tracks[0].attacks[0].bias: Input should be less than 1",
                    f"{path}: tracks[0].attacks[1].typo: Extra inputs are not permitted"], err
     assert not out.exists(), "nothing written"
     assert main(["plugins"]) == 0
     listing = capsys.readouterr().out
     assert "hostile-at-import        from arena-hostile-plugins 1.0" in listing, listing
+    assert "  arena-hostile-plugins 1.0: attack sandbox (installed in the arena environment)" in listing, listing
     assert "arena_hostile_plugins" not in sys.modules, "neither validated nor listed here"
     sandboxed(seen(notes, "import"))
     with pytest.raises(ScenarioError):  # the plan itself, as the API raises it
