@@ -30,6 +30,8 @@ import re
 from dataclasses import dataclass
 from typing import overload
 
+from arena.pipeline.text import printable as printable  # re-exported: how the sandbox escapes an attack's text
+
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 ERROR_CHARS = 4096
 """Characters of an error message a row keeps (a longer one is cut, saying how much was left out)."""
@@ -91,21 +93,6 @@ class Limits:
 
 
 # --- text from an attack, as the arena prints and stores it ---
-
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ud800-\udfff]")
-
-
-def _escape(match: re.Match) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def printable(text: str) -> str:
-    """``text`` with every control character but newline and tab (C0, DEL, C1: ESC of ANSI and OSC sequences,
-    carriage return, backspace) and every invisible or reordering one (zero-width, bidirectional overrides,
-    line separators) written as an escape (``\\x1b``, ``\\u202e``): what it prints is what it says."""
-    return _CONTROL.sub(_escape, text)
-
 
 def clip_text(text: object, limit: int, *, tail: bool = False) -> str:
     """``text`` printable and at most ``limit`` characters (plus a note): its start (``tail``: its end), saying
