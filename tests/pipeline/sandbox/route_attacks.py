@@ -70,7 +70,7 @@ class ShmFill(Route):
     name = "route-shm-fill"
 
     def run(self, view):
-        wrote, error = 0, None
+        wrote, error, tmpdir = 0, None, tempfile.gettempdir()  # before the fill: it tries a write there
         chunk = b"\xff" * (1 << 20)
         try:
             with open("/dev/shm/route-fill", "wb") as f:
@@ -80,7 +80,7 @@ class ShmFill(Route):
                     wrote += len(chunk)
         except OSError as exc:
             error = type(exc).__name__
-        note("shm", {"wrote": wrote, "error": error, "tmpdir": tempfile.gettempdir()})
+        note("shm", {"wrote": wrote, "error": error, "tmpdir": tmpdir})
         return blank(view)
 
 
