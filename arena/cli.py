@@ -107,8 +107,10 @@ def third_party_lines(regs: object) -> list[str]:
 
 
 def _problems(problems: list[str]) -> int:
+    from arena.pipeline.text import shown
+
     for line in problems:
-        print(line, file=sys.stderr)
+        print(shown(line), file=sys.stderr)
     return EXIT_INPUT
 
 
@@ -160,9 +162,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     except OSError as exc:  # a read-only, full or vanished run directory
         return _problems([f"{exc.filename or args.out}: cannot write the run directory: {exc.strerror or exc}"])
     for line in results.warnings:
-        print(f"warning: {line}", file=sys.stderr)
+        print(f"warning: {_shown(line)}", file=sys.stderr)
     audit = results.audit
-    print(leaderboard.render_table(results.boards()))
+    print(_printable(leaderboard.render_table(results.boards())))
     counts = results.counts
     print(f"{len(results.rows)} matchups: {counts['ok']} ok, {counts['skipped']} skipped, {counts['failed']} failed "
           f"({results.written} played by this run, {len(results.rows) - results.written} from earlier runs); "
@@ -196,13 +198,13 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     except api.UnknownNameError as exc:
         return _problems([f"--{exc.kind}: unknown {exc.kind} {exc.name!r}; known: {', '.join(exc.known)}"])
     for line in getattr(getattr(results, "merged", None), "warnings", ()):
-        print(f"warning: {line}", file=sys.stderr)
+        print(f"warning: {_shown(line)}", file=sys.stderr)
     if args.format != "table":  # the table carries its warnings; keep CSV and JSON parseable
         for b in boards:
             for line in b.warnings:
-                print(line, file=sys.stderr)
+                print(_shown(line), file=sys.stderr)
     render = {"table": leaderboard.render_table, "csv": leaderboard.render_csv, "json": leaderboard.render_json}
-    print(render[args.format](boards))
+    print(_printable(render[args.format](boards)))
     return EXIT_OK
 
 
@@ -231,13 +233,13 @@ def _history(args: argparse.Namespace) -> int:
                  not c.startswith("versions.")]
         return _problems([f"--metric: unknown metric {args.metric!r}; known: {', '.join(known)}"])
     if args.format == "csv":
-        print(frame.to_csv(index=False), end="")
+        print(_printable(frame.to_csv(index=False)), end="")
     elif args.format == "json":
         print(frame.to_json(orient="records", indent=2))
     else:
         shown = [c for c in ("run", "superseded", "track", "defense_label", "attack_label", "seed", "status",
                              "utility", args.metric, "versions.defense", "versions.attack") if c in frame.columns]
-        print(frame[shown].to_string(index=False) if len(frame) else "(no rows)")
+        print(_printable(frame[shown].to_string(index=False)) if len(frame) else "(no rows)")
     return EXIT_OK
 
 
@@ -276,7 +278,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     except OSError as exc:
         return _problems([f"{exc.filename or args.out}: cannot write the site: {exc.strerror or exc}"])
     for line in getattr(getattr(results, "merged", None), "warnings", ()):
-        print(f"warning: {line}", file=sys.stderr)
+        print(f"warning: {_shown(line)}", file=sys.stderr)
     print(page)
     return EXIT_OK
 
@@ -359,8 +361,21 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if not _plugin_error(exc):
             raise
-        print(f"plugin error: {exc}", file=sys.stderr)
+        print(f"plugin error: {_shown(exc)}", file=sys.stderr)
         return EXIT_INPUT
+
+
+def _shown(text: object) -> str:
+    from arena.pipeline.text import shown
+
+    return shown(text)
+
+
+def _printable(text: str) -> str:
+    """A board, a table: control characters escaped (a label or a file may hold any), its lines kept."""
+    from arena.pipeline.text import printable
+
+    return printable(text)
 
 
 def _plugin_error(exc: BaseException) -> bool:

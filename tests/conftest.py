@@ -8,6 +8,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Callable, Iterator
@@ -247,3 +248,13 @@ tracks:
 @pytest.fixture
 def tiny_scenario(tmp_path: Path) -> Path:
     return write_scenario(tmp_path / "tiny.yaml", TINY)
+
+
+def shared_dir(prefix: str, mode: int = 0o777) -> Path:
+    """A folder the attacks' users may write what they observed into, for a test to read: outside the scratch roots
+    (``/tmp``, ``/var/tmp``, ``/dev/shm``), where the sandbox removes every file of an attack's user when it ends
+    (``arena.pipeline.sandbox.scratch``); ``/run`` where this process may write there (root), else the default."""
+    root = "/run" if os.geteuid() == 0 and os.access("/run", os.W_OK) else None
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+    path.chmod(mode)
+    return path

@@ -102,12 +102,23 @@ def session(address: str | None, workers: int | None, *, verbose: bool = False) 
                 ray.init(address="local", num_cpus=workers or os.cpu_count(), include_dashboard=False,
                          log_to_driver=verbose, logging_level=level, object_store_memory=128 * 1024 * 1024,
                          _system_config=system)
+                _close_sockets()
         yield
     finally:
         if ours:
             _joined.clear()
             ray.shutdown()
         reaper.stop(watch)
+
+
+def _close_sockets() -> None:
+    """The sockets folder of the Ray session this arena started, closed to other users (attacks' users)."""
+    from arena.pipeline.sandbox.scratch import close_sockets
+
+    with contextlib.suppress(Exception):
+        import ray
+
+        close_sockets(ray._private.worker._global_node.get_session_dir_path())
 
 
 # --- the watchdog ---

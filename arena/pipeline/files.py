@@ -11,6 +11,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from arena.pipeline.text import shown
+
 
 class RunDirError(Exception):
     """The run directory cannot be used: another run holds it, or it is not an arena run directory."""
@@ -30,7 +32,7 @@ def _atomic_write(path: Path, write: Callable[[str], object]) -> None:
 
 def warn(message: str) -> None:
     """One line on stderr: what the arena noticed and what it does about it."""
-    print(f"warning: {message}", file=sys.stderr)
+    print(f"warning: {shown(message)}", file=sys.stderr)
 
 
 def open_regular(path: Path, flags: int, mode: int = 0o600) -> int:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from arena.pipeline.store import content_key
+from arena.pipeline.text import printable
 
 HIDDEN = frozenset({"epsilons"})
 """Parameters never shown in a label (a sweep's list of budgets: its configuration's ε is shown as ``eps=``)."""
@@ -48,10 +49,12 @@ def flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def value_text(v: Any) -> str:
+    """A parameter's value as a label shows it: printable (an attack's validator may return any string; a label
+    reaches terminals and logs), newlines escaped too."""
     if isinstance(v, float):
         return f"{v:g}"
     if isinstance(v, str):
-        return v
+        return printable(v).replace("\n", "\\n").replace("\t", "\\t")
     return json.dumps(v, sort_keys=True, separators=(",", ":"), default=str)
 
 
@@ -64,7 +67,7 @@ def _differing(configs: list[Labelled]) -> list[str]:
 
 def _compose(name: str, config: Labelled, keys: list[str]) -> str:
     parts = [f"eps={config.epsilon:g}"] if config.epsilon is not None else []
-    parts += [f"{k}={value_text(config.params[k])}" for k in keys if k in config.params]
+    parts += [f"{value_text(k)}={value_text(config.params[k])}" for k in keys if k in config.params]
     return f"{name}({', '.join(parts)})" if parts else name
 
 
@@ -89,7 +92,7 @@ def labels(configs: list[Labelled]) -> list[str]:
 def params_text(params: dict[str, Any] | None) -> str:
     """Every parameter as 'k=v', flattened, in name order: what a legend shows beside a label."""
     flat = flatten(params or {})
-    return ", ".join(f"{k}={value_text(v)}" for k, v in sorted(flat.items())) or "(defaults)"
+    return ", ".join(f"{value_text(k)}={value_text(v)}" for k, v in sorted(flat.items())) or "(defaults)"
 
 
 def legend_entries(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:

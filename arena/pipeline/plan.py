@@ -23,7 +23,7 @@ from arena.pipeline.honours import unhonoured, unmet
 from arena.pipeline.labels import Labelled, assign, flatten
 from arena.pipeline.limits import too_many
 from arena.pipeline.modelsize import TRAINING_MEMORY_FACTOR, TooLarge, model_bytes
-from arena.pipeline.provenance import Provenance, provenance, track_provenance
+from arena.pipeline.provenance import Provenance, SourceError, provenance, track_provenance
 from arena.pipeline.sandbox.catalog import validate as validate_attacks
 from arena.pipeline.sandbox.static import static_attack
 from arena.pipeline.scenario import ScenarioError, error_problems, parse_scenario, pydantic_problems
@@ -321,7 +321,11 @@ def _check_track(
                             f"({prefix}) cannot clip per-example gradients; use a GroupNorm model (e.g. norm: group)")
         problems.extend(unhonoured(source, where, j, cls, ref, training, arch.l2 if arch is not None else 0.0))
         problems.extend(unmet(source, where, j, cls, training, arch.l2 if arch is not None else 0.0))
-        code = provenance(regs.defenses.entry(cls.name))
+        try:
+            code = provenance(regs.defenses.entry(cls.name))
+        except SourceError as exc:
+            problems.append(f"{source}: {prefix}.name: defense {cls.name!r}: {exc}")
+            continue
         recipe = training.model_dump(mode="json")
         for config in cls.expand(params):
             defense: Defense = cls(config)
@@ -366,7 +370,12 @@ def _check_track(
             missing = ", ".join(sorted(info.threat_model - game.capabilities))
             problems.append(f"{source}: {prefix}.name: attack {info.name!r} needs {missing}, "
                             f"which the {game.name!r} game does not grant")
-        code = provenance(regs.attacks.entry(info.name), module=info.entry.partition(":")[0], version=info.version)
+        try:
+            code = provenance(regs.attacks.entry(info.name), module=info.entry.partition(":")[0],
+                              version=info.version)
+        except SourceError as exc:
+            problems.append(f"{source}: {prefix}.name: attack {info.name!r}: {exc}")
+            continue
         attacks.append(AttackConfig(info.name, dumped, info.version, "", info.threat_model, code))
         named.append(Labelled(info.name, flatten(dumped), None, j, ref.label))
     attacks = assign(source, f"{where}.attacks", "attack", attacks, named, problems)
@@ -406,7 +415,11 @@ def plan(paths: list[Path], local: bool = True) -> Plan:
                 continue
             fingerprint = dataset.fingerprint()
             game_version = str(regs.games.get(track.game.name).version) if track.game.name in regs.games else ""
-            code = track_provenance(track, regs)
+            try:
+                code = track_provenance(track, regs)
+            except SourceError as exc:
+                problems.append(f"{path}: tracks[{i}]: {exc}")
+                continue
             if cap := too_many(str(path), i, len(matchups), defenses, attacks, scenario.seeds):
                 problems.append(cap)
                 continue

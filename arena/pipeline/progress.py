@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from arena.pipeline.text import shown
+
 
 def format_duration(seconds: float) -> str:
     """Seconds as 'H:MM:SS' (or 'M:SS' under an hour)."""
@@ -90,7 +92,7 @@ class Progress:
         )
 
     def _draw(self) -> None:
-        text = self.status()
+        text = shown(self.status())
         pad = max(0, self._width - len(text))
         self._width = len(text)
         self.stream.write("\r" + text + " " * pad)
@@ -101,7 +103,7 @@ class Progress:
         if self.live and self._width:
             self.stream.write("\r" + " " * self._width + "\r")
             self._width = 0
-        self.stream.write(text + "\n")
+        self.stream.write(shown(text) + "\n")  # a row's error or label: escaped, its newlines prefixed
         self.stream.flush()
 
 

@@ -137,6 +137,11 @@ def _search_path() -> list[str]:
     return sys.path + ([site] if site is not None else [])
 
 
+class SourceError(ValueError):
+    """A plugin's source file the parser cannot read (a syntax error, nesting past the parser's limits): its
+    provenance cannot be computed, so the scenario that uses it is refused."""
+
+
 def _is_package(name: str, origin: Path) -> bool:
     return origin.name == "__init__.py" or hasattr(sys.modules.get(name), "__path__")
 
@@ -144,9 +149,16 @@ def _is_package(name: str, origin: Path) -> bool:
 def _imported(name: str, origin: Path) -> set[str]:
     """Every module name an import statement of the file may bring in (``from a import b``: ``a`` and ``a.b``)."""
     try:
-        tree = ast.parse(origin.read_bytes(), filename=str(origin))
-    except (SyntaxError, ValueError, OSError):
+        source = origin.read_bytes()
+    except OSError:
         return set()
+    try:
+        tree = ast.parse(source, filename=str(origin))
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:  # any parser failure, nesting included
+        # refused, not skipped: a file the parser cannot read here might still import in an attack's process (a
+        # raised recursion limit), and the modules it imports would then escape the provenance hash
+        why = exc.msg if isinstance(exc, SyntaxError) and exc.msg else (str(exc) or type(exc).__name__)
+        raise SourceError(f"cannot parse {origin}: {type(exc).__name__}: {why}"[:400]) from None
     package = name if _is_package(name, origin) else name.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(tree):

@@ -20,8 +20,12 @@ _NAMES = ("key", "release_key", "scenario", "track", "game", "defense", "defense
           "primary_metric", "rank_metric")
 
 
+MAX_INT = 1 << 64
+"""The largest magnitude of a whole number in a row: any reader may turn it into a float (``10**4000`` overflows)."""
+
+
 def _number(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    return isinstance(v, float) or (isinstance(v, int) and not isinstance(v, bool) and -MAX_INT <= v <= MAX_INT)
 
 
 def _finite(v: object, low: float = -math.inf) -> bool:

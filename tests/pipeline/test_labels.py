@@ -155,3 +155,13 @@ def test_relabelling_a_run_replays_nothing_and_every_output_follows(tmp_path: Pa
     legend = page[page.index("Legend"):]
     assert "baseline" in legend and "training.epochs=3" in legend and "clip=2" in legend and "nonprivate" in legend
     assert "loss threshold" in legend and "threshold-mia" in legend
+
+
+def test_a_label_from_validated_parameters_is_printable() -> None:
+    """An attack's ``Params`` validator may return any string (issue 40, E): its label shows the control characters
+    and newlines as escapes, never raw."""
+    from arena.pipeline.labels import params_text
+
+    made = labels([Labelled("evil", {"tag": "\x1b]0;pwned\x07\nFAKE"}), Labelled("evil", {"tag": "b"})])
+    assert made[0] == "evil(tag=\\x1b]0;pwned\\x07\\nFAKE)" and made[1] == "evil(tag=b)"
+    assert params_text({"t\x1b": "\r\u202e"}) == "t\\x1b=\\x0d\\u202e"

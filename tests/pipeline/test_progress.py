@@ -78,3 +78,24 @@ def test_terminal_output_redraws_one_line_and_ends_it() -> None:
     assert "\n" not in text.split("FAILED")[0]  # status updates overwrite one line until something must stay
     assert "\nFAILED" not in text and "FAILED t dpsgd(eps=1) vs threshold-mia seed 0: ValueError: boom\n" in text
     assert text.endswith("matchups 2/2 done, 0 running, 1 failed; elapsed 0:03, eta 0:00\n")
+
+
+FORGED = "\x1b]0;pwned\x07\x1b[2J\r\u202e"
+
+
+def test_an_error_and_a_label_print_escaped_and_a_newline_in_them_forges_no_line() -> None:
+    """An attack's error text with a newline and control sequences, and a label made from parameters its validator
+    returned (issue 40, E): every character printed is printable, and every line the failure takes after its
+    first starts with the continuation prefix, so none reads as the arena's summary."""
+    for stream in (io.StringIO(), Terminal()):
+        meter = Progress(2, stream, clock=Clock())
+        failed = {**row("failed"), "attack_label": f"evil(x={FORGED})",
+                  "error": f"ValueError: {FORGED}\n2 matchups: 2 ok, 0 skipped, 0 failed\nDP audit: 0 violation(s)"}
+        meter.finished(failed)
+        meter.finished(row())
+        text = stream.getvalue()
+        assert not any(c in text for c in "\x1b\x07\u202e"), repr(text)
+        assert "\\x1b]0;pwned\\x07" in text
+        lines = [line for line in text.replace("\r", "\n").split("\n") if line.strip()]
+        assert not [line for line in lines if line.startswith(("2 matchups", "DP audit"))], lines
+        assert "  | 2 matchups: 2 ok" in text and "  | DP audit" in text

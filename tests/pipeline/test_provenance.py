@@ -153,3 +153,27 @@ def test_a_training_procedures_cache_key_covers_the_code() -> None:
     edited = dataclasses.replace(m, defense=dataclasses.replace(
         m.defense, code=Provenance(**{**m.defense.code.__dict__, "source": "1" * 16})))
     assert procedure_for(edited, store).identity() != procedure.identity()
+
+
+@pytest.mark.parametrize("nested", ["x = " + "[" * 5000 + "]" * 5000, "x = " + "(" * 300 + ")" * 300,
+                                    "def f(:\n"])
+def test_a_plugin_module_the_parser_cannot_read_is_one_line_and_exit_2(plugin_dist, tmp_path: Path, capsys,
+                                                                       nested: str) -> None:
+    """A module of an attack package, never imported at run time but named by an import statement, nested past the
+    parser's limit (or not Python at all): the scenario is refused with one line naming the file, no traceback
+    (issue 40, C)."""
+    from arena.cli import main
+
+    site = plugin_dist("arena-nest", "arena_nest", "")
+    (site / "arena_nest.py").unlink()
+    (site / "arena_nest").mkdir()
+    (site / "arena_nest" / "__init__.py").write_text(
+        ATTACK.format(version="1").replace('"echo"', '"nest"') + "\n\ndef never():\n    from . import deep\n")
+    (site / "arena_nest" / "deep.py").write_text(nested + "\n")
+    path = write_scenario(tmp_path / "s.yaml", TINY.replace("- {name: threshold-mia}", "- {name: nest}"))
+    status = main(["validate", str(path)])
+    out, err = capsys.readouterr()
+    assert status == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "cannot parse" in lines[0] and "deep.py" in lines[0], err
+    assert "Traceback" not in err and "nest" in lines[0]

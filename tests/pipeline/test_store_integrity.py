@@ -326,3 +326,27 @@ def test_a_really_full_disk_is_a_clear_error(full_disk: Path, tmp_path: Path, ca
     assert f"{out}" in err and "cannot write the run directory: No space left on device" in err, err
     assert "Traceback" not in err
     assert not (out / "results.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_a_row_holding_an_unbounded_number_is_set_aside_with_its_line_never_a_crash(finished, capsys) -> None:
+    """A row that carries ``10**4000`` (as an attack's ``references`` once did, issue 40, D) overflows any reader
+    that makes a float of it: the board and the report set it aside with its line number, the run moves it."""
+    path, out = finished
+    store = RunStore(out)
+    good = store.results_path.read_text().splitlines()
+    huge = json.loads(good[0])
+    huge["metrics"]["reference_points"] = 10**4000
+    other = json.loads(good[1])
+    other["epsilon"] = 10**4000
+    store.results_path.write_text("\n".join([good[0], json.dumps(huge), json.dumps(other), good[1]]) + "\n")
+    capsys.readouterr()
+    assert main(["leaderboard", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"{store.results_path}: line 2: 'metrics.reference_points' is not a number" in err, err
+    assert f"{store.results_path}: line 3: 'epsilon' is not a finite number" in err, err
+    assert "Traceback" not in err and "OverflowError" not in err
+    assert main(["report", str(out)]) == 0 and (out / "report" / "index.html").exists()
+    assert main(["run", str(path), "--out", str(out), "--serial", "--no-report"]) == 0
+    assert store.results_path.read_text().splitlines() == good
+    assert [r["line"] for r in map(json.loads, (out / REJECTED).read_text().splitlines())] == [2, 3]

@@ -38,6 +38,8 @@ CONFIDENCE = 0.95
 FIELDS = ("scores", "is_member", "decisions")
 """The arrays or columns a scores file may hold (``decisions`` optional)."""
 MAX_FILE_BYTES = 2 * 1024**3
+MAX_ARRAY_BYTES = 1024**3
+"""Uncompressed bytes the arrays of an ``.npz`` scores file may hold together (checked before decompressing)."""
 
 
 class EvaluationInputError(ValueError):
@@ -46,7 +48,12 @@ class EvaluationInputError(ValueError):
 
     def __init__(self, field_name: str, message: str) -> None:
         self.field = field_name
-        super().__init__(f"{field_name}: {message}")
+        super().__init__(f"{field_name}: {_one_line(message)}")
+
+
+def _one_line(text: str) -> str:
+    """``text`` on one line, its control characters escaped: a message about a file names what is in the file."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:2000])
 
 
 @dataclass(frozen=True)
@@ -164,6 +171,14 @@ class Evaluation:
         return written
 
 
+def _complex(values: Any) -> bool:
+    try:
+        kind = np.asarray(values).dtype.kind
+    except (TypeError, ValueError):
+        return False
+    return kind == "c" or (kind == "O" and any(isinstance(v, complex) for v in np.asarray(values).reshape(-1)))
+
+
 def _binary(values: np.ndarray, field_name: str) -> np.ndarray:
     """0/1 or true/false values as booleans; ``EvaluationInputError`` naming the first other value."""
     arr = np.asarray(values)
@@ -180,8 +195,10 @@ def _binary(values: np.ndarray, field_name: str) -> np.ndarray:
 
 def check(scores: Any, is_member: Any, decisions: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """The inputs as arrays (float64 scores, boolean membership and decisions), or ``EvaluationInputError``: not one
-    value per point, not numbers, NaN or infinite scores, non-binary labels, lengths that differ, no member or no
-    non-member."""
+    value per point, not numbers (complex ones included: never their real part alone), NaN or infinite scores,
+    non-binary labels, lengths that differ, no member or no non-member."""
+    if _complex(scores):
+        raise EvaluationInputError("scores", "complex numbers: real scores expected")
     try:
         s = np.asarray(scores, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -248,24 +265,58 @@ def evaluate(scores: Any, is_member: Any, *, decisions: Any = None, resamples: i
 
 
 def _npz(path: Path) -> dict[str, np.ndarray]:
+    """The fields of an ``.npz`` archive, read without trusting it: each member's declared uncompressed size is
+    checked against ``MAX_ARRAY_BYTES`` before any byte is decompressed, the decompression is capped at the
+    declared size (``zipfile`` stops there and checks the CRC), each ``.npy`` header must describe exactly the
+    bytes that follow, and object arrays (pickles) are refused. Any failure of the archive or of NumPy's header
+    parser is ``EvaluationInputError``."""
     try:
-        with np.load(path, allow_pickle=False) as data:
-            names = list(data.files)
-            found = {}
+        with zipfile.ZipFile(path) as archive:
+            members = {info.filename: info for info in archive.infolist()}
+            names = [n.removesuffix(".npy") for n in members]
+            found: dict[str, np.ndarray] = {}
+            total = 0
             for name in FIELDS:
-                if name in names:
-                    try:
-                        found[name] = np.asarray(data[name])
-                    except ValueError as exc:  # an object array: pickles are refused
-                        raise EvaluationInputError(name, f"cannot be read without unpickling ({exc})") from None
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        if isinstance(exc, EvaluationInputError):
-            raise
+                info = members.get(f"{name}.npy") or members.get(name)
+                if info is None:
+                    continue
+                total += info.file_size
+                if total > MAX_ARRAY_BYTES:
+                    raise EvaluationInputError(name, f"declares {info.file_size} bytes uncompressed; the arrays of "
+                                                     f"a scores file may hold {MAX_ARRAY_BYTES} bytes in all")
+                with archive.open(info) as member:
+                    raw = member.read(info.file_size + 1)
+                if len(raw) != info.file_size:
+                    raise EvaluationInputError(name, f"holds {len(raw)} bytes, its entry declares {info.file_size}")
+                found[name] = _npy(name, raw)
+    except EvaluationInputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - zipfile, zlib, NumPy's header parser (tokenize, ...): anything
         raise EvaluationInputError("(file)", f"not a readable .npz archive ({type(exc).__name__}: {exc})") from None
     for name in ("scores", "is_member"):
         if name not in found:
             raise EvaluationInputError(name, f"missing (the archive holds: {', '.join(names) or 'nothing'})")
     return found
+
+
+def _npy(name: str, raw: bytes) -> np.ndarray:
+    """One ``.npy`` member's array, its header checked against its size before anything is allocated."""
+    stream = io.BytesIO(raw)
+    version = np.lib.format.read_magic(stream)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream)
+    elif version == (2, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(stream)
+    else:
+        raise EvaluationInputError(name, f".npy format version {version[0]}.{version[1]}: 1.0 or 2.0 expected")
+    if dtype.hasobject:
+        raise EvaluationInputError(name, "cannot be read without unpickling (an object array)")
+    count = math.prod(shape)
+    if count * dtype.itemsize != len(raw) - stream.tell():
+        raise EvaluationInputError(name, f"its header declares {count} values of {dtype.itemsize} bytes, but "
+                                         f"{len(raw) - stream.tell()} bytes follow")
+    array = np.frombuffer(raw, dtype=dtype, count=count, offset=stream.tell())
+    return array.reshape(shape, order="F" if fortran else "C").copy()
 
 
 def _csv(path: Path) -> dict[str, np.ndarray]:
@@ -274,6 +325,13 @@ def _csv(path: Path) -> dict[str, np.ndarray]:
     except UnicodeDecodeError as exc:
         raise EvaluationInputError("(file)", f"not UTF-8 text (byte {exc.start})") from None
     reader = csv.reader(io.StringIO(text))
+    try:
+        return _csv_columns(reader)
+    except csv.Error as exc:  # a field past csv's limit, a quote left open: one line, no traceback
+        raise EvaluationInputError("(file)", f"line {reader.line_num}: not a readable .csv row ({exc})") from None
+
+
+def _csv_columns(reader: Any) -> dict[str, np.ndarray]:
     header = next(reader, None)
     if not header:
         raise EvaluationInputError("(file)", "empty: a header line naming the columns scores and is_member expected")

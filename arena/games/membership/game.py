@@ -342,9 +342,9 @@ class MembershipGame(Game):
         vr_notes.insert(0, f"vulnerable records: {canaries.count} {canaries.kind} canaries (each in half of "
                            f"{len(order)} targets, {canaries.inserted} cop{'y' if canaries.inserted == 1 else 'ies'} "
                            "when in); population metrics (auc, tpr@…) pool the base records of every target")
-        references = {g.references for g in guesses if g.references is not None}
+        references = {_references(attack, g) for g in guesses if g.references is not None}
         if references:
-            metrics["reference_points"] = int(min(references))
+            metrics["reference_points"] = min(references)
         targets = np.repeat(np.arange(len(order)), n)
         arrays = {
             "scores": scores.reshape(-1),
@@ -390,7 +390,7 @@ class MembershipGame(Game):
             notes.append(f"{ties} non-members share the top non-member score: below FPR {ties / len(out):.2%} the "
                          "attack's TPR is 0 by construction")
         if guess.references is not None:
-            metrics["reference_points"] = int(guess.references)
+            metrics["reference_points"] = _references(attack, guess)
         # ``record``: each challenge point's row in the dataset, so that a record's score and rank can be followed
         # across seeds (per-record risk); ``label``: its class, for per-class rates without reloading the data.
         arrays = {
@@ -412,3 +412,22 @@ class MembershipGame(Game):
         same = y[self.members] == y[self.nonmembers]
         ids = np.where(np.r_[same, same], ids, -1)
         return ids[self._shuffle].astype(np.int64)  # the challenge is [members, non-members][shuffle]
+
+
+MAX_REFERENCES = 1 << 53
+"""The most reference points a guess may declare: a whole number exact as a float64, so that no reader of the row
+overflows (``10**4000`` is refused, the attack's failure)."""
+
+
+def _references(attack: Attack, guess: MembershipGuess) -> int:
+    """A guess's ``references`` as an ``int`` in [0, 2^53]; ``ValueError`` naming the attack otherwise."""
+    value = guess.references
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= MAX_REFERENCES:
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+            text = str(value)
+            shown = text if len(text) <= 24 else f"a whole number of {len(text.lstrip('-'))} digits"
+        else:
+            shown = f"a {type(value).__name__}"
+        raise ValueError(f"attack {attack.name!r} returned references = {shown}: a whole number in [0, 2^53] "
+                         "expected")
+    return int(value)

@@ -27,6 +27,7 @@ import torch
 
 from arena import trust
 from arena.contracts.release import Models
+from arena.pipeline.sandbox.scratch import private_mounts, ray_roots
 from arena.pipeline.sandbox.wire import TRAIN_ATTRS, Remote, encode, guess_message
 
 if TYPE_CHECKING:
@@ -158,6 +159,11 @@ def _reachable(path: str) -> bool:
     return known
 
 
+def _under(path: str, roots: tuple[str, ...]) -> bool:
+    path = os.path.abspath(path)
+    return any(path == r or path.startswith(r + os.sep) for r in roots)
+
+
 def warm_reachable() -> None:
     """In the fork server: answer ``_reachable`` for every import directory known so far."""
     paths = list(sys.path)
@@ -170,15 +176,16 @@ def warm_reachable() -> None:
             _reachable(path)
 
 
-def keep_code_reachable() -> int:
+def keep_code_reachable(hidden: tuple[str, ...] = ()) -> int:
     """Before the user change: every import directory (``sys.path``, packages' ``__path__``) that ``nobody`` could
     not reach (e.g. an interpreter under /root, a plugin in a private temporary directory) is opened as a
-    directory descriptor and named ``/proc/self/fd/N`` from then on, so that imports keep working. Only code
-    directories are opened, never the run directory. Returns how many were opened."""
+    directory descriptor and named ``/proc/self/fd/N`` from then on, so that imports keep working; so is every
+    one under ``hidden`` (Ray's folders, which ``scratch.private_mounts`` covers next). Only code directories are
+    opened, never the run directory. Returns how many were opened."""
     opened: dict[str, str] = {}
 
     def route(path: str) -> str:
-        if not isinstance(path, str) or not path or _reachable(path):
+        if not isinstance(path, str) or not path or (_reachable(path) and not _under(path, hidden)):
             return path
         for root, alias in opened.items():
             if path == root or path.startswith(root + os.sep):
@@ -383,8 +390,9 @@ def main(fd: int, *, parent: int | None = None) -> None:
             importlib.import_module(module)
         untrusted = boot.get("site")
         if os.geteuid() == 0:
-            keep_code_reachable()
+            keep_code_reachable(hidden=tuple(ray_roots()))
             untrusted = untrusted and reachable_alias(untrusted)
+            private_mounts(boot["limits"].get("tmp_bytes", 0))  # its own /dev/shm and TMPDIR; Ray's folders hidden
         set_limits(boot["limits"])
         drop_privileges(boot["limits"].get("uid_base", 0))
         die_with_parent(parent)

@@ -16,6 +16,8 @@ and ``G`` suffixes are powers of 1024), read by the arena when an attack's proce
 * ``ARENA_SANDBOX_NPROC`` (64), ``ARENA_SANDBOX_MEMORY`` (4G over the process's size when it starts; 0: no
   limit), ``ARENA_SANDBOX_FILE_BYTES`` (64M): ``RLIMIT_NPROC``, ``RLIMIT_AS`` and ``RLIMIT_FSIZE`` of the attack's
   process.
+* ``ARENA_SANDBOX_TMP_BYTES`` (256M): run as root, the size of the attack's private ``/dev/shm`` (its
+  ``TMPDIR``; ``scratch``), a tmpfs its memory limit does not count; 0: none (the machine's ``/dev/shm``).
 * ``ARENA_SANDBOX_UID_BASE`` (0x78000000): run as root, each attack's process becomes the user ``base + its
   pid`` (unique among living processes; no entry in /etc/passwd is needed), above the ranges that systems hand
   out (subordinate ids, systemd-nspawn's 0x80000–0x6fffffff); 0: the user ``nobody``, shared by every attack.
@@ -29,6 +31,8 @@ import os
 import re
 from dataclasses import dataclass
 from typing import overload
+
+from arena.pipeline.text import printable as printable  # re-exported: how the sandbox escapes an attack's text
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 ERROR_CHARS = 4096
@@ -66,6 +70,7 @@ class Limits:
     nproc: int = 64
     memory: int = 4 << 30
     file_bytes: int = 64 << 20
+    tmp_bytes: int = 256 << 20
     uid_base: int = 0x78000000
 
     @classmethod
@@ -81,31 +86,17 @@ class Limits:
             nproc=_env("ARENA_SANDBOX_NPROC", d.nproc),
             memory=_env("ARENA_SANDBOX_MEMORY", d.memory),
             file_bytes=_env("ARENA_SANDBOX_FILE_BYTES", d.file_bytes),
+            tmp_bytes=_env("ARENA_SANDBOX_TMP_BYTES", d.tmp_bytes),
             uid_base=_env("ARENA_SANDBOX_UID_BASE", d.uid_base),
         )
 
     def rlimits(self) -> dict[str, int]:
         """What the attack's process applies to itself before any of the attack's code runs."""
         return {"nproc": self.nproc, "memory": self.memory, "file_bytes": self.file_bytes,
-                "uid_base": self.uid_base}
+                "tmp_bytes": self.tmp_bytes, "uid_base": self.uid_base}
 
 
 # --- text from an attack, as the arena prints and stores it ---
-
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ud800-\udfff]")
-
-
-def _escape(match: re.Match) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def printable(text: str) -> str:
-    """``text`` with every control character but newline and tab (C0, DEL, C1: ESC of ANSI and OSC sequences,
-    carriage return, backspace) and every invisible or reordering one (zero-width, bidirectional overrides,
-    line separators) written as an escape (``\\x1b``, ``\\u202e``): what it prints is what it says."""
-    return _CONTROL.sub(_escape, text)
-
 
 def clip_text(text: object, limit: int, *, tail: bool = False) -> str:
     """``text`` printable and at most ``limit`` characters (plus a note): its start (``tail``: its end), saying

@@ -16,8 +16,9 @@ daemon, the children of a process that exited) becomes the server's child, and i
 attack's process ends, or its arena asks, or closes that attack's status socket (the arena died or gave up on
 it), the server kills the attack's process group and every process of its user (``sweep``: a helper that takes
 the user and sends ``SIGKILL`` to all it may signal), removes the files that user left in ``/tmp``, ``/var/tmp``
-and ``/dev/shm``, then reaps it and reports its pid and exit code on the status socket. A status socket that
-closes before the exit code came tells the arena the server died (``_Forked.server_died``).
+and ``/dev/shm`` at any depth (``scratch.sweep_files``), then reaps it and reports its pid and exit code on the
+status socket. A status socket that closes before the exit code came tells the arena the server died
+(``_Forked.server_died``).
 
 Elsewhere than on Linux, with ``ARENA_SANDBOX_EXEC`` set, in the fork server itself and in an attack's process,
 no fork server starts: each attack gets a fresh interpreter (``subprocess`` with exec, a new session), whose user
@@ -30,7 +31,6 @@ import contextlib
 import importlib
 import os
 import re
-import shutil
 import signal
 import socket
 import struct
@@ -39,7 +39,7 @@ import sys
 import threading
 from typing import Any
 
-from arena.pipeline.sandbox import child
+from arena.pipeline.sandbox import child, scratch
 
 SECRET_ENV = "ARENA_RUN_SECRET"
 PRELOAD = ("arena.contracts.view",)
@@ -47,7 +47,7 @@ PRELOAD = ("arena.contracts.view",)
 modules (``arena.*``, ``arena_plugins.*``, never a third party's) that an attack's process is to import, so that
 the next one starts with them done."""
 _OWN_MODULE = re.compile(r"(arena|arena_plugins)(\.[A-Za-z_][A-Za-z0-9_]*)*")
-SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm")  # where any user may leave files
+SCRATCH_DIRS = scratch.SCRATCH_DIRS  # where any user may leave files
 _PR_SET_CHILD_SUBREAPER = 36
 _server_lock = threading.Lock()
 _server: _Server | None = None
@@ -103,16 +103,7 @@ def sweep(uid: int | None, pgid: int | None = None) -> None:
             os._exit(0)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(helper, 0)
-    for scratch in SCRATCH_DIRS:
-        with contextlib.suppress(OSError), os.scandir(scratch) as entries:
-            for entry in entries:
-                with contextlib.suppress(OSError):
-                    if entry.stat(follow_symlinks=False).st_uid != uid:
-                        continue
-                    if entry.is_dir(follow_symlinks=False):
-                        shutil.rmtree(entry.path, ignore_errors=True)  # never follows a link inside
-                    else:
-                        os.unlink(entry.path)
+    scratch.sweep_files(uid)  # at any depth of /tmp, /var/tmp, /dev/shm: Ray's session folders included
 
 
 # --- the arena's side ---

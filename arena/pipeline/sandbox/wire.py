@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import struct
+import types
+import typing
 from typing import Any
 
 import numpy as np
@@ -19,6 +22,11 @@ import torch
 
 DTYPES = {str(d): d for d in (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8,
                               torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool)}
+MAX_INT = 1 << 53
+"""The largest magnitude of a whole number in a guess's header: exact as a float64, so no reader of the row
+overflows or rounds it (``10**4000`` is refused at the wire, the attack's failure)."""
+MAX_STR = 4096
+"""The longest string in a guess's header."""
 TRAIN_ATTRS = ("defense", "arch", "recipe", "solver", "device", "chunk")
 """The public description of a training procedure that its proxy carries (never the cache or any path)."""
 
@@ -89,14 +97,43 @@ def guess_message(guess: Any) -> bytes:
 
 def guess_fields(header: dict[str, Any], tensors: dict[str, torch.Tensor], cls: type) -> dict[str, Any]:
     """The fields of a ``result`` message for the dataclass ``cls`` (arrays as NumPy arrays), to build it from;
-    ``KeyError``, ``TypeError`` or ``ValueError`` for a malformed one."""
+    ``KeyError``, ``TypeError`` or ``ValueError`` for a malformed one, or a plain value out of bounds or of a type
+    its field does not declare (``_plain``)."""
     fields: dict[str, Any] = {}
     dicts = header.get("dicts") or {}
+    plain = header.get("plain") or {}
+    if not isinstance(plain, dict):
+        raise TypeError("malformed plain fields")
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve: the bounds alone apply
+        hints = {}
     for f in dataclasses.fields(cls):
         if f.name in dicts:
             fields[f.name] = {str(k): tensors[f"{f.name}.{k}"].numpy() for k in dicts[f.name]}
         elif f.name in tensors:
             fields[f.name] = tensors[f.name].numpy()
-        elif f.name in header.get("plain", {}):
-            fields[f.name] = header["plain"][f.name]
+        elif f.name in plain:
+            fields[f.name] = _plain(f.name, plain[f.name], hints.get(f.name))
     return fields
+
+
+def _plain(name: str, value: Any, hint: Any) -> Any:
+    """A header value of a guess's field, bounded (``MAX_INT``, finite floats, ``MAX_STR``) and of a type its
+    field's annotation allows (an ``int`` for a ``float``; never a ``bool`` for an ``int``); ``ValueError`` or
+    ``TypeError`` naming the field otherwise."""
+    if type(value) is int and abs(value) > MAX_INT:
+        raise ValueError(f"field {name!r}: a whole number of {len(str(abs(value)))} digits, over 2^53")
+    if type(value) is float and not math.isfinite(value):
+        raise ValueError(f"field {name!r}: {value!r} is not a finite number")
+    if type(value) is str and len(value) > MAX_STR:
+        raise ValueError(f"field {name!r}: a string of {len(value)} characters, over {MAX_STR}")
+    if value is not None and type(value) not in (int, float, str, bool):
+        raise TypeError(f"field {name!r}: a {type(value).__name__} is not a plain value")
+    if hint is None:
+        return value
+    allowed = set(typing.get_args(hint)) if typing.get_origin(hint) in (typing.Union, types.UnionType) else {hint}
+    if type(value) in allowed or (type(value) is int and float in allowed) or (value is None and type(None) in allowed):
+        return value
+    names = " or ".join(sorted(getattr(a, "__name__", str(a)) for a in allowed))
+    raise TypeError(f"field {name!r}: a {type(value).__name__}, where its class declares {names}")

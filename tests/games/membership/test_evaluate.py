@@ -5,6 +5,7 @@ and nothing is written."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
@@ -137,3 +138,56 @@ def test_a_bad_file_is_exit_2_naming_the_file_and_the_field_and_nothing_is_writt
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"{path}: {says}"), err
         assert not out.exists()
+
+
+def _hostile_files(tmp: Path) -> list[tuple[Path, str]]:
+    """Inputs of the hostile review (issue 40, M): complex scores, a malformed ``.npy`` header, a CSV field past
+    csv's limit, a zip bomb whose arrays declare more than the cap."""
+    import zipfile
+
+    np.savez(tmp / "complex.npz", scores=np.r_[0.1, 0.9, 0.3, 0.7] + 1j, is_member=[1, 0, 1, 0])
+    (tmp / "complex.csv").write_text("scores,is_member\n0.1+1j,1\n0.2,0\n")
+    header = b"{'descr': '<f8', 'fortran_order': False, 'shape': (4,), '''}"  # an unterminated string: TokenError
+    header += b" " * (63 - (10 + len(header)) % 64) + b"\n"
+    npy = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + np.zeros(4).tobytes()
+    with zipfile.ZipFile(tmp / "header.npz", "w") as z:
+        z.writestr("scores.npy", npy)
+        z.writestr("is_member.npy", npy)
+    (tmp / "field.csv").write_text("scores,is_member\n" + "1" * (5 << 20) + ",1\n0.2,0\n")
+    bomb = np.lib.format.header_data_from_array_1_0(np.zeros(1))
+    bomb["shape"] = (9 << 24,)  # 1.1 GiB of float64 zeros (over the 1 GiB cap), compressed to about 1 MB
+    out = io.BytesIO()
+    np.lib.format.write_array_header_1_0(out, bomb)
+    with zipfile.ZipFile(tmp / "bomb.npz", "w", compression=zipfile.ZIP_DEFLATED) as z:
+        with z.open("scores.npy", "w", force_zip64=True) as f:
+            f.write(out.getvalue())
+            chunk = bytes(1 << 24)
+            for _ in range(9 << 3):
+                f.write(chunk)
+        z.writestr("is_member.npy", npy)
+    return [(tmp / "complex.npz", "scores: complex numbers"), (tmp / "complex.csv", "scores: line 2: '0.1+1j'"),
+            (tmp / "header.npz", "(file): not a readable .npz archive"),
+            (tmp / "field.csv", "(file): line 2: not a readable .csv row"),
+            (tmp / "bomb.npz", "scores: declares 1207959680 bytes uncompressed")]
+
+
+@pytest.mark.slow
+def test_a_hostile_file_is_exit_2_in_one_line_and_nothing_is_written(tmp_path: Path, capsys) -> None:
+    import resource
+
+    for path, says in _hostile_files(tmp_path):
+        out = tmp_path / f"out-{path.name}"
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        assert main(["evaluate", str(path), "--out", str(out)]) == EXIT_INPUT, path
+        captured = capsys.readouterr()
+        err = captured.err.strip()
+        assert captured.out == "" and len(err.splitlines()) == 1, err[:500]
+        assert err.startswith(f"{path}: {says}"), err[:500]
+        assert not out.exists()
+        grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before  # KiB
+        assert path.suffix == ".csv" or grown < 200 << 10, f"{path.name}: the peak memory grew by {grown} KiB"
+
+
+def test_complex_scores_are_refused_not_cut_to_their_real_part() -> None:
+    with pytest.raises(arena.EvaluationInputError, match="scores: complex numbers"):
+        arena.evaluate(np.r_[0.1, 0.9] + 0j, [1, 0])

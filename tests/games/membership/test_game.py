@@ -202,3 +202,16 @@ def test_a_defense_needing_a_reference_set_is_refused_when_the_game_leaves_none(
     assert not np.isin(dealt.reference, np.concatenate([dealt.challenge, dealt.test, dealt.population])).any()
     (field, message) = AuditGame.defense_problems(given, digits, arch, spy)[0]
     assert field == "name" and "does not supply" in message
+
+
+@pytest.mark.parametrize("references", [10**4000, -1, True, 2.5, "9"])
+def test_a_guess_declaring_an_unbounded_or_ill_typed_number_of_references_is_refused(game: MembershipGame,
+                                                                                     references) -> None:
+    """``references = 10**4000`` would be stored and overflow every reader of the row (issue 40, D): the game
+    refuses it as the attack's error; a bounded whole number is recorded as it is."""
+    n = len(game.challenge)
+    scores = np.random.default_rng(0).normal(size=n)
+    with pytest.raises(ValueError, match="attack 'spy' returned references = .*whole number in \\[0, 2\\^53\\]"):
+        game.score(Spy(Spy.Params()), MembershipGuess(scores, scores > 0, references))
+    outcome = game.score(Spy(Spy.Params()), MembershipGuess(scores, scores > 0, np.int64(2**53)))
+    assert outcome.metrics["reference_points"] == 2**53 and type(outcome.metrics["reference_points"]) is int

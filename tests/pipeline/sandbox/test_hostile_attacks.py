@@ -16,7 +16,6 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import textwrap
 import threading
 import time
@@ -30,7 +29,7 @@ from arena.pipeline.sandbox import ERROR_CHARS, TRACEBACK_CHARS, Limits, printab
 from arena.pipeline.scenario import ScenarioError
 from arena.pipeline.store import SECRET_ENV, RunStore
 from arena.plugins import registries
-from tests.conftest import TEST_SECRET
+from tests.conftest import TEST_SECRET, shared_dir
 from tests.pipeline.sandbox import hostile_attacks as hostile
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
@@ -161,8 +160,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
     from arena.api import run
 
     tmp = tmp_path_factory.mktemp("hostile")
-    base = Path(tempfile.mkdtemp(prefix="arena-hostile-"))
-    base.chmod(0o755)
+    base = shared_dir("arena-hostile-", 0o755)  # the notes inside: out of the sweep of the attacks' files
     notes = base / "notes"
     notes.mkdir()
     notes.chmod(0o777)  # the attacks' users write what they saw here
@@ -415,8 +413,7 @@ def test_a_fork_server_death_mid_attack_is_retried_not_charged(plugin_dist, tmp_
     from arena.api import run
     from arena.pipeline.sandbox import server
 
-    notes = Path(tempfile.mkdtemp(prefix="arena-hostile-notes-"))
-    notes.chmod(0o777)
+    notes = shared_dir("arena-hostile-notes-")
     monkeypatch.setenv(hostile.HINT, str(notes))
     plugin_dist("arena-hostile", "arena_hostile", Path(hostile.__file__).read_text())
     killed: list[int] = []

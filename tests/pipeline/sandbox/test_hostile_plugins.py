@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import textwrap
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import pytest
 from arena.pipeline.sandbox import Limits
 from arena.pipeline.scenario import ScenarioError
 from arena.pipeline.store import SECRET_ENV, RunStore
-from tests.conftest import TEST_SECRET
+from tests.conftest import TEST_SECRET, shared_dir
 
 pytestmark = [pytest.mark.slow]
 
@@ -111,8 +110,7 @@ def scenario(path: Path, attacks: list[str]) -> Path:
 
 @pytest.fixture
 def notes(monkeypatch: pytest.MonkeyPatch):
-    folder = Path(tempfile.mkdtemp(prefix="arena-hostile-plugins-"))
-    folder.chmod(0o777)  # the sandbox's users write what they saw here
+    folder = shared_dir("arena-hostile-plugins-")  # the sandbox's users write what they saw here
     monkeypatch.setenv("HOSTILE_DIR", str(folder))
     yield folder
     for p in folder.iterdir():

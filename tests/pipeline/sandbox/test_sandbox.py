@@ -28,7 +28,7 @@ from arena.pipeline.procedure import TrainingProcedure
 from arena.pipeline.sandbox import SECRET_ENV, AttackFailed, AttackProcess, run_attack
 from arena.pipeline.store import TensorCache
 from arena_plugins.defenses import NonPrivate
-from tests.conftest import architecture
+from tests.conftest import architecture, shared_dir
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="the user change needs root (README, Reliability)")
 
@@ -168,8 +168,7 @@ def released(tmp_path_factory) -> tuple[TrainingProcedure, BlackBox, LabelOnly, 
 @pytest.fixture
 def shared() -> Iterator[Path]:
     """A directory the attack's process may write (pytest's own temporary directories are root's alone)."""
-    path = Path(tempfile.mkdtemp())
-    path.chmod(0o777)
+    path = shared_dir("arena-shared-")  # outside the scratch roots, whose files of an attack's user are swept
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
