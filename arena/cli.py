@@ -146,7 +146,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from arena.plugins import registries
 
     for line in third_party_lines(registries()):  # which third-party code runs where
-        print(f"third-party: {line}", file=sys.stderr)
+        print(f"third-party: {_shown(line)}", file=sys.stderr)
     page = args.out / "report" / "index.html"
     try:
         results = api.run(args.scenarios, out=args.out, serial=args.serial, workers=args.workers,
@@ -319,17 +319,17 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     regs = registries()
     print("plugins:")
     for info in regs.plugins:
-        print(f"  {info.name:40} {info.distribution} {info.version} ({info.module})")
+        print(_shown(f"  {info.name:40} {info.distribution} {info.version} ({info.module})"))
     site = _trust().untrusted_site()
-    print(f"third-party code (untrusted site: {site}{'' if site.is_dir() else ', absent'}):")
+    print(_shown(f"third-party code (untrusted site: {site}{'' if site.is_dir() else ', absent'}):"))
     for line in third_party_lines(regs) or ["(none)"]:
-        print(f"  {line}")
+        print(f"  {_shown(line)}")
     kinds = (("games", regs.games), ("datasets", regs.datasets), ("models", regs.models),
              ("defenses", regs.defenses), ("attacks", regs.attacks), ("metrics", regs.metrics))
     for kind, reg in kinds:
         print(f"{kind}:")
         for e in reg:
-            print(f"  {e.name:24} from {e.distribution} {e.version}")
+            print(_shown(f"  {e.name:24} from {e.distribution} {e.version}"))
     return EXIT_OK
 
 
