@@ -189,6 +189,18 @@ def loop_reason(arch: Architecture) -> str | None:
             "cannot draw per model from the model's own seed")
 
 
+def mode_dependent(arch: Architecture) -> bool:
+    """Whether ``arch``'s module behaves differently in train mode (BatchNorm, or random layers): the models the
+    arena trained before it honoured train mode differ for these, so caches key them apart (``TRAINING_SEMANTICS``)."""
+    template = arch.template()
+    return bool(template.random) or bool(batch_norms(template.train_module))
+
+
+TRAINING_SEMANTICS = 2
+"""Bumped when what the engine does with a mode-dependent module changes (2: train mode in training, BatchNorm's
+running statistics kept, dropout on the loop engine)."""
+
+
 def engine_note(arch: Architecture) -> str | None:
     """The row note of a matchup whose models the engine trains on the loop engine (``loop_reason``), or None."""
     reason = loop_reason(arch)

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from arena.engine import rng
-from arena.engine.architecture import GROUP_NORM_NOTE, for_per_example_clipping
+from arena.engine.architecture import GROUP_NORM_NOTE, for_per_example_clipping, mode_dependent
 from arena.engine.batching import batches, steps_and_rate
 from arena.engine.ensemble import Ensemble, init_state, logits
 from arena.engine.recipe import Recipe
@@ -103,6 +103,12 @@ def test_under_per_example_clipping_batch_norm_becomes_group_norm_and_the_row_sa
     assert fixed.group_norm and not fixed.template().buffers
     assert model_notes(SimpleNamespace(arch=fixed)) == [GROUP_NORM_NOTE]
     assert model_notes(SimpleNamespace(arch=arch)) == []  # non-private: the module as written, nothing to note
+
+
+def test_releases_of_batch_norm_models_are_keyed_apart_from_those_trained_before_train_mode():
+    """The procedure's identity (its cache key) marks mode-dependent modules; BatchNorm-free ones keep their keys."""
+    assert mode_dependent(tiny_resnet(SHAPE, 3, width=4))
+    assert not mode_dependent(for_per_example_clipping(tiny_resnet(SHAPE, 3, width=4)))
 
 
 def _task(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from arena.engine import loop
-from arena.engine.architecture import Architecture, engine_note, loop_reason
+from arena.engine.architecture import Architecture, engine_note, loop_reason, mode_dependent
 from arena.engine.ensemble import Ensemble, init_state, logits
 from arena.engine.recipe import DPNoise, Recipe
 from arena.engine.trainer import choose_engine, train
@@ -101,6 +101,8 @@ def test_the_row_notes_say_the_loop_engine_ran_and_why():
     assert "layers drop" in notes[0] and "own seed" in notes[0]
     assert model_notes(SimpleNamespace(arch=dropout_mlp(6, 3, 0.0))) == []
     assert engine_note(dropout_mlp(6, 3, 0.0)) is None
+    assert mode_dependent(dropout_mlp(6, 3, 0.5)) and not mode_dependent(dropout_mlp(6, 3, 0.0))
+    assert not mode_dependent(architecture("mlp", 6, 3, hidden=[8]))  # its releases keep their cache keys
 
 
 class _SequentialDropout(_Plugin):
