@@ -120,8 +120,10 @@ class FitTask:
         return self.reference_X, self.reference_y
 
     def ensemble(self) -> Ensemble:
-        """The K models, initialised from ``init_seeds`` exactly as the engine initialises them."""
-        return Ensemble(self.arch, init_state(self.arch, self.init_seeds, self.X.dtype, self.X.device))
+        """The K models, initialised from ``init_seeds`` exactly as the engine initialises them; in train mode, what
+        a module draws itself (dropout) comes from each model's ``train_seeds`` alone."""
+        return Ensemble(self.arch, init_state(self.arch, self.init_seeds, self.X.dtype, self.X.device),
+                        self.train_seeds)
 
     @property
     def device(self) -> torch.device:

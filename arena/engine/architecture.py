@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import math
@@ -10,7 +11,6 @@ from typing import Any, Protocol
 
 import torch
 from pydantic import BaseModel
-from torch.func import replace_all_batch_norm_modules_
 
 from arena.engine import ghost_plan
 from arena.engine.dense import Dense
@@ -89,15 +89,15 @@ class Architecture:
         return self.model.dense(self.input_shape, self.n_classes)
 
     def build(self) -> torch.nn.Module:
-        """A fresh module from the plugin, batch-norm layers replaced by GroupNorm (``group_norm``) or set to use
-        batch statistics only (so that K copies can run under ``vmap``); initialised from torch's global
+        """A fresh module from the plugin, as its plugin builds it (BatchNorm layers keep their running statistics),
+        or with its BatchNorm layers replaced by GroupNorm (``group_norm``); initialised from torch's global
         generator."""
         module = self.model.build(self.input_shape, self.n_classes)
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"model {self.model.name!r} built {type(module).__name__}, not a torch.nn.Module")
         if self.group_norm:
             module = replace_batch_norm(module)
-        return replace_all_batch_norm_modules_(module)
+        return module
 
     def template(self) -> Template:
         """The module used as a stateless function (``functional_call``), built once per process."""
@@ -106,7 +106,11 @@ class Architecture:
 
 @dataclass(frozen=True)
 class Template:
-    """One module used as a pure function of its tensors, and the names of its trainable / penalised tensors."""
+    """One module used as a pure function of its tensors, and the names of its trainable / penalised tensors.
+
+    ``module`` is in eval mode (queries: dropout off, BatchNorm on its running statistics), ``training`` the same
+    module in train mode (training: dropout on, BatchNorm on batch statistics, updating its running statistics in
+    the per-model buffers it is called with)."""
 
     module: torch.nn.Module
     trainable: tuple[str, ...]
@@ -116,19 +120,94 @@ class Template:
     """How DP-SGD clips this module without per-example backward passes (a stack of linear, convolution and
     GroupNorm layers, see ``arena.engine.ghost`` and ``ghost_plan``), or None: per-example gradients through
     ``vmap(grad)``."""
+    training: torch.nn.Module | None = None
+    """``module`` in train mode (None: ``module`` itself, for a template made by hand)."""
+    random: tuple[str, ...] = ()
+    """What draws random numbers in train mode (dropout layers by name, or "forward" when only running the module
+    shows it): the batched engine cannot give each model its own draws, so the loop engine trains it."""
+
+    @property
+    def train_module(self) -> torch.nn.Module:
+        """The module to train through: ``training``, else ``module``."""
+        return self.module if self.training is None else self.training
 
     @property
     def n_params(self) -> int:
         return sum(p.numel() for p in self.module.parameters())
 
 
+RANDOM_LAYERS: tuple[type[torch.nn.Module], ...] = (
+    torch.nn.modules.dropout._DropoutNd, torch.nn.RReLU, torch.nn.FractionalMaxPool2d, torch.nn.FractionalMaxPool3d)
+"""torch.nn layers that draw random numbers in train mode (every dropout, AlphaDropout included)."""
+
+
+def random_layers(module: torch.nn.Module) -> list[str]:
+    """The names of ``module``'s layers that draw random numbers in train mode (dropout with p = 0 does not)."""
+    return [name or "<root>" for name, m in module.named_modules()
+            if isinstance(m, RANDOM_LAYERS) and not (isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p == 0)]
+
+
+def _draws_in_forward(module: torch.nn.Module, input_shape: tuple[int, ...]) -> bool:
+    """Whether a copy of ``module`` in train mode maps the same two records differently under two seeds of torch's
+    generator (random numbers drawn in ``forward`` itself, e.g. ``F.dropout(x, p, self.training)``). A module that
+    does not run on two Gaussian records, or runs only on an accelerator, counts as not drawing."""
+    probe = copy.deepcopy(module).train()
+    device = next(iter(probe.parameters()), torch.empty(0)).device
+    if device.type == "meta":
+        return False
+    outputs = []
+    try:
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            x = torch.randn(2, *input_shape, generator=torch.Generator().manual_seed(0)).to(device)
+            for seed in (1, 2):
+                torch.manual_seed(seed)
+                outputs.append(probe(x))
+    except Exception:  # noqa: BLE001 - a module that does not run here fails loudly when it trains
+        return False
+    a, b = outputs
+    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and not torch.equal(a, b)
+
+
 @functools.lru_cache(maxsize=32)
 def _template(arch: Architecture) -> Template:
-    module = arch.build().eval()
+    training = arch.build().train()
+    module = copy.deepcopy(training).eval()
     names = tuple(n for n, _ in module.named_parameters())
     buffers = tuple(n for n, _ in module.named_buffers())
     penalised = frozenset(n for n, p in module.named_parameters() if p.ndim >= 2)
-    return Template(module, names, buffers, penalised, ghost_plan.plan(module, arch.input_shape))
+    random = tuple(random_layers(training)) or (("forward",) if _draws_in_forward(training, arch.input_shape) else ())
+    return Template(module, names, buffers, penalised, ghost_plan.plan(training, arch.input_shape), training, random)
+
+
+def loop_reason(arch: Architecture) -> str | None:
+    """Why the batched engine cannot train ``arch`` as its module trains (so the loop engine does), or None."""
+    random = arch.template().random
+    if not random:
+        return None
+    where = "its forward" if random == ("forward",) else f"layers {', '.join(random)}"
+    return (f"the module draws random numbers in training ({where}: dropout or the like), which the batched engine "
+            "cannot draw per model from the model's own seed")
+
+
+def mode_dependent(arch: Architecture) -> bool:
+    """Whether ``arch``'s module behaves differently in train mode (BatchNorm, or random layers): the models the
+    arena trained before it honoured train mode differ for these, so caches key them apart (``TRAINING_SEMANTICS``)."""
+    template = arch.template()
+    return bool(template.random) or bool(batch_norms(template.train_module))
+
+
+TRAINING_SEMANTICS = 2
+"""Bumped when what the engine does with a mode-dependent module changes (2: train mode in training, BatchNorm's
+running statistics kept, dropout on the loop engine)."""
+
+
+def engine_note(arch: Architecture) -> str | None:
+    """The row note of a matchup whose models the engine trains on the loop engine (``loop_reason``), or None."""
+    reason = loop_reason(arch)
+    if reason is None:
+        return None
+    return (f"engine: loop (plain PyTorch, one model at a time, train mode, dropout seeded from each model's train "
+            f"seed) because {reason}")
 
 
 def _meta_build(arch: Architecture) -> torch.nn.Module:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 from torch.func import functional_call, vmap
 
-from arena.engine.architecture import Architecture, State
+from arena.engine.architecture import Architecture, State, loop_reason
+from arena.engine.seeds import module_seed, seeded
 
 ROWS_PER_CALL = 8192
 """Records per forward call when scoring, so that a large query set never holds all activations at once."""
@@ -61,9 +62,15 @@ def logits(arch: Architecture, state: State, X: torch.Tensor) -> torch.Tensor:
 class Ensemble(torch.nn.Module):
     """K models as one ``nn.Module`` whose parameters are the stacked tensors: ``forward`` maps [K, B, d] (or
     [K, B, *input_shape]) to logits [K, B, C]. Summing the K per-model losses and calling ``backward`` gives each
-    model its own gradient, so ``torch.optim`` trains the K models independently and at once."""
+    model its own gradient, so ``torch.optim`` trains the K models independently and at once.
 
-    def __init__(self, arch: Architecture, state: State) -> None:
+    Like any module it is in train mode until ``eval()``: the models run in train mode then (BatchNorm on batch
+    statistics, updating each model's running statistics in its buffers; dropout on), in eval mode after. A module
+    that draws random numbers in training (``Template.random``) runs one model at a time in train mode, model k
+    drawing from torch's generator seeded by ``seeds.module_seed`` of its train seed ``seeds[k]`` and the call, so
+    its draws do not depend on the other models; without ``seeds`` that is refused."""
+
+    def __init__(self, arch: Architecture, state: State, seeds: torch.Tensor | None = None) -> None:
         super().__init__()
         self.arch = arch
         template = arch.template()
@@ -72,12 +79,28 @@ class Ensemble(torch.nn.Module):
         self.stack = torch.nn.ParameterList(
             [torch.nn.Parameter(state[n].clone(), requires_grad=n in self._trainable) for n in self._names]
         )
+        self._seeds = None if seeds is None else [int(s) for s in seeds]
+        self._calls = 0
+        """Forward calls in train mode so far: call t of model k draws from ``module_seed(seeds[k], t)``."""
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         if X.shape[2:] != self.arch.input_shape:
             X = _images(self.arch, X)
-        module = self.arch.template().module
-        return vmap(lambda s, x: functional_call(module, s, (x,)))(self.state(), X)
+        template = self.arch.template()
+        if not self.training:
+            return vmap(lambda s, x: functional_call(template.module, s, (x,)))(self.state(), X)
+        if not template.random:
+            return vmap(lambda s, x: functional_call(template.train_module, s, (x,)))(self.state(), X)
+        if self._seeds is None:
+            raise ValueError(f"an Ensemble of model {self.arch.model.name!r} needs its train seeds to run in train "
+                             f"mode (Ensemble(arch, state, seeds)), because {loop_reason(self.arch)}")
+        outputs = []
+        state = self.state()
+        for k, seed in enumerate(self._seeds):
+            with seeded(module_seed(seed, self._calls), X.device):
+                outputs.append(functional_call(template.train_module, {n: t[k] for n, t in state.items()}, (X[k],)))
+        self._calls += 1
+        return torch.stack(outputs)
 
     def state(self) -> State:
         """The stacked tensors by module name (live: they are this ensemble's parameters)."""

@@ -17,7 +17,7 @@ Method = Literal["auto", "ghost", "vmap"]
 
 
 def _loss_fn(arch: Architecture):  # noqa: ANN202 - a function of (params, buffers, x, y)
-    module = arch.template().module
+    module = arch.template().train_module  # train mode: BatchNorm updates the per-model buffers it is given
 
     def loss(params: State, buffers: State, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(functional_call(module, (params, buffers), (x,)), y)

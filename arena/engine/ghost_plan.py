@@ -83,7 +83,7 @@ def _tensor_free(module: nn.Module) -> bool:
 
 def _kind(module: nn.Module) -> Kind | Literal["skip"] | None:
     """What the ghost path does with a leaf: a parametrised kind, "channelwise" / "free" (tensor-free, per
-    example), "skip" (identity: Identity, dropout in eval mode), or None (unsupported)."""
+    example), "skip" (identity: Identity, dropout in eval mode or with p = 0), or None (unsupported)."""
     kind = type(module)
     if kind is nn.Linear:
         return "linear"
@@ -94,7 +94,8 @@ def _kind(module: nn.Module) -> Kind | Literal["skip"] | None:
         return "group_norm" if module.affine else None
     if not _tensor_free(module):
         return None
-    if kind is nn.Identity or (isinstance(module, nn.modules.dropout._DropoutNd) and not module.training):
+    if kind is nn.Identity or (isinstance(module, nn.modules.dropout._DropoutNd)
+                               and (not module.training or module.p == 0)):
         return "skip"
     if kind.__module__.rsplit(".", 1)[0] != "torch.nn.modules" or kind.__module__.rsplit(".", 1)[1] not in (
         _PER_EXAMPLE_MODULES

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
 from arena.engine import dpsgd, instruments, rng
-from arena.engine.architecture import Architecture, State
+from arena.engine.architecture import Architecture, State, loop_reason
 from arena.engine.augment import augment
 from arena.engine.batching import poisson_batches, steps_and_rate
 from arena.engine.ensemble import init_state
@@ -29,7 +29,7 @@ from arena.engine.trainer import MEMORY_BUDGET, HeavyBall, shaped_like
 
 def _per_record_fn(arch: Architecture):  # noqa: ANN202 - a function of (params, buffers, views, labels)
     """Per model and per record, the gradient of the mean cross-entropy over the record's M views."""
-    module = arch.template().module
+    module = arch.template().train_module
 
     def loss(params: State, buffers: State, views: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         out = functional_call(module, (params, buffers), (views,))
@@ -70,6 +70,8 @@ def train_augmult(arch: Architecture, X: torch.Tensor, y: torch.Tensor, recipe: 
         raise ValueError("the canary audit instruments the engine's train; augmentation multiplicity is not "
                          "instrumented")
     template = arch.template()
+    if template.random:
+        raise ValueError(f"augmentation multiplicity runs on the batched engine only, and {loop_reason(arch)}")
     state = init_state(arch, init_seeds, X.dtype, X.device)
     params = {k: state[k].clone() for k in template.trainable}
     buffers = {k: state[k] for k in template.buffers}

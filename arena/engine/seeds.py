@@ -5,8 +5,11 @@ on nothing else. The named seeds below are that one primitive with their parts f
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
+import torch
 
 
 def derive_seed(*parts: object) -> int:
@@ -42,3 +45,21 @@ def resample_seed(key: str, seed: int = 0) -> int:
     """The seed of a matchup's bootstrap resamples on the leaderboard: fixed by its key (and the board's ``seed``),
     not by the order of work."""
     return derive_seed("resample", seed, key)
+
+
+def module_seed(train_seed: int, *parts: object) -> int:
+    """The seed of torch's generator while the model of ``train_seed`` trains (``parts``: which of its calls): what
+    its module draws itself (dropout), from that model's seed alone."""
+    return derive_seed("module-randomness", int(train_seed), *parts)
+
+
+@contextmanager
+def seeded(seed: int, device: torch.device) -> Iterator[None]:
+    """Torch's generator (the CPU's, and ``device``'s when it is an accelerator) seeded with ``seed`` inside, and
+    restored after."""
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.default_generator.manual_seed(seed % 2**64)
+        if devices:
+            torch.cuda.manual_seed(seed % 2**64)
+        yield

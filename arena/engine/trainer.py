@@ -3,7 +3,9 @@
 Every model's randomness (shuffles, Poisson samples, augmentation, noise) comes from its own train seed through
 the counter RNG, and models are chunked only along the model axis, so a model trains identically (to float
 tolerance) alone or inside any batch. Dense models (logistic regression, MLPs) take the hand-written path, which
-``make bench`` shows faster; every other module trains through ``torch.func``.
+``make bench`` shows faster; every other module trains through ``torch.func``, in train mode (BatchNorm on batch
+statistics, its running statistics updated in each model's own buffers). A module that draws random numbers in
+training (dropout) trains on the loop engine (``arena.engine.loop``), one model at a time with its own seeded draws.
 """
 
 from __future__ import annotations
@@ -18,14 +20,14 @@ import torch
 
 from arena.engine import dense as hand
 from arena.engine import dpsgd, instruments, rng
-from arena.engine.architecture import Architecture, State
+from arena.engine.architecture import Architecture, State, loop_reason
 from arena.engine.batching import Batch, augmented, batches, model_passes, poisson_batches, steps_and_rate
 from arena.engine.dense import Layers
 from arena.engine.ensemble import init_state
 from arena.engine.functional import PassShape, clipped_sum, examples_per_call, mean_gradient, pass_shape
 from arena.engine.recipe import DPNoise, Recipe
 
-Engine = Literal["auto", "functional", "dense"]
+Engine = Literal["auto", "functional", "dense", "loop"]
 
 MEMORY_BUDGET = int(float(os.environ.get("ARENA_MEMORY_BUDGET_MB", "1024")) * 2**20)
 """Bytes one training call may spend on per-example gradients and activations (``ARENA_MEMORY_BUDGET_MB``)."""
@@ -59,12 +61,17 @@ def _with_instruments(dp: DPNoise | None, X: torch.Tensor, y: torch.Tensor, reci
     return DPNoise(dp.clip, dp.noise_multiplier, canaries, present)
 
 
-def choose_engine(arch: Architecture, engine: Engine = "auto") -> Literal["functional", "dense"]:
-    """The hand path for dense models (faster, see benchmarks/results.md), ``torch.func`` for everything else."""
+def choose_engine(arch: Architecture, engine: Engine = "auto") -> Literal["functional", "dense", "loop"]:
+    """The loop engine for a module the batched engine cannot train as written (``loop_reason``), else the hand
+    path for dense models (faster, see benchmarks/results.md), ``torch.func`` for everything else. Asking for a
+    batched path for a module that needs the loop is a ``ValueError`` naming why."""
+    reason = loop_reason(arch)
+    if engine in ("dense", "functional") and reason is not None:
+        raise ValueError(f"model {arch.model.name!r} cannot train on the batched engine: {reason}")
     if engine == "dense" and arch.dense is None:
         raise ValueError(f"model {arch.model.name!r} has no hand-written path")
     if engine == "auto":
-        return "dense" if arch.dense is not None else "functional"
+        return "loop" if reason is not None else "dense" if arch.dense is not None else "functional"
     return engine
 
 
@@ -128,6 +135,12 @@ def train(
     if state is None:
         state = init_state(arch, init_seeds, X.dtype, X.device)
     path = choose_engine(arch, engine)
+    if path == "loop":
+        from arena.engine import loop  # it builds on this module
+
+        out = loop.train(arch, X, y, recipe, state, train_seeds, dp, budget)
+        instruments.record_return(out)
+        return out
     size = models_per_chunk(arch, recipe, n, dp, budget)
     parts = []
     for s in range(0, K, size):
@@ -345,7 +358,7 @@ def _train_functional(
     """Any module through ``torch.func``: ``vmap(grad)`` over models, and over examples for DP-SGD."""
     template = arch.template()
     params = {k: state[k].clone() for k in template.trainable}
-    buffers = {k: state[k] for k in template.buffers}
+    buffers = {k: state[k].clone() for k in template.buffers}  # BatchNorm's running statistics update in place
     names = list(params)
     optimizer = HeavyBall([params[k] for k in names], [k in template.penalised for k in names], recipe, arch.l2)
     sizes = [params[k][0].numel() for k in names]

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from arena._version import __version__
-from arena.engine.architecture import GROUP_NORM_NOTE
+from arena.engine.architecture import GROUP_NORM_NOTE, engine_note
 from arena.engine.augment import Augment
 from arena.engine.recipe import Recipe
 from arena.engine.seeds import RESAMPLES, challenger_seed, resample_seed
@@ -57,8 +57,10 @@ def procedure_for(matchup: Matchup, store: RunStore) -> TrainingProcedure:
 
 
 def model_notes(procedure: TrainingProcedure) -> list[str]:
-    """What the arena changed in the track's model for this defense (BatchNorm → GroupNorm), as row notes."""
-    return [GROUP_NORM_NOTE] if procedure.arch.group_norm else []
+    """What the arena changed in the track's model for this defense (BatchNorm → GroupNorm), and which engine
+    trains it when that is not the batched one (``engine_note``: the loop engine, and why), as row notes."""
+    note = engine_note(procedure.arch)
+    return ([GROUP_NORM_NOTE] if procedure.arch.group_norm else []) + ([note] if note else [])
 
 
 def _plugin_version(entry: Any, name: str, version: str) -> str:

@@ -17,7 +17,7 @@ import torch
 from arena.contracts.defense import Claim, Defense, FitTask
 from arena.contracts.procedure import Chunk
 from arena.contracts.release import Answering, Models
-from arena.engine.architecture import Architecture
+from arena.engine.architecture import TRAINING_SEMANTICS, Architecture, mode_dependent
 from arena.engine.recipe import Recipe
 from arena.pipeline.store import TensorCache, content_key, tensor_digest
 
@@ -101,6 +101,7 @@ class TrainingProcedure:
             "recipe": {**self.recipe.__dict__, "augment": self.recipe.augment.__dict__},
             "solver": self.solver,
             **({"code": self.code} if self.code else {}),
+            **({"training_semantics": TRAINING_SEMANTICS} if mode_dependent(self.arch) else {}),
         }
 
     def __call__(
