@@ -86,7 +86,7 @@ def phase_one(z: torch.Tensor, layers: Layers, p: MemGuardParams) -> torch.Tenso
                 zz = before - p.step_size * grad / grad.norm(dim=-1, keepdim=True).clamp_min(1e-12)
                 crossed = ~found & ((decision(zz.softmax(-1), layers) > 0) != side)
                 if bool(crossed.any()):
-                    at = boundary(before, zz, side, layers)
+                    at = crossing(before, zz, side, crossed, layers)
                     kept = (at.argmax(-1, keepdim=True) == label).squeeze(-1)
                     hit = crossed & kept
                     noise = torch.where(hit.unsqueeze(-1), at.softmax(-1) - s, noise)
@@ -94,6 +94,19 @@ def phase_one(z: torch.Tensor, layers: Layers, p: MemGuardParams) -> torch.Tenso
             if bool(found.all()):
                 break
     return noise
+
+
+def crossing(lo: torch.Tensor, hi: torch.Tensor, side: torch.Tensor, crossed: torch.Tensor,
+             layers: Layers) -> torch.Tensor:
+    """``boundary`` of the rows ``crossed`` [K, n] only (each model's crossed rows gathered, so the bisection's
+    steps run on the few rows that crossed at this step, not on every query); ``lo`` elsewhere."""
+    at = lo.clone()
+    for k in range(lo.shape[0]):  # a pool's few models; the rows of each go in one call
+        rows = crossed[k].nonzero().squeeze(-1)
+        if len(rows):
+            own = [(w[k : k + 1], b[k : k + 1]) for w, b in layers]
+            at[k, rows] = boundary(lo[k : k + 1, rows], hi[k : k + 1, rows], side[k : k + 1, rows], own)[0]
+    return at
 
 
 def boundary(lo: torch.Tensor, hi: torch.Tensor, side: torch.Tensor, layers: Layers) -> torch.Tensor:
