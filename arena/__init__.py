@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     # isort: split
     # The Python API
     from arena.api import MergedResults, Results, evaluate, load, run
+    from arena.contracts.user_fit import user_defense
     from arena.games.membership.evaluate import Evaluation, EvaluationInputError
 
     # isort: split
@@ -106,6 +107,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "Results": ("arena.api", "Results"),
     "MergedResults": ("arena.api", "MergedResults"),
     "evaluate": ("arena.api", "evaluate"),
+    "user_defense": ("arena.contracts.user_fit", "user_defense"),
     "Evaluation": ("arena.games.membership.evaluate", "Evaluation"),
     "EvaluationInputError": ("arena.games.membership.evaluate", "EvaluationInputError"),
     # Helpers plugins need: training, privacy accounting, data, shadow pools, canaries
