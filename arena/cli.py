@@ -68,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     eo = sub.add_parser("evaluate-outputs", help="run LiRA, RMIA and the loss threshold on model outputs you saved "
                         "(target and reference logits or losses per record, an .npz), each evaluated as evaluate does")
     eo.add_argument("file", type=Path, metavar="FILE", help=".npz: target_logits or target_losses, labels, is_member, "
-                    "reference_logits/losses and reference_in, population_* (see docs/running.md)")
+                    "reference_logits/losses and reference_in, population_* (see docs/publishing.md)")
     eo.add_argument("--out", type=Path, help="also write board.json, board.csv and each attack's metrics and ROC "
                     "figure (DIR/ATTACK/) here")
     eo.add_argument("--format", choices=["table", "json"], default="table")
