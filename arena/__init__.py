@@ -38,9 +38,9 @@ if TYPE_CHECKING:
     # isort: split
     # The Python API
     from arena.api import MergedResults, Results, evaluate, load, run
-    from arena.contracts.user_fit import user_defense
     from arena.games.membership.evaluate import Evaluation, EvaluationInputError
     from arena.games.membership.outputs import OutputsEvaluation, evaluate_outputs
+    from arena.pipeline.user_fit import user_defense
 
     # isort: split
     # Helpers plugins need: training, privacy accounting, data, shadow pools, canaries
@@ -126,7 +126,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "Results": ("arena.api", "Results"),
     "MergedResults": ("arena.api", "MergedResults"),
     "evaluate": ("arena.api", "evaluate"),
-    "user_defense": ("arena.contracts.user_fit", "user_defense"),
+    "user_defense": ("arena.pipeline.user_fit", "user_defense"),
     "Evaluation": ("arena.games.membership.evaluate", "Evaluation"),
     "EvaluationInputError": ("arena.games.membership.evaluate", "EvaluationInputError"),
     "evaluate_outputs": ("arena.games.membership.outputs", "evaluate_outputs"),

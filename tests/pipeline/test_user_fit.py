@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import arena
-from arena.contracts.user_fit import load_fit, user_defense
 from arena.engine.ensemble import init_state
 from arena.engine.loop import train_user
+from arena.pipeline.user_fit import load_fit, user_defense
 from tests.conftest import architecture, write_scenario
 
 USER_PLUGIN = '''
