@@ -37,10 +37,10 @@ def true_class_log_odds(logits: torch.Tensor, y: torch.Tensor) -> np.ndarray:
 
 
 def loss_log_odds(loss: np.ndarray) -> np.ndarray:
-    """φ = log(p_y / (1 - p_y)) from the cross-entropy loss = −log p_y, float64: −loss − log(1 − e^(−loss))."""
-    loss = np.asarray(loss, dtype=np.float64)
-    with np.errstate(divide="ignore"):
-        return -loss - np.log(-np.expm1(-loss))
+    """φ = log(p_y / (1 - p_y)) from the cross-entropy loss = −log p_y, float64: −loss − log(1 − e^(−loss)); a
+    loss of 0 (p_y rounded to 1) counts as the smallest positive double, so φ stays finite (about 708)."""
+    loss = np.maximum(np.asarray(loss, dtype=np.float64), np.finfo(np.float64).tiny)
+    return -loss - np.log(-np.expm1(-loss))
 
 
 MIN_STD = 1e-6

@@ -315,6 +315,11 @@ def evaluate_outputs(source: Path | str | Mapping[str, Any] | Outputs, *, fixed_
         except ValueError as exc:
             skipped[attack] = str(exc)
             continue
-        evaluations[attack] = evaluate(scores, o.is_member, decisions=decisions, resamples=resamples, seed=seed,
-                                       confidence=confidence)
+        try:
+            evaluations[attack] = evaluate(scores, o.is_member, decisions=decisions, resamples=resamples, seed=seed,
+                                           confidence=confidence)
+        except EvaluationInputError as exc:
+            if exc.field != "scores":
+                raise
+            skipped[attack] = f"its scores cannot be evaluated ({exc})"
     return OutputsEvaluation(evaluations, skipped)

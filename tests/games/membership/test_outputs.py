@@ -167,3 +167,8 @@ def test_a_bad_outputs_file_is_exit_2_naming_file_and_field_and_writes_nothing(p
     err = capsys.readouterr().err
     assert str(path) in err and f"{field}:" in err and says in err, err
     assert not out.exists()
+
+
+def test_a_zero_loss_keeps_lira_finite() -> None:
+    phi = arena.loss_log_odds(np.array([0.0, 1e-300, np.log(2.0)]))
+    assert np.isfinite(phi).all() and phi[0] >= phi[1] > 600 and abs(phi[2]) < 1e-12  # p = ½: φ = 0
