@@ -209,7 +209,7 @@ class LiRA(Attack):
 
     def _population_scores(self, view, pool, X) -> np.ndarray:  # noqa: ANN001
         """Offline scores of population points (non-members of the target, OUT for every shadow) under one query."""
-        pop_shadow_phi = true_class_log_odds(pool.models.logits(X)[population_references(pool.challenge_in)],
+        pop_shadow_phi = true_class_log_odds(pool.models.logits(X)[population_references(pool.challenge_in, True)],
                                              view.population_y)
         pop_phi = true_class_log_odds(view.model.log_proba(X), view.population_y)
         out = np.ones_like(pop_shadow_phi, dtype=bool)

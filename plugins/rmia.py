@@ -88,7 +88,8 @@ class RMIA(Attack):
         z_refs = true_class_log_prob(pool.models.logits(view.population_X), view.population_y, T)
         # Population records are OUT for every reference; offline uses one shadow per pair, as many as a
         # challenge point has OUT references, online the whole pool (``arena.rmia_ratios``).
-        x_ratio, pop_ratio = rmia_ratios(x_target, x_refs, pool.challenge_in, z_target, z_refs, p.variant, p.a)
+        x_ratio, pop_ratio = rmia_ratios(x_target, x_refs, pool.challenge_in, z_target, z_refs, p.variant, p.a,
+                                         paired=True)
         scores = rmia_scores(x_ratio, pop_ratio[pick], p.gamma)
         threshold = float(np.quantile(pop_ratio, 1.0 - p.fpr))
         return MembershipGuess(scores=scores, decisions=x_ratio > threshold, references=len(pick))

@@ -125,3 +125,15 @@ def test_a_script_path_names_its_function(tmp_path: Path) -> None:
     edited = tmp_path / "train2.py"
     edited.write_text("def fit(model, X, y, seed):\n    model.eval()\n    return model\n")
     assert user_defense(f"{edited}:fit", name="x").version != cls.version  # the source is in the version
+
+
+def test_a_configuration_pickles_by_how_its_class_was_made(tmp_path: Path) -> None:
+    """The class is made at run time, so its configurations travel to workers as (fit, name, version, honours,
+    params) and come back as configurations of the same class."""
+    import pickle
+
+    script = tmp_path / "train_pickle.py"
+    script.write_text("def fit(model, X, y, seed):\n    return model\n")
+    cls = user_defense(f"{script}:fit", name="pickled", honours=("epochs", "lr", "batch_size"))
+    back = pickle.loads(pickle.dumps(cls(cls.Params())))
+    assert type(back) is cls and back.honours == {"epochs", "lr", "batch_size"} and back.version == cls.version

@@ -92,12 +92,14 @@ def one_sided_out(
     return fit_gaussians(shadow_phi, shadow_out, fixed_variance).logcdf(phi)
 
 
-def population_references(shadow_in: np.ndarray) -> slice:
+def population_references(shadow_in: np.ndarray, paired: bool | None = None) -> slice:
     """The references whose outputs on population records (outside every reference) an offline test reads: one
-    of each complementary pair when the references [K, n] come in pairs (reference 2j+1 trained on exactly the
-    points 2j did not, as the arena's pools do), as many as a challenge point's OUT references; else all."""
+    of each complementary pair when the references [K, n] come in pairs (reference 2j+1 trained on the points 2j
+    did not, as the arena's pools always do: ``paired=True``; None: seen in ``shadow_in``), as many as a challenge
+    point's OUT references; else all."""
     k = shadow_in.shape[0]
-    paired = k % 2 == 0 and k > 0 and bool(np.all(shadow_in[0::2] == ~shadow_in[1::2]))
+    if paired is None:
+        paired = k % 2 == 0 and k > 0 and bool(np.all(shadow_in[0::2] == ~shadow_in[1::2]))
     return slice(0, None, 2) if paired else slice(None)
 
 
@@ -137,12 +139,14 @@ OFFLINE_A = 0.3
 
 
 def rmia_ratios(x_target: np.ndarray, x_refs: np.ndarray, x_in: np.ndarray, z_target: np.ndarray,
-                z_refs: np.ndarray, variant: str, a: float | None) -> tuple[np.ndarray, np.ndarray]:
+                z_refs: np.ndarray, variant: str, a: float | None,
+                paired: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
     """RMIA's log ratios log(Pr(x|θ)/Pr(x)) [n] of the points and log(Pr(z|θ)/Pr(z)) [m] of the population records,
     from log Pr(·|θ) of the target (``x_target`` [n], ``z_target`` [m]) and of the references (``x_refs`` [K, n],
     ``z_refs`` [K, m]), ``x_in`` [K, n] the references' membership of the points (population records are outside
     every reference). Online, Pr(x) = ½(Pr_IN + Pr_OUT) and ``a`` (None) is fitted on the points; offline, Pr(x)
-    is the ``a`` approximation of Pr_OUT (None: ``OFFLINE_A``) and z's references are ``population_references``.
+    is the ``a`` approximation of Pr_OUT (None: ``OFFLINE_A``) and z's references are ``population_references``
+    (``paired`` as there).
     Population records' Pr(z) is the ``a`` approximation in both variants."""
     x_out = log_mean_prob(x_refs, ~x_in)
     if variant == "online":
@@ -152,7 +156,7 @@ def rmia_ratios(x_target: np.ndarray, x_refs: np.ndarray, x_in: np.ndarray, z_ta
     else:
         a = OFFLINE_A if a is None else a
         x_norm = offline_log_prob(x_out, a)
-        z_refs = z_refs[population_references(x_in)]
+        z_refs = z_refs[population_references(x_in, paired)]
     z_norm = offline_log_prob(log_mean_prob(z_refs, np.ones(z_refs.shape, dtype=bool)), a)
     return x_target - x_norm, z_target - z_norm
 
