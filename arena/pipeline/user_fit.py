@@ -101,10 +101,14 @@ def user_defense(fit: Callable[..., Any] | str | Path, *, name: str, version: st
     refused). ``fit`` is a module-level function (or a script's): the arena's workers find it by its module and
     name, as they find every plugin's code. ``version`` is yours; the function's source digest is appended
     (``1+fit.<sha>``), so an edited function is a new defense version and never reuses cached models."""
-    key = (str(fit) if isinstance(fit, (str, Path)) else fit, name, version, tuple(sorted(honours)))
+    honours = tuple(sorted(set(honours)))
+    if isinstance(fit, (str, Path)):  # by its absolute path: a worker elsewhere finds the same file
+        path_text, _, function_name = str(fit).rpartition(":")
+        fit = f"{Path(path_text).resolve()}:{function_name}" if path_text.endswith(".py") else str(fit)
+    key = (fit, name, version, honours)
     if key in _MADE:
         return _MADE[key]
-    function = load_fit(fit) if isinstance(fit, (str, Path)) else fit
+    function = load_fit(fit) if isinstance(fit, str) else fit
     if not callable(function):
         raise TypeError(f"user_defense: fit must be a function or 'path/to/train.py:function', not {fit!r}")
     where = f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', '?')}"

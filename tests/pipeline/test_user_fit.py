@@ -137,3 +137,14 @@ def test_a_configuration_pickles_by_how_its_class_was_made(tmp_path: Path) -> No
     cls = user_defense(f"{script}:fit", name="pickled", honours=("epochs", "lr", "batch_size"))
     back = pickle.loads(pickle.dumps(cls(cls.Params())))
     assert type(back) is cls and back.honours == {"epochs", "lr", "batch_size"} and back.version == cls.version
+
+
+def test_a_relative_script_path_is_kept_absolute(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "rel_train.py").write_text("def fit(model, X, y, seed):\n    return model\n")
+    monkeypatch.chdir(tmp_path)
+    cls = user_defense("rel_train.py:fit", name="relative", honours=iter(["lr", "epochs"]))
+    assert cls.honours == {"epochs", "lr"}
+    monkeypatch.chdir("/")
+    import pickle
+
+    assert type(pickle.loads(pickle.dumps(cls(cls.Params())))) is cls  # found again from another directory
