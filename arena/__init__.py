@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     # The Python API
     from arena.api import MergedResults, Results, evaluate, load, run
     from arena.games.membership.evaluate import Evaluation, EvaluationInputError
+    from arena.games.membership.outputs import OutputsEvaluation, evaluate_outputs
+    from arena.pipeline.user_fit import user_defense
 
     # isort: split
     # Helpers plugins need: training, privacy accounting, data, shadow pools, canaries
@@ -56,6 +58,24 @@ if TYPE_CHECKING:
     from arena.engine.seeds import derive_seed
     from arena.engine.trainer import train
     from arena.games.audit.canaries import gradient_canary_scores, input_canary_scores
+    from arena.games.membership.formulas import (
+        MIN_STD,
+        Gaussians,
+        fit_a,
+        fit_gaussians,
+        likelihood_ratio,
+        log_mean_prob,
+        log_odds,
+        loss_log_odds,
+        offline_log_prob,
+        one_sided_out,
+        population_references,
+        rmia_counts,
+        rmia_ratios,
+        rmia_scores,
+        true_class_log_odds,
+        true_class_log_prob,
+    )
     from arena.games.membership.pools import PoolData, ShadowPool, plan_pool, train_pool
     from arena.privacy.accounting import Accountant, accountant_label, calibrate_noise
     from arena.privacy.accounting import epsilon as dpsgd_epsilon
@@ -106,8 +126,11 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "Results": ("arena.api", "Results"),
     "MergedResults": ("arena.api", "MergedResults"),
     "evaluate": ("arena.api", "evaluate"),
+    "user_defense": ("arena.pipeline.user_fit", "user_defense"),
     "Evaluation": ("arena.games.membership.evaluate", "Evaluation"),
     "EvaluationInputError": ("arena.games.membership.evaluate", "EvaluationInputError"),
+    "evaluate_outputs": ("arena.games.membership.outputs", "evaluate_outputs"),
+    "OutputsEvaluation": ("arena.games.membership.outputs", "OutputsEvaluation"),
     # Helpers plugins need: training, privacy accounting, data, shadow pools, canaries
     "train": ("arena.engine.trainer", "train"),
     "train_augmult": ("arena.engine.multiplicity", "train_augmult"),
@@ -139,6 +162,23 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "plan_pool": ("arena.games.membership.pools", "plan_pool"),
     "ShadowPool": ("arena.games.membership.pools", "ShadowPool"),
     "PoolData": ("arena.games.membership.pools", "PoolData"),
+    # The formulas of the output-based membership attacks (LiRA, RMIA), shared with ``arena evaluate-outputs``
+    "MIN_STD": ("arena.games.membership.formulas", "MIN_STD"),
+    "Gaussians": ("arena.games.membership.formulas", "Gaussians"),
+    "fit_gaussians": ("arena.games.membership.formulas", "fit_gaussians"),
+    "likelihood_ratio": ("arena.games.membership.formulas", "likelihood_ratio"),
+    "log_odds": ("arena.games.membership.formulas", "log_odds"),
+    "loss_log_odds": ("arena.games.membership.formulas", "loss_log_odds"),
+    "one_sided_out": ("arena.games.membership.formulas", "one_sided_out"),
+    "population_references": ("arena.games.membership.formulas", "population_references"),
+    "true_class_log_odds": ("arena.games.membership.formulas", "true_class_log_odds"),
+    "fit_a": ("arena.games.membership.formulas", "fit_a"),
+    "log_mean_prob": ("arena.games.membership.formulas", "log_mean_prob"),
+    "offline_log_prob": ("arena.games.membership.formulas", "offline_log_prob"),
+    "rmia_counts": ("arena.games.membership.formulas", "rmia_counts"),
+    "rmia_ratios": ("arena.games.membership.formulas", "rmia_ratios"),
+    "rmia_scores": ("arena.games.membership.formulas", "rmia_scores"),
+    "true_class_log_prob": ("arena.games.membership.formulas", "true_class_log_prob"),
     "gradient_canary_scores": ("arena.games.audit.canaries", "gradient_canary_scores"),
     "input_canary_scores": ("arena.games.audit.canaries", "input_canary_scores"),
 }

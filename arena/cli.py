@@ -65,6 +65,18 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples for the intervals (default 1000)")
     ev.add_argument("--seed", type=int, default=0, help="seed of the bootstrap resamples")
 
+    eo = sub.add_parser("evaluate-outputs", help="run LiRA, RMIA and the loss threshold on model outputs you saved "
+                        "(target and reference logits or losses per record, an .npz), each evaluated as evaluate does")
+    eo.add_argument("file", type=Path, metavar="FILE", help=".npz: target_logits or target_losses, labels, is_member, "
+                    "reference_logits/losses and reference_in, population_* (see docs/publishing.md)")
+    eo.add_argument("--out", type=Path, help="also write board.json, board.csv and each attack's metrics and ROC "
+                    "figure (DIR/ATTACK/) here")
+    eo.add_argument("--format", choices=["table", "json"], default="table")
+    eo.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples for the intervals (default 1000)")
+    eo.add_argument("--seed", type=int, default=0, help="seed of the bootstrap resamples")
+    eo.add_argument("--fixed-variance", action="store_true", help="LiRA: one variance for all records (few references)")
+    eo.add_argument("--fpr", type=float, default=0.1, help="population FPR the hard thresholds are set for (0.1)")
+
     plugins = sub.add_parser("plugins", help="list loaded plugins, what they register and where their code runs; "
                              "`arena plugins install` installs untrusted attack distributions")
     plugins_sub = plugins.add_subparsers(dest="plugins_command")
@@ -309,6 +321,36 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_evaluate_outputs(args: argparse.Namespace) -> int:
+    """``arena evaluate-outputs FILE``: ``arena.evaluate_outputs`` of an outputs file; a bad file is exit 2 naming
+    the file and the field, and nothing is written."""
+    import json
+
+    from arena.games.membership.evaluate import EvaluationInputError
+    from arena.games.membership.outputs import evaluate_outputs
+
+    if args.resamples < 0:
+        return _problems(["--resamples: must be at least 0"])
+    if not 0 < args.fpr < 1:
+        return _problems(["--fpr: must be in (0, 1)"])
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        return _problems([f"--out: {args.out}: not a directory"])
+    try:
+        result = evaluate_outputs(args.file, fixed_variance=args.fixed_variance, fpr=args.fpr,
+                                  resamples=args.resamples, seed=args.seed)
+    except EvaluationInputError as exc:
+        return _problems([f"{args.file}: {exc}"])
+    if args.out is not None:
+        try:
+            written = result.save(args.out)
+        except OSError as exc:
+            return _problems([f"{exc.filename or args.out}: cannot write: {exc.strerror or exc}"])
+        for path in written:
+            print(f"wrote {path}", file=sys.stderr)
+    print(json.dumps(result.as_dict(), indent=2) if args.format == "json" else result.table())
+    return EXIT_OK
+
+
 def cmd_plugins(args: argparse.Namespace) -> int:
     if args.plugins_command == "install":
         return _install(args)
@@ -355,7 +397,8 @@ def _install(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handlers = {"run": cmd_run, "validate": cmd_validate, "leaderboard": cmd_leaderboard, "report": cmd_report,
-                "plugins": cmd_plugins, "publish": cmd_publish, "evaluate": cmd_evaluate}
+                "plugins": cmd_plugins, "publish": cmd_publish, "evaluate": cmd_evaluate,
+                "evaluate-outputs": cmd_evaluate_outputs}
     try:
         return handlers[args.command](args)
     except Exception as exc:

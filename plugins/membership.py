@@ -1,22 +1,33 @@
 """Built-in membership attacks: the loss / confidence threshold attack (Yeom et al.), the shadow-model attack
 (Shokri et al. 2017) and the likelihood-ratio attack LiRA (Carlini et al. 2022).
 
+LiRA's formulas are ``arena``'s (``likelihood_ratio``, ``one_sided_out``, ...), shared with ``arena evaluate-outputs``.
 The two shadow attacks share one pool of shadow models per game (``arena.train_pool``).
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import numpy as np
 import torch
 from pydantic import AfterValidator, Field
-from scipy.special import log_ndtr
 from threadpoolctl import threadpool_limits
 
-from arena import Attack, MembershipGuess, MembershipView, PluginParams, PoolData, hookimpl, train_pool
+from arena import (
+    Attack,
+    MembershipGuess,
+    MembershipView,
+    PluginParams,
+    PoolData,
+    hookimpl,
+    likelihood_ratio,
+    log_odds,
+    one_sided_out,
+    population_references,
+    train_pool,
+    true_class_log_odds,
+)
 from arena_plugins.queries import augmented_queries
 
 
@@ -48,26 +59,6 @@ class ThresholdMIA(Attack):
         reference = threshold_signal(view.model, view.population_X, view.population_y, self.params.signal)
         threshold = float(np.quantile(reference, 1.0 - self.params.fpr))
         return MembershipGuess(scores=scores, decisions=scores > threshold)
-
-
-def log_odds(logits: torch.Tensor) -> torch.Tensor:
-    """log(p_j / (1 - p_j)) of every class j, float64 [..., C], from logits or log-probabilities [..., C].
-
-    log(1 - p_j) is the log-sum-exp of the other classes' logits (minus the same normaliser as log p_j), so
-    nothing is computed as ``1 - p``, which rounds to zero for a confident model.
-    """
-    z = logits.double()
-    own = torch.eye(z.shape[-1], dtype=torch.bool, device=z.device)
-    return z - torch.logsumexp(z.unsqueeze(-2).masked_fill(own, -math.inf), dim=-1)
-
-
-def true_class_log_odds(logits: torch.Tensor, y: torch.Tensor) -> np.ndarray:
-    """LiRA's statistic φ = log(p_y / (1 - p_y)) of the true class, float64 [...], computed as ``log_odds`` does;
-    ``y`` [n] is shared by a leading model axis of ``logits`` [K, n, C]."""
-    z = logits.double()
-    idx = y.expand(z.shape[:-1]).unsqueeze(-1)
-    others = z.scatter(-1, idx, -math.inf)
-    return (z.gather(-1, idx).squeeze(-1) - torch.logsumexp(others, dim=-1)).numpy()
 
 
 def _even(k: int) -> int:
@@ -169,55 +160,6 @@ class ShadowMIA(Attack):
         return MembershipGuess(scores=scores, decisions=scores > threshold)
 
 
-MIN_STD = 1e-6
-"""Floor on a fitted standard deviation, so a point every shadow scores alike still gets a finite density."""
-
-
-@dataclass(frozen=True)
-class Gaussians:
-    """One normal distribution per challenge point (means and standard deviations [n])."""
-
-    mean: np.ndarray
-    std: np.ndarray
-
-    def logpdf(self, x: np.ndarray) -> np.ndarray:
-        z = (x - self.mean) / self.std
-        return -0.5 * z * z - np.log(self.std) - 0.5 * math.log(2 * math.pi)
-
-    def logcdf(self, x: np.ndarray) -> np.ndarray:
-        return log_ndtr((x - self.mean) / self.std)
-
-
-def fit_gaussians(values: np.ndarray, mask: np.ndarray, fixed_variance: bool) -> Gaussians:
-    """Per column of ``values`` [K, n]: the maximum-likelihood normal of the entries where ``mask`` is True.
-    With ``fixed_variance`` every column shares one variance, pooled from all columns' residuals (LiRA's choice
-    when there are few shadows per point)."""
-    counts = mask.sum(axis=0)
-    if np.any(counts == 0):
-        raise ValueError("every point needs at least one shadow value to fit a Gaussian")
-    mean = np.where(mask, values, 0.0).sum(axis=0) / counts
-    squares = np.where(mask, (values - mean) ** 2, 0.0)
-    var = np.full(values.shape[1], squares.sum() / counts.sum()) if fixed_variance else squares.sum(axis=0) / counts
-    return Gaussians(mean, np.maximum(np.sqrt(var), MIN_STD))
-
-
-def likelihood_ratio(
-    shadow_phi: np.ndarray, shadow_in: np.ndarray, phi: np.ndarray, fixed_variance: bool
-) -> np.ndarray:
-    """Online LiRA score per point: log N(φ; IN fit) - log N(φ; OUT fit), the fits over the shadows [K, n] that
-    did (``shadow_in``) and did not train on each point."""
-    fit_in = fit_gaussians(shadow_phi, shadow_in, fixed_variance)
-    return fit_in.logpdf(phi) - fit_gaussians(shadow_phi, ~shadow_in, fixed_variance).logpdf(phi)
-
-
-def one_sided_out(
-    shadow_phi: np.ndarray, shadow_out: np.ndarray, phi: np.ndarray, fixed_variance: bool
-) -> np.ndarray:
-    """Offline LiRA score per point: log Pr[Z <= φ] for Z the normal fitted over the OUT shadows (high φ, that is
-    a confidence the OUT models rarely reach, means member)."""
-    return fit_gaussians(shadow_phi, shadow_out, fixed_variance).logcdf(phi)
-
-
 class LiRAParams(PluginParams):
     shadows: ShadowCount = Field(default=64, strict=True, ge=4, le=100_000,
                                  description="shadow models (even); each point is IN for half")
@@ -267,7 +209,8 @@ class LiRA(Attack):
 
     def _population_scores(self, view, pool, X) -> np.ndarray:  # noqa: ANN001
         """Offline scores of population points (non-members of the target, OUT for every shadow) under one query."""
-        pop_shadow_phi = true_class_log_odds(pool.models.logits(X)[0::2], view.population_y)
+        pop_shadow_phi = true_class_log_odds(pool.models.logits(X)[population_references(pool.challenge_in, True)],
+                                             view.population_y)
         pop_phi = true_class_log_odds(view.model.log_proba(X), view.population_y)
         out = np.ones_like(pop_shadow_phi, dtype=bool)
         return one_sided_out(pop_shadow_phi, out, pop_phi, self.params.fixed_variance)
@@ -278,3 +221,4 @@ def register_attacks(register) -> None:  # noqa: ANN001
     register(ThresholdMIA)
     register(ShadowMIA)
     register(LiRA)
+

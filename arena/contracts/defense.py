@@ -247,6 +247,9 @@ class Defense:
     """True for an inference-time defense: every query answer of its released models (and of shadow models it
     trains) goes through ``answer``; white-box access (``parameters``) still sees the model itself."""
 
+    row_note: ClassVar[str | None] = None
+    """A line every result row of this defense carries (e.g. which engine trained its models, ``user_defense``)."""
+
     def fit(self, task: FitTask) -> Fit:
         """Train the K models of ``task``."""
         raise NotImplementedError

@@ -120,6 +120,32 @@ class Models:
         return Models(self.arch, {k: v[sl] for k, v in self.state.items()},
                       None if self.answering is None else self.answering.select(sl))
 
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """The shape of one record as the module takes it (records travel flat: ``X.reshape(-1, *input_shape)``)."""
+        return self.arch.input_shape
+
+    def module(self, k: int = 0, *, train: bool = False) -> torch.nn.Module:
+        """Model ``k`` as an ordinary, differentiable ``torch.nn.Module``: a fresh module of the track's model (as its
+        plugin builds it, with GroupNorm for BatchNorm where the defense clipped per-example gradients) holding
+        model k's parameters and buffers (copies: changing them changes nothing here), on their device and dtype,
+        in eval mode (``train=True``: train mode). It answers raw logits for records shaped ``input_shape``,
+        without an inference-time defense's ``answering`` (white-box access sees the model itself)."""
+        if not -self.k <= k < self.k:
+            raise IndexError(f"model {k} of {self.k}")
+        with torch.random.fork_rng(devices=[]):  # the module's own initialisation, overwritten below
+            module = self.arch.build()
+        first = next(iter(self.state.values()))
+        module = module.to(first.device)
+        tensors = dict([*module.named_parameters(), *module.named_buffers()])
+        missing = sorted(set(tensors) - set(self.state))
+        if missing:
+            raise ValueError(f"model {self.arch.model.name!r}: the released state lacks {', '.join(missing[:5])}")
+        with torch.no_grad():
+            for name, t in tensors.items():
+                t.data = self.state[name][k].detach().clone()
+        return module.train(train)
+
     def flat(self) -> torch.Tensor:
         """[K, P]: each model's trainable parameters, flattened in module order."""
         names = self.arch.template().trainable

@@ -13,6 +13,7 @@ beside any others, in any position.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -94,3 +95,44 @@ def _train_one(
             optimizer.step(grads, step_noise)
     released = dict(zip(names, optimizer.result()))
     return {k: released[k] if k in released else buffers[k] for k in state}
+
+
+UserFit = Callable[..., torch.nn.Module | None]
+"""A user's training function ``fit(model, X, y, seed) -> model`` (plain PyTorch)."""
+
+
+def train_user(
+    arch: Architecture, X: torch.Tensor, y: torch.Tensor, state: State, train_seeds: torch.Tensor, fit: UserFit,
+    **extra: object,
+) -> State:
+    """Train K models on X [K, n, d], y [K, n] one at a time with a user's function: model k is a fresh module of
+    ``arch`` holding row k of ``state`` (the arena's seeded initialisation), in train mode on X's device, and
+    ``fit(module, X[k] as [n, *input_shape], y[k], seed)`` trains it as its author trains it (their optimiser,
+    scheduler, augmentation, mixed precision), ``seed`` the model's train seed; ``extra`` keywords go to ``fit``
+    too. Torch's generator is seeded by ``module_seed`` of the seed first, so a function that draws without
+    seeding is still reproducible. Returns the trained tensors, stacked (``ValueError`` when ``fit`` returns
+    something else than a module of the same tensor names and shapes)."""
+    parts = []
+    for k in range(X.shape[0]):
+        seed = int(train_seeds[k])
+        with torch.random.fork_rng(devices=[]):
+            module = arch.build()
+        module = module.to(X.device)
+        with torch.no_grad():
+            for name, t in [*module.named_parameters(), *module.named_buffers()]:
+                if name in state:
+                    t.copy_(state[name][k].to(t.dtype))
+        module.train()
+        images = X[k].reshape(X.shape[1], *arch.input_shape)
+        with seeded(module_seed(seed), X.device):
+            out = fit(module, images, y[k], seed, **extra)
+        trained = module if out is None else out
+        if not isinstance(trained, torch.nn.Module):
+            raise ValueError(f"the user's fit returned a {type(trained).__name__}, not the torch.nn.Module it trained")
+        tensors = {n: t.detach() for n, t in [*trained.named_parameters(), *trained.named_buffers()]}
+        missing = [n for n in state if n not in tensors or tensors[n].shape != state[n].shape[1:]]
+        if missing:
+            raise ValueError(f"the user's fit returned a module without the model's tensors {', '.join(missing[:5])} "
+                             "(or with other shapes): return the module it was given, trained")
+        parts.append({n: tensors[n].to(state[n].device, state[n].dtype) for n in state})
+    return {n: torch.stack([p[n] for p in parts]) for n in state}

@@ -60,6 +60,9 @@ def model_notes(procedure: TrainingProcedure) -> list[str]:
     """What the arena changed in the track's model for this defense (BatchNorm → GroupNorm), and which engine
     trains it when that is not the batched one (``engine_note``: the loop engine, and why), as row notes."""
     note = engine_note(procedure.arch)
+    own = getattr(getattr(procedure, "defense", None), "row_note", None)
+    if isinstance(own, str) and own:  # the defense's own engine (a user's function on the loop engine)
+        note = own
     return ([GROUP_NORM_NOTE] if procedure.arch.group_norm else []) + ([note] if note else [])
 
 

@@ -13,6 +13,7 @@ from scipy.stats import norm
 from sklearn.dummy import DummyClassifier
 
 import arena_plugins.membership as membership
+from arena import fit_gaussians, likelihood_ratio, log_odds, one_sided_out, true_class_log_odds
 from arena.contracts.spec import PluginRef
 from arena.engine.recipe import Recipe
 from arena.games.membership import MembershipGame, MembershipGameSpec
@@ -22,16 +23,7 @@ from arena.pipeline.procedure import TrainingProcedure
 from arena.pipeline.store import RunStore, TensorCache
 from arena.pipeline.tournament import run
 from arena_plugins.defenses import NonPrivate
-from arena_plugins.membership import (
-    LiRA,
-    ShadowMIA,
-    ThresholdMIA,
-    fit_gaussians,
-    likelihood_ratio,
-    log_odds,
-    one_sided_out,
-    true_class_log_odds,
-)
+from arena_plugins.membership import LiRA, ShadowMIA, ThresholdMIA
 from tests.conftest import architecture
 
 

@@ -14,6 +14,7 @@ import torch
 from pydantic import ValidationError
 
 import arena_plugins.rmia as rmia
+from arena import fit_a, offline_log_prob, rmia_counts, rmia_scores
 from arena.contracts.spec import PluginRef
 from arena.engine.recipe import Recipe
 from arena.games.membership import MembershipGame, MembershipGameSpec
@@ -23,7 +24,7 @@ from arena.pipeline.procedure import TrainingProcedure
 from arena.pipeline.store import TensorCache
 from arena_plugins.defenses import NonPrivate
 from arena_plugins.membership import LiRA, ThresholdMIA
-from arena_plugins.rmia import RMIA, fit_a, offline_log_prob, rmia_counts, rmia_scores
+from arena_plugins.rmia import RMIA
 from tests.conftest import architecture
 
 # Hand-made probabilities of the true label (class 0 of 2) for two challenge points x0, x1 and three population

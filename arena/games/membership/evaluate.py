@@ -264,7 +264,8 @@ def evaluate(scores: Any, is_member: Any, *, decisions: Any = None, resamples: i
     return Evaluation(metrics, intervals, notes, s, lab, resamples, confidence)
 
 
-def _npz(path: Path) -> dict[str, np.ndarray]:
+def read_npz(path: Path, fields: tuple[str, ...] = FIELDS, required: tuple[str, ...] = ("scores", "is_member"),
+         what: str = "a scores file") -> dict[str, np.ndarray]:
     """The fields of an ``.npz`` archive, read without trusting it: each member's declared uncompressed size is
     checked against ``MAX_ARRAY_BYTES`` before any byte is decompressed, the decompression is capped at the
     declared size (``zipfile`` stops there and checks the CRC), each ``.npy`` header must describe exactly the
@@ -276,14 +277,14 @@ def _npz(path: Path) -> dict[str, np.ndarray]:
             names = [n.removesuffix(".npy") for n in members]
             found: dict[str, np.ndarray] = {}
             total = 0
-            for name in FIELDS:
+            for name in fields:
                 info = members.get(f"{name}.npy") or members.get(name)
                 if info is None:
                     continue
                 total += info.file_size
                 if total > MAX_ARRAY_BYTES:
                     raise EvaluationInputError(name, f"declares {info.file_size} bytes uncompressed; the arrays of "
-                                                     f"a scores file may hold {MAX_ARRAY_BYTES} bytes in all")
+                                                     f"{what} may hold {MAX_ARRAY_BYTES} bytes in all")
                 with archive.open(info) as member:
                     raw = member.read(info.file_size + 1)
                 if len(raw) != info.file_size:
@@ -293,7 +294,7 @@ def _npz(path: Path) -> dict[str, np.ndarray]:
         raise
     except Exception as exc:  # noqa: BLE001 - zipfile, zlib, NumPy's header parser (tokenize, ...): anything
         raise EvaluationInputError("(file)", f"not a readable .npz archive ({type(exc).__name__}: {exc})") from None
-    for name in ("scores", "is_member"):
+    for name in required:
         if name not in found:
             raise EvaluationInputError(name, f"missing (the archive holds: {', '.join(names) or 'nothing'})")
     return found
@@ -364,9 +365,9 @@ def _csv_columns(reader: Any) -> dict[str, np.ndarray]:
     return {name: np.asarray(v, dtype=np.float64 if name == "scores" else np.int8) for name, v in values.items()}
 
 
-def read_scores(path: Path | str) -> dict[str, np.ndarray]:
-    """``scores``, ``is_member`` (and ``decisions`` where present) of a ``.npz`` or ``.csv`` file, checked
-    (``check``); ``EvaluationInputError`` naming the field (``(file)`` for the file itself)."""
+def checked_file(path: Path | str, suffixes: tuple[str, ...]) -> Path:
+    """``path`` when it is a readable regular file of at most ``MAX_FILE_BYTES`` with one of ``suffixes``, else
+    ``EvaluationInputError`` for ``(file)``."""
     path = Path(path)
     try:
         info = path.stat()
@@ -377,10 +378,18 @@ def read_scores(path: Path | str) -> dict[str, np.ndarray]:
     if info.st_size > MAX_FILE_BYTES:
         raise EvaluationInputError("(file)", f"{info.st_size} bytes, more than {MAX_FILE_BYTES}")
     suffix = path.suffix.lower()
-    if suffix not in (".npz", ".csv"):
-        raise EvaluationInputError("(file)", f"a {suffix or 'suffix-less'} file: .npz or .csv expected")
+    if suffix not in suffixes:
+        raise EvaluationInputError("(file)", f"a {suffix or 'suffix-less'} file: {' or '.join(suffixes)} expected")
+    return path
+
+
+def read_scores(path: Path | str) -> dict[str, np.ndarray]:
+    """``scores``, ``is_member`` (and ``decisions`` where present) of a ``.npz`` or ``.csv`` file, checked
+    (``check``); ``EvaluationInputError`` naming the field (``(file)`` for the file itself)."""
+    path = checked_file(path, (".npz", ".csv"))
+    suffix = path.suffix.lower()
     try:
-        found = _npz(path) if suffix == ".npz" else _csv(path)
+        found = read_npz(path) if suffix == ".npz" else _csv(path)
     except PermissionError as exc:
         raise EvaluationInputError("(file)", f"cannot read: {exc.strerror or exc}") from None
     check(found["scores"], found["is_member"], found.get("decisions"))
