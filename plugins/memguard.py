@@ -65,48 +65,49 @@ def phase_one(z: torch.Tensor, layers: Layers, p: MemGuardParams) -> torch.Tenso
     the label kept: normalised gradient steps on z (the paper's loss), and, at the first step that crosses the
     boundary, a bisection of that step; e is softmax at the bisection's last point still on the starting side
     (|g| within the bisection's resolution of 0, never past it). The label is checked there; 0 where no
-    iterate reaches the boundary with the label kept."""
+    iterate reaches the boundary with the label kept. Each query is its own optimisation, so each model's queries
+    step together and a query leaves the loop once its noise is found (``_phase_one_rows``)."""
+    noise = torch.zeros_like(z)
+    for k in range(z.shape[0]):  # a pool's few models
+        own = [(w[k : k + 1], b[k : k + 1]) for w, b in layers]
+        noise[k] = _phase_one_rows(z[k : k + 1], own, p)[0]
+    return noise
+
+
+def _phase_one_rows(z: torch.Tensor, layers: Layers, p: MemGuardParams) -> torch.Tensor:
+    """``phase_one`` of one model's queries z [1, n, C], stepping only the queries whose noise is not yet found."""
     s = z.softmax(-1)
     label = z.argmax(-1, keepdim=True)
     side = decision(s, layers) > 0
     is_label = F.one_hot(label.squeeze(-1), z.shape[-1]).bool()
-    found = torch.zeros_like(side)
     noise = torch.zeros_like(s)
     zz = z.detach().clone()
-    with torch.enable_grad():
-        for _ in range(p.steps):
-            zz.requires_grad_(True)
-            q = zz.softmax(-1)
-            margin = zz.masked_fill(is_label, float("-inf")).amax(-1) - zz.gather(-1, label).squeeze(-1)
-            loss = (decision(q, layers).abs() + p.c2 * F.relu(margin)
-                    + p.c3 * (q - s).norm(dim=-1))
-            (grad,) = torch.autograd.grad(loss.sum(), zz)
-            with torch.no_grad():
-                before = zz.detach()
-                zz = before - p.step_size * grad / grad.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-                crossed = ~found & ((decision(zz.softmax(-1), layers) > 0) != side)
-                if bool(crossed.any()):
-                    at = crossing(before, zz, side, crossed, layers)
-                    kept = (at.argmax(-1, keepdim=True) == label).squeeze(-1)
-                    hit = crossed & kept
-                    noise = torch.where(hit.unsqueeze(-1), at.softmax(-1) - s, noise)
-                    found = found | hit
-            if bool(found.all()):
-                break
+    active = torch.arange(z.shape[1], device=z.device)
+    for _ in range(p.steps):
+        if len(active) == 0:
+            break
+        za, sa, la, sida = zz[:, active], s[:, active], label[:, active], side[:, active]
+        with torch.enable_grad():
+            za.requires_grad_(True)
+            q = za.softmax(-1)
+            margin = za.masked_fill(is_label[:, active], float("-inf")).amax(-1) - za.gather(-1, la).squeeze(-1)
+            loss = decision(q, layers).abs() + p.c2 * F.relu(margin) + p.c3 * (q - sa).norm(dim=-1)
+            (grad,) = torch.autograd.grad(loss.sum(), za)
+        with torch.no_grad():
+            before = za.detach()
+            after = before - p.step_size * grad / grad.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+            zz[:, active] = after
+            crossed = ((decision(after.softmax(-1), layers) > 0) != sida)[0]
+            if bool(crossed.any()):
+                rows = crossed.nonzero().squeeze(-1)
+                at = boundary(before[:, rows], after[:, rows], sida[:, rows], layers)
+                kept = (at.argmax(-1, keepdim=True) == la[:, rows]).squeeze(-1)[0]
+                hit = rows[kept]
+                noise[:, active[hit]] = at[:, kept].softmax(-1) - sa[:, hit]
+                done = torch.zeros(len(active), dtype=torch.bool, device=z.device)
+                done[hit] = True
+                active = active[~done]
     return noise
-
-
-def crossing(lo: torch.Tensor, hi: torch.Tensor, side: torch.Tensor, crossed: torch.Tensor,
-             layers: Layers) -> torch.Tensor:
-    """``boundary`` of the rows ``crossed`` [K, n] only (each model's crossed rows gathered, so the bisection's
-    steps run on the few rows that crossed at this step, not on every query); ``lo`` elsewhere."""
-    at = lo.clone()
-    for k in range(lo.shape[0]):  # a pool's few models; the rows of each go in one call
-        rows = crossed[k].nonzero().squeeze(-1)
-        if len(rows):
-            own = [(w[k : k + 1], b[k : k + 1]) for w, b in layers]
-            at[k, rows] = boundary(lo[k : k + 1, rows], hi[k : k + 1, rows], side[k : k + 1, rows], own)[0]
-    return at
 
 
 def boundary(lo: torch.Tensor, hi: torch.Tensor, side: torch.Tensor, layers: Layers) -> torch.Tensor:

@@ -24,7 +24,7 @@ from arena.engine.architecture import Architecture, State
 from arena.engine.batching import steps_and_rate
 from arena.engine.recipe import DPNoise, Recipe
 from arena.engine.seeds import module_seed, seeded
-from arena.engine.trainer import MEMORY_BUDGET, HeavyBall, Noise, _step_noise, _stream, shaped_like
+from arena.engine.stepping import MEMORY_BUDGET, HeavyBall, Noise, _step_noise, _stream, shaped_like
 
 
 def train(
