@@ -72,6 +72,9 @@ def train_augmult(arch: Architecture, X: torch.Tensor, y: torch.Tensor, recipe: 
     template = arch.template()
     if template.random:
         raise ValueError(f"augmentation multiplicity runs on the batched engine only, and {loop_reason(arch)}")
+    if arch.engine == "loop":
+        raise ValueError("augmentation multiplicity runs on the batched engine only, and the track asks for the loop "
+                         "engine (engine: loop)")
     state = init_state(arch, init_seeds, X.dtype, X.device)
     params = {k: state[k].clone() for k in template.trainable}
     buffers = {k: state[k] for k in template.buffers}

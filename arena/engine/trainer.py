@@ -20,7 +20,7 @@ import torch
 
 from arena.engine import dense as hand
 from arena.engine import dpsgd, instruments, rng
-from arena.engine.architecture import Architecture, State, loop_reason
+from arena.engine.architecture import Architecture, State, batched_problem, loop_reason
 from arena.engine.batching import Batch, augmented, batches, model_passes, poisson_batches, steps_and_rate
 from arena.engine.dense import Layers
 from arena.engine.ensemble import init_state
@@ -62,9 +62,14 @@ def _with_instruments(dp: DPNoise | None, X: torch.Tensor, y: torch.Tensor, reci
 
 
 def choose_engine(arch: Architecture, engine: Engine = "auto") -> Literal["functional", "dense", "loop"]:
-    """The loop engine for a module the batched engine cannot train as written (``loop_reason``), else the hand
-    path for dense models (faster, see benchmarks/results.md), ``torch.func`` for everything else. Asking for a
-    batched path for a module that needs the loop is a ``ValueError`` naming why."""
+    """The loop engine for a module the batched engine cannot train as written (``loop_reason``) or whose track
+    asks for it (``arch.engine == "loop"``), else the hand path for dense models (faster, see
+    benchmarks/results.md), ``torch.func`` for everything else. ``engine`` overrides ``arch.engine`` unless
+    ``auto``. Asking for a batched path for a module that needs the loop is a ``ValueError`` naming why."""
+    if engine == "auto":
+        engine = {"auto": "auto", "loop": "loop", "batched": "auto"}[arch.engine]
+        if arch.engine == "batched" and (problem := batched_problem(arch)):
+            raise ValueError(problem)
     reason = loop_reason(arch)
     if engine in ("dense", "functional") and reason is not None:
         raise ValueError(f"model {arch.model.name!r} cannot train on the batched engine: {reason}")

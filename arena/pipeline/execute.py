@@ -58,8 +58,10 @@ def procedure_for(matchup: Matchup, store: RunStore) -> TrainingProcedure:
 
 def model_notes(procedure: TrainingProcedure) -> list[str]:
     """What the arena changed in the track's model for this defense (BatchNorm → GroupNorm), and which engine
-    trains it when that is not the batched one (``engine_note``: the loop engine, and why), as row notes."""
-    note = engine_note(procedure.arch)
+    trains it when that is not the default batched one (``engine_note``: the loop engine and why, and for a defense
+    that clips per-example gradients how Opacus runs its DP-SGD), as row notes."""
+    note = engine_note(procedure.arch, dp=bool(getattr(getattr(procedure, "defense", None), "per_example_gradients",
+                                                       False)))
     return ([GROUP_NORM_NOTE] if procedure.arch.group_norm else []) + ([note] if note else [])
 
 
