@@ -64,6 +64,15 @@ def digits():
     return _digits()
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One thread, as a matchup trains (many threads on small tensors of a shared machine cost 10-50× the CPU)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _accuracy(arch: Architecture, state: dict, X: torch.Tensor, y: torch.Tensor) -> np.ndarray:
     return (logits(arch, state, X.expand(K, -1, -1)).argmax(-1) == y).float().mean(1).numpy()
 
