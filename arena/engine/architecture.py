@@ -229,7 +229,7 @@ OPACUS_NOTE = ("DP-SGD through Opacus {version} (PrivacyEngine.make_private, {mo
 
 def engine_note(arch: Architecture, dp: bool = False) -> str | None:
     """The row note saying which engine trains ``arch`` and why: the loop engine (the track's ``engine: loop``, or
-    ``loop_reason``), with how its DP-SGD runs when ``dp`` (Opacus, ``loop.opacus_mode``);
+    ``loop_reason``), with how its DP-SGD runs when ``dp`` (Opacus, ``opacus_mode``);
     the batched engine when the track names it; None for ``auto`` on the batched engine (the default)."""
     if arch.engine == "batched":
         return "engine: batched (torch.func, K models at once) because the track asks for it (engine: batched)"
@@ -242,10 +242,19 @@ def engine_note(arch: Architecture, dp: bool = False) -> str | None:
     if dp:
         from importlib.metadata import version
 
-        from arena.engine.loop import opacus_mode  # it builds on this module
-
         note += "; " + OPACUS_NOTE.format(version=version("opacus"), mode=f'grad_sample_mode="{opacus_mode(arch)}"')
     return note
+
+
+def opacus_mode(arch: Architecture) -> str:
+    """Opacus' ``grad_sample_mode`` for ``arch``: "ghost" (ghost clipping: norms without per-sample gradients for
+    the layers it has a norm sampler for, per-sample gradients for the rest) where Opacus has a sampler for every
+    layer holding trainable parameters, else "hooks" (its per-sample hooks, functorch for unknown layers)."""
+    from opacus.grad_sample import GradSampleModule, GradSampleModuleFastGradientClipping
+
+    known = {**GradSampleModule.GRAD_SAMPLERS, **GradSampleModuleFastGradientClipping.NORM_SAMPLERS}
+    layers = [m for m in arch.template().train_module.modules() if any(True for _ in m.parameters(recurse=False))]
+    return "ghost" if all(type(m) in known for m in layers) else "hooks"
 
 
 def _meta_build(arch: Architecture) -> torch.nn.Module:

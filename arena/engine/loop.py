@@ -6,7 +6,7 @@ It trains what the batched engine cannot reproduce per model (``architecture.loo
 random numbers in training, such as dropout), and any model whose track asks for it (``engine: loop``). Its batches
 are the batched engine's, per model (the per-model shuffle, or DP-SGD's Poisson samples, and the augmentation, from
 the counter RNG keyed by the model's train seed). Without DP it takes the batched engine's optimiser
-(``trainer.HeavyBall``: momentum SGD, ``l2`` as weight decay on the weights, the moving average of ``ema``). DP-SGD
+(``steps.HeavyBall``: momentum SGD, ``l2`` as weight decay on the weights, the moving average of ``ema``). DP-SGD
 runs through Opacus (``_train_opacus``): ``PrivacyEngine.make_private`` with the same noise multiplier, clipping
 norm and expected batch size q·n, ghost clipping (``grad_sample_mode="ghost"``) where Opacus has a sampler for
 every trainable layer, else its per-sample hooks; ``torch.optim.SGD`` with the same momentum and weight decay; its
@@ -29,11 +29,11 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
 from arena.engine import rng
-from arena.engine.architecture import Architecture, State
+from arena.engine.architecture import Architecture, State, opacus_mode
 from arena.engine.batching import steps_and_rate
 from arena.engine.recipe import DPNoise, Recipe
 from arena.engine.seeds import module_seed, seeded
-from arena.engine.trainer import MEMORY_BUDGET, HeavyBall, Noise, _step_noise, _stream, shaped_like
+from arena.engine.steps import MEMORY_BUDGET, HeavyBall, Noise, noise_of_step, shaped_like, stream
 
 
 def train(
@@ -78,7 +78,7 @@ def _train_one(
     per_example = vmap(grad(lambda ps, x, t: loss(ps, x.unsqueeze(0), t.unsqueeze(0))), in_dims=(None, 0, 0),
                        randomness="different")  # each example its own dropout mask, as in a batch
 
-    for step, (Xb, yb, valid) in enumerate(_stream(arch, X, y, recipe, seeds, dp)):
+    for step, (Xb, yb, valid) in enumerate(stream(arch, X, y, recipe, seeds, dp)):
         images = Xb[0].reshape(Xb.shape[1], *arch.input_shape)
         if dp is None:
             ps = [p[0].detach().requires_grad_() for p in optimizer.params]
@@ -100,22 +100,11 @@ def _train_one(
             if dp.canaries is not None:
                 flat = dp.canaries.contribution(seeds, step, q, template.n_params, dp.clip, X.dtype, X.device)
                 canary = shaped_like(shapes, sizes, flat)
-            grads, step_noise = sums, _step_noise(sums, canary, noise, step, dp, q * n)
+            grads, step_noise = sums, noise_of_step(sums, canary, noise, step, dp, q * n)
         with torch.no_grad():
             optimizer.step(grads, step_noise)
     released = dict(zip(names, optimizer.result()))
     return {k: released[k] if k in released else buffers[k] for k in state}
-
-
-def opacus_mode(arch: Architecture) -> str:
-    """Opacus' ``grad_sample_mode`` for ``arch``: "ghost" (ghost clipping: norms without per-sample gradients for
-    the layers it has a norm sampler for, per-sample gradients for the rest) where Opacus has a sampler for every
-    layer holding trainable parameters, else "hooks" (its per-sample hooks, functorch for unknown layers)."""
-    from opacus.grad_sample import GradSampleModule, GradSampleModuleFastGradientClipping
-
-    known = {**GradSampleModule.GRAD_SAMPLERS, **GradSampleModuleFastGradientClipping.NORM_SAMPLERS}
-    layers = [m for m in arch.template().train_module.modules() if any(True for _ in m.parameters(recurse=False))]
-    return "ghost" if all(type(m) in known for m in layers) else "hooks"
 
 
 def _train_opacus(
@@ -151,7 +140,7 @@ def _train_opacus(
     average = [p.detach().clone() for p in params] if recipe.ema else None
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Full backward hook is firing")  # inputs need no gradient
-        for step, (Xb, yb, valid) in enumerate(_stream(arch, X, y, recipe, seeds, dp)):
+        for step, (Xb, yb, valid) in enumerate(stream(arch, X, y, recipe, seeds, dp)):
             rows = slice(None) if valid is None else valid[0]
             images, labels = Xb[0][rows].reshape(-1, *arch.input_shape), yb[0][rows]
             if dp.canaries is not None:

@@ -24,7 +24,7 @@ from arena.engine.batching import poisson_batches, steps_and_rate
 from arena.engine.ensemble import init_state
 from arena.engine.functional import examples_per_call
 from arena.engine.recipe import DPNoise, Recipe
-from arena.engine.trainer import MEMORY_BUDGET, HeavyBall, shaped_like
+from arena.engine.steps import MEMORY_BUDGET, HeavyBall, shaped_like
 
 
 def _per_record_fn(arch: Architecture):  # noqa: ANN202 - a function of (params, buffers, views, labels)

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 import torch
 
-from arena.engine.architecture import Architecture, batched_problem, engine_note, runs_on_loop
+from arena.engine.architecture import Architecture, batched_problem, engine_note, opacus_mode, runs_on_loop
 from arena.engine.batching import steps_and_rate
 from arena.engine.ensemble import logits
-from arena.engine.loop import opacus_epsilon, opacus_mode
+from arena.engine.loop import opacus_epsilon
 from arena.engine.recipe import DPNoise, Recipe
 from arena.engine.trainer import choose_engine, train
 from arena.privacy.accounting import calibrate_noise, epsilon
@@ -205,3 +205,24 @@ def test_the_row_note_names_the_engine_why_and_how_opacus_runs():
     assert engine_note(batched).startswith("engine: batched")
     assert "draws random numbers" in engine_note(dropout_mlp(6, 3, 0.5), dp=True)
     assert opacus_mode(architecture("cnn", (1, 8, 8), 10, channels=[4], hidden=8, norm="group", groups=2)) == "ghost"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("model", list(MODELS))
+def test_on_cuda_the_loop_engine_trains_as_the_batched_engine_does(digits, model):
+    """On a GPU (the issue's CUDA check): the loop engine (plain PyTorch, Opacus with σ = 0 for DP-SGD) and the
+    batched engine on the same 16 models agree as on the CPU, and the loop engine's models on CUDA match its models
+    on the CPU (float32 rounding of different kernels: rtol = atol = 1e-4)."""
+    X, y, member, pool, test, Xk, yk = digits
+    arch = MODELS[model]()
+    on = {k: v.cuda() for k, v in {"X": Xk, "y": yk, "init": INIT, "train": TRAIN}.items()}
+    for dp, recipe in ((None, Recipe(epochs=3, lr=0.1, momentum=0.9, batch_size=32)),
+                       (DPNoise(1.0, 0.0), Recipe(epochs=2, lr=0.5, momentum=0.9, batch_size=32))):
+        args = (arch, on["X"], on["y"], recipe, on["init"], on["train"], dp)
+        looped, batched = train(*args, engine="loop"), train(*args)
+        cpu = train(arch, Xk, yk, recipe, INIT, TRAIN, dp, engine="loop")
+        for name in batched:
+            assert looped[name].is_cuda
+            torch.testing.assert_close(looped[name], batched[name], rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(looped[name].cpu(), cpu[name], rtol=1e-4, atol=1e-4)
