@@ -58,3 +58,21 @@ def test_a_loop_track_plays_a_tournament_and_its_rows_name_the_loop_engine(tmp_p
     dp = next(r for r in rows if r["defense"] == "dpsgd")
     assert dp["claim"]["epsilon"] <= 8.0 and dp["claim"]["accountant"].startswith("dp_accounting.rdp")
     assert 0.0 <= dp["metrics"]["auc"] <= 1.0
+
+
+@pytest.mark.slow
+def test_batched_for_a_model_it_cannot_train_is_exit_2_naming_the_field(tmp_path: Path, capsys, monkeypatch) -> None:
+    """``engine: batched`` asks the plan's ``batched_problem`` (a built-in model never draws in training, so the
+    dropout model's answer is stood in for it here); its refusal is exit 2 naming ``tracks[0].engine``."""
+    import arena.pipeline.plan as plan_module
+    from arena.engine.architecture import batched_problem
+    from tests.engine.models import dropout_mlp
+
+    drop = dropout_mlp(6, 3, 0.5)
+    why = batched_problem(type(drop)(drop.model, drop.input_shape, drop.n_classes, engine="batched"))
+    monkeypatch.setattr(plan_module, "batched_problem", lambda arch: why if arch.engine == "batched" else None)
+    assert main(["validate", str(scenario(tmp_path, "batched"))]) == 2
+    err = capsys.readouterr().err
+    assert "tracks[0].engine: 'batched' refused: the batched engine cannot train model" in err
+    assert "draws random numbers in training" in err and "Traceback" not in err
+    assert main(["validate", str(scenario(tmp_path, "loop", "l.yaml"))]) == 0
