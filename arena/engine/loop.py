@@ -45,10 +45,10 @@ def train(
     parts = []
     for k in range(X.shape[0]):
         sl = slice(k, k + 1)
-        one = _train_one if dp is None else _train_opacus
+        one = {n: v[sl] for n, v in state.items()}
         with seeded(module_seed(int(train_seeds[k])), X.device):
-            parts.append(one(arch, X[sl], y[sl], recipe, {n: v[sl] for n, v in state.items()},
-                                    train_seeds[sl], None if dp is None else dp.rows(sl), budget))
+            parts.append(_train_one(arch, X[sl], y[sl], recipe, one, train_seeds[sl], None, budget) if dp is None
+                         else _train_opacus(arch, X[sl], y[sl], recipe, one, train_seeds[sl], dp.rows(sl), budget))
     return {n: torch.cat([p[n] for p in parts]) for n in state}
 
 
@@ -126,14 +126,15 @@ def _train_opacus(
     sgd = torch.optim.SGD([{"params": [p for k, p in zip(names, params) if decay[k] == w], "weight_decay": w}
                            for w in sorted(set(decay.values()))], lr=recipe.lr, momentum=recipe.momentum)
     wrapped, optimizer, criterion = _make_private(arch, module, sgd, X, y, dp, expected, int(train_seeds[0]))
-    shape = functools.partial(shaped_like, [(1, *p.shape) for p in params], [p.numel() for p in params])
+    shape = functools.partial(shaped_like, [torch.Size((1, *p.shape)) for p in params], [p.numel() for p in params])
     seeds = rng.Keys(train_seeds.to(X.device))
     canary: list[torch.Tensor] = []
     add_noise = optimizer.add_noise
 
     def canaries_then_noise() -> None:  # the canaries are examples' clipped gradients: into the sum, then noise
         for p, c in zip(params, canary):
-            p.summed_grad.add_(c[0].to(p.summed_grad.dtype))
+            total = p.summed_grad  # type: ignore[attr-defined]  # Opacus' attribute
+            total.add_(c[0].to(total.dtype))
         add_noise()
 
     optimizer.add_noise = canaries_then_noise
@@ -149,10 +150,9 @@ def _train_opacus(
             optimizer.zero_grad(set_to_none=True)
             if images.shape[0] == 0:  # an empty Poisson sample: the noise (and canaries) alone, as Opacus would
                 for p in params:
-                    p.summed_grad = torch.zeros_like(p)
+                    p.summed_grad = torch.zeros_like(p)  # type: ignore[attr-defined]  # Opacus' attribute
                 optimizer.add_noise()
-                for p in params:
-                    p.grad /= expected
+                torch._foreach_div_([p.grad for p in params if p.grad is not None], expected)
                 sgd.step()
             else:
                 criterion(wrapped(images), labels).backward()

@@ -75,10 +75,10 @@ def choose_engine(arch: Architecture, engine: Engine = "auto") -> Literal["funct
     asks for it (``arch.engine == "loop"``), else the hand path for dense models (faster, see
     benchmarks/results.md), ``torch.func`` for everything else. ``engine`` overrides ``arch.engine`` unless
     ``auto``. Asking for a batched path for a module that needs the loop is a ``ValueError`` naming why."""
-    if engine == "auto":
-        engine = {"auto": "auto", "loop": "loop", "batched": "auto"}[arch.engine]
-        if arch.engine == "batched" and (problem := batched_problem(arch)):
-            raise ValueError(problem)
+    if engine == "auto" and arch.engine == "loop":
+        engine = "loop"
+    elif engine == "auto" and arch.engine == "batched" and (problem := batched_problem(arch)):
+        raise ValueError(problem)
     reason = loop_reason(arch)
     if engine in ("dense", "functional") and reason is not None:
         raise ValueError(f"model {arch.model.name!r} cannot train on the batched engine: {reason}")
