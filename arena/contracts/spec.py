@@ -123,6 +123,10 @@ class Track(Strict):
     attacks: list[EntryRef] = Field(min_length=1)
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     pool_chunk: PositiveInt = Field(default=32, description="shadow models per independently scheduled chunk")
+    engine: Literal["auto", "batched", "loop"] = Field(
+        default="auto", description="what trains the track's models: auto (the batched engine where it trains the "
+        "module as written, else the loop engine), batched (torch.func, K models at once) or loop (plain PyTorch, one "
+        "model at a time, Opacus for DP-SGD)")
 
 
 class Scenario(Strict):

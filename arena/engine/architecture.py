@@ -7,7 +7,7 @@ import functools
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 from pydantic import BaseModel
@@ -30,6 +30,11 @@ class ModelPlugin(Protocol):
     def build(self, input_shape: tuple[int, ...], n_classes: int) -> torch.nn.Module: ...
     def dense(self, input_shape: tuple[int, ...], n_classes: int) -> Dense | None: ...
 
+EngineChoice = Literal["auto", "batched", "loop"]
+"""A track's ``engine``: ``auto`` (the batched engine where it is equivalent, else the loop engine), ``batched``
+(refused for a module it cannot train as written) or ``loop`` (plain PyTorch one model at a time, Opacus for DP)."""
+ENGINE_CHOICES: tuple[EngineChoice, ...] = ("auto", "batched", "loop")
+
 State = dict[str, torch.Tensor]
 """K models' parameters and buffers by module name, each tensor with a leading model axis [K, ...]."""
 
@@ -45,6 +50,9 @@ class Architecture:
     group_norm: bool = False
     """Replace the module's BatchNorm layers by GroupNorm (``arena.engine.groupnorm``): how a BatchNorm model
     trains under a defense that clips per-example gradients."""
+    engine: EngineChoice = "auto"
+    """Which engine trains it (the track's ``engine``): keyed apart unless ``auto``, so that caches never mix
+    models of the two engines."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "input_shape", tuple(int(s) for s in self.input_shape))
@@ -58,6 +66,7 @@ class Architecture:
             "input_shape": list(self.input_shape),
             "n_classes": self.n_classes,
             **({"group_norm": True} if self.group_norm else {}),
+            **({"engine": self.engine} if self.engine != "auto" else {}),
         }
 
     def __eq__(self, other: object) -> bool:
@@ -68,9 +77,10 @@ class Architecture:
 
     def __getstate__(self) -> dict[str, Any]:
         return {"model": self.model, "input_shape": self.input_shape, "n_classes": self.n_classes,
-                "group_norm": self.group_norm}
+                "group_norm": self.group_norm, "engine": self.engine}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        object.__setattr__(self, "engine", "auto")  # pickled before the field existed
         for k, v in state.items():
             object.__setattr__(self, k, v)
 
@@ -201,13 +211,50 @@ TRAINING_SEMANTICS = 2
 running statistics kept, dropout on the loop engine)."""
 
 
-def engine_note(arch: Architecture) -> str | None:
-    """The row note of a matchup whose models the engine trains on the loop engine (``loop_reason``), or None."""
+def runs_on_loop(arch: Architecture) -> bool:
+    """Whether ``arch`` trains on the loop engine: its track asks for it, or (``auto``) ``loop_reason`` says the
+    batched engine cannot train it as written."""
+    return arch.engine == "loop" or (arch.engine == "auto" and loop_reason(arch) is not None)
+
+
+def batched_problem(arch: Architecture) -> str | None:
+    """Why ``engine: batched`` cannot train ``arch`` (``loop_reason``), or None."""
+    reason = loop_reason(arch) if arch.engine == "batched" else None
+    return None if reason is None else f"the batched engine cannot train model {arch.model.name!r}: {reason}"
+
+
+OPACUS_NOTE = ("DP-SGD through Opacus {version} (PrivacyEngine.make_private, {mode}, the arena's Poisson batches, "
+               "noise from each model's train seed; the claim is the arena's accountant's)")
+
+
+def engine_note(arch: Architecture, dp: bool = False) -> str | None:
+    """The row note saying which engine trains ``arch`` and why: the loop engine (the track's ``engine: loop``, or
+    ``loop_reason``), with how its DP-SGD runs when ``dp`` (Opacus, ``opacus_mode``);
+    the batched engine when the track names it; None for ``auto`` on the batched engine (the default)."""
+    if arch.engine == "batched":
+        return "engine: batched (torch.func, K models at once) because the track asks for it (engine: batched)"
     reason = loop_reason(arch)
-    if reason is None:
+    if arch.engine == "auto" and reason is None:
         return None
-    return (f"engine: loop (plain PyTorch, one model at a time, train mode, dropout seeded from each model's train "
-            f"seed) because {reason}")
+    why = "the track asks for it (engine: loop)" if arch.engine == "loop" else reason
+    note = (f"engine: loop (plain PyTorch, one model at a time, train mode, dropout seeded from each model's train "
+            f"seed) because {why}")
+    if dp:
+        from importlib.metadata import version
+
+        note += "; " + OPACUS_NOTE.format(version=version("opacus"), mode=f'grad_sample_mode="{opacus_mode(arch)}"')
+    return note
+
+
+def opacus_mode(arch: Architecture) -> str:
+    """Opacus' ``grad_sample_mode`` for ``arch``: "ghost" (ghost clipping: norms without per-sample gradients for
+    the layers it has a norm sampler for, per-sample gradients for the rest) where Opacus has a sampler for every
+    layer holding trainable parameters, else "hooks" (its per-sample hooks, functorch for unknown layers)."""
+    from opacus.grad_sample import GradSampleModule, GradSampleModuleFastGradientClipping
+
+    known = {**GradSampleModule.GRAD_SAMPLERS, **GradSampleModuleFastGradientClipping.NORM_SAMPLERS}
+    layers = [m for m in arch.template().train_module.modules() if any(True for _ in m.parameters(recurse=False))]
+    return "ghost" if all(type(m) in known for m in layers) else "hooks"
 
 
 def _meta_build(arch: Architecture) -> torch.nn.Module:
@@ -231,7 +278,7 @@ def for_per_example_clipping(arch: Architecture) -> Architecture:
     GroupNorm when it has any (``ValueError`` naming those that cannot be), else unchanged."""
     if arch.group_norm or not batch_norm_layers(arch):
         return arch
-    fixed = Architecture(arch.model, arch.input_shape, arch.n_classes, group_norm=True)
+    fixed = Architecture(arch.model, arch.input_shape, arch.n_classes, group_norm=True, engine=arch.engine)
     _meta_build(fixed)  # raises for a BatchNorm subclass that cannot be replaced
     return fixed
 

@@ -82,7 +82,7 @@ def noisy_gradient(
     ``add_canary_``'s. ``divided``: ``sums`` come divided by the expected batch size already (``clipped_sum``'s
     ``scale``), so the canary and the noise are scaled instead. Multi-tensor kernels: the same arithmetic as one
     tensor at a time, in 1 to 3 calls. (The trainer adds the noise in its optimizer's pass instead:
-    ``trainer.HeavyBall.step``, with ``noise_alpha``.)"""
+    ``steps.HeavyBall.step``, with ``noise_alpha``.)"""
     add_canary_(sums, canary, expected_batch_size, divided)
     torch._foreach_add_(sums, noise, alpha=noise_alpha(clip, noise_multiplier, expected_batch_size, divided))
     if not divided:

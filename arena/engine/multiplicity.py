@@ -24,7 +24,7 @@ from arena.engine.batching import poisson_batches, steps_and_rate
 from arena.engine.ensemble import init_state
 from arena.engine.functional import examples_per_call
 from arena.engine.recipe import DPNoise, Recipe
-from arena.engine.stepping import MEMORY_BUDGET, HeavyBall, shaped_like
+from arena.engine.steps import MEMORY_BUDGET, HeavyBall, shaped_like
 
 
 def _per_record_fn(arch: Architecture):  # noqa: ANN202 - a function of (params, buffers, views, labels)
@@ -72,6 +72,9 @@ def train_augmult(arch: Architecture, X: torch.Tensor, y: torch.Tensor, recipe: 
     template = arch.template()
     if template.random:
         raise ValueError(f"augmentation multiplicity runs on the batched engine only, and {loop_reason(arch)}")
+    if arch.engine == "loop":
+        raise ValueError("augmentation multiplicity runs on the batched engine only, and the track asks for the loop "
+                         "engine (engine: loop)")
     state = init_state(arch, init_seeds, X.dtype, X.device)
     params = {k: state[k].clone() for k in template.trainable}
     buffers = {k: state[k] for k in template.buffers}

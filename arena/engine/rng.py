@@ -305,7 +305,7 @@ class NormalAdder:
 
 
 class HeavyBallPlan:
-    """The heavy-ball step ``NormalAdder`` can take in the noise's pass (``trainer.HeavyBall.step``'s arithmetic, in
+    """The heavy-ball step ``NormalAdder`` can take in the noise's pass (``steps.HeavyBall.step``'s arithmetic, in
     its order): g += l2·w; g += momentum·v; w += −lr·g, where g is a tensor the noise went into, v and w its velocity
     and parameters (laid out as g), l2 its weight decay; g becomes the new velocity. Made once per optimizer: the
     parameters are updated in place, so their memory and layout never change."""

@@ -107,7 +107,7 @@ void arena_normals32(const int64_t *keys, int64_t rows, int64_t first, int64_t n
    param[p] + the same offset, with weight decay l2[p] */
 struct parts { int64_t n; const int64_t *ptr, *start, *size, *stride, *velocity, *param; const float *l2; };
 /* element e0 + j of row r, j < w: g += alpha * src[j], then, if parts->velocity, the heavy-ball step as
-   trainer.HeavyBall.step takes it: g += l2 * w, g += momentum * v, w += -lr * g (g becomes the velocity); *part:
+   steps.HeavyBall.step takes it: g += l2 * w, g += momentum * v, w += -lr * g (g becomes the velocity); *part:
    a cursor that only moves forward */
 static inline void add_range(float alpha, const float *src, int64_t e0, int64_t w, int64_t r, const struct parts *pt,
                              float momentum, float neg_lr, int64_t *part) {

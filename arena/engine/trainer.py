@@ -19,18 +19,28 @@ from typing import Literal
 import torch
 
 from arena.engine import dense as hand
-from arena.engine import dpsgd, instruments, rng
-from arena.engine.architecture import Architecture, State, loop_reason
+from arena.engine import dpsgd, instruments, loop, rng
+from arena.engine.architecture import Architecture, State, batched_problem, loop_reason
 from arena.engine.batching import model_passes, steps_and_rate
 from arena.engine.dense import Layers
 from arena.engine.ensemble import init_state
 from arena.engine.functional import PassShape, clipped_sum, examples_per_call, mean_gradient, pass_shape
 from arena.engine.recipe import DPNoise, Recipe
-from arena.engine.stepping import MEMORY_BUDGET, HeavyBall, Noise, _step_noise, _stream, shaped_like
+from arena.engine.steps import (
+    MEMORY_BUDGET,
+    NOISE_BLOCK,
+    HeavyBall,
+    Noise,
+    StepNoise,
+    noise_of_step,
+    shaped_like,
+    stream,
+)
+
+__all__ = ["MEMORY_BUDGET", "NOISE_BLOCK", "HeavyBall", "Noise", "StepNoise", "choose_engine", "models_per_chunk",
+           "shaped_like", "train"]
 
 Engine = Literal["auto", "functional", "dense", "loop"]
-
-
 
 def _with_instruments(dp: DPNoise | None, X: torch.Tensor, y: torch.Tensor, recipe: Recipe) -> DPNoise | None:
     K, n = y.shape
@@ -61,9 +71,14 @@ def _with_instruments(dp: DPNoise | None, X: torch.Tensor, y: torch.Tensor, reci
 
 
 def choose_engine(arch: Architecture, engine: Engine = "auto") -> Literal["functional", "dense", "loop"]:
-    """The loop engine for a module the batched engine cannot train as written (``loop_reason``), else the hand
-    path for dense models (faster, see benchmarks/results.md), ``torch.func`` for everything else. Asking for a
-    batched path for a module that needs the loop is a ``ValueError`` naming why."""
+    """The loop engine for a module the batched engine cannot train as written (``loop_reason``) or whose track
+    asks for it (``arch.engine == "loop"``), else the hand path for dense models (faster, see
+    benchmarks/results.md), ``torch.func`` for everything else. ``engine`` overrides ``arch.engine`` unless
+    ``auto``. Asking for a batched path for a module that needs the loop is a ``ValueError`` naming why."""
+    if engine == "auto" and arch.engine == "loop":
+        engine = "loop"
+    elif engine == "auto" and arch.engine == "batched" and (problem := batched_problem(arch)):
+        raise ValueError(problem)
     reason = loop_reason(arch)
     if engine in ("dense", "functional") and reason is not None:
         raise ValueError(f"model {arch.model.name!r} cannot train on the batched engine: {reason}")
@@ -135,7 +150,7 @@ def train(
         state = init_state(arch, init_seeds, X.dtype, X.device)
     path = choose_engine(arch, engine)
     if path == "loop":
-        from arena.engine import loop  # it builds on this module
+
 
         out = loop.train(arch, X, y, recipe, state, train_seeds, dp, budget)
         instruments.record_return(out)
@@ -198,7 +213,7 @@ def _train_dense(
         deltas = hand.backprop(spec, ls, inputs, hand.output_delta(out, ys))
         return dpsgd.clipped_sum(inputs, deltas, clip, vs, scale=1.0 / (q * n))
 
-    for t, (Xb, yb, valid) in enumerate(_stream(arch, X, y, recipe, seeds, dp)):
+    for t, (Xb, yb, valid) in enumerate(stream(arch, X, y, recipe, seeds, dp)):
         if dp is None:
             inputs, out = hand.layer_inputs(spec, layers, Xb)
             deltas = hand.backprop(spec, layers, inputs, hand.output_delta(out, yb) / Xb.shape[1])
@@ -209,7 +224,7 @@ def _train_dense(
             if dp.canaries is not None:
                 flat = dp.canaries.contribution(seeds, t, q, spec.n_params, dp.clip, X.dtype, X.device)
                 canary = hand.unflatten_module_order(spec, flat)
-            grads, step_noise = sums, _step_noise(sums, canary, noise, t, dp, q * n)
+            grads, step_noise = sums, noise_of_step(sums, canary, noise, t, dp, q * n)
         optimizer.step(grads, step_noise)
     return hand.to_state(names, optimizer.result())
 
@@ -247,7 +262,7 @@ def _train_functional(
         g = mean_gradient(arch, *split(tensors), Xs, ys)
         return [g[k] for k in names]
 
-    for t, (Xb, yb, valid) in enumerate(_stream(arch, X, y, recipe, seeds, dp)):
+    for t, (Xb, yb, valid) in enumerate(stream(arch, X, y, recipe, seeds, dp)):
         images = Xb.reshape(K, Xb.shape[1], *arch.input_shape)
         if dp is None:
             grads, step_noise = _in_passes(mean, per_model, images, yb, None, shape), None
@@ -257,7 +272,7 @@ def _train_functional(
             if dp.canaries is not None:
                 flat = dp.canaries.contribution(seeds, t, q, template.n_params, dp.clip, X.dtype, X.device)
                 canary = shaped_like(shapes, sizes, flat)
-            grads, step_noise = sums, _step_noise(sums, canary, noise, t, dp, q * n)
+            grads, step_noise = sums, noise_of_step(sums, canary, noise, t, dp, q * n)
         optimizer.step(grads, step_noise)
     released = dict(zip(names, optimizer.result()))
     return {k: released[k] if k in released else buffers[k] for k in state}

@@ -58,8 +58,11 @@ def procedure_for(matchup: Matchup, store: RunStore) -> TrainingProcedure:
 
 def model_notes(procedure: TrainingProcedure) -> list[str]:
     """What the arena changed in the track's model for this defense (BatchNorm → GroupNorm), and which engine
-    trains it when that is not the batched one (``engine_note``: the loop engine, and why), as row notes."""
-    note = engine_note(procedure.arch)
+    trains it when that is not the default batched one (``engine_note``: the loop engine and why, and for a defense
+    that clips per-example gradients how Opacus runs its DP-SGD; a defense's own ``row_note``, e.g. a user's
+    function on the loop engine, in its place), as row notes."""
+    note = engine_note(procedure.arch, dp=bool(getattr(getattr(procedure, "defense", None), "per_example_gradients",
+                                                       False)))
     own = getattr(getattr(procedure, "defense", None), "row_note", None)
     if isinstance(own, str) and own:  # the defense's own engine (a user's function on the loop engine)
         note = own

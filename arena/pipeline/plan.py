@@ -18,7 +18,7 @@ from arena.contracts.dataset import Dataset, available_memory
 from arena.contracts.defense import Defense
 from arena.contracts.game import Game
 from arena.contracts.spec import GameSpec, PluginRef, Scenario, Track, TrainingOverride, TrainingSpec
-from arena.engine.architecture import Architecture, for_per_example_clipping, group_norm_problem
+from arena.engine.architecture import Architecture, batched_problem, for_per_example_clipping, group_norm_problem
 from arena.pipeline.honours import unhonoured, unmet
 from arena.pipeline.labels import Labelled, assign, flatten
 from arena.pipeline.limits import too_many
@@ -83,10 +83,12 @@ class Matchup:
 
     def track_identity(self) -> dict[str, Any]:
         """The parts of the track that determine a release (not the lists of other defenses and attacks): its
-        dataset, model, recipe and device, and the game played: its spec (with its name) and its version; the
-        code of its game, dataset and model plugins (name, version, distribution and, installed locally, source)."""
+        dataset, model, recipe, device and engine (unless ``auto``: keys from before the field stay), and the game
+        played: its spec (with its name) and its version; the code of its game, dataset and model plugins (name,
+        version, distribution and, installed locally, source)."""
         return {
             **self.track.model_dump(mode="json", include={"name", "dataset", "model", "training", "game", "device"}),
+            **({"engine": self.track.engine} if self.track.engine != "auto" else {}),
             "game_version": self.game_version,
             "data": self.data_fingerprint,
             **({"code": {k: p.identity() for k, p in sorted(self.code.items())}} if self.code else {}),
@@ -145,7 +147,8 @@ def load_dataset(ref: PluginRef) -> Dataset:
 def architecture(track: Track, dataset: Dataset, per_example: bool = False) -> Architecture:
     """The track's model plugin bound to the dataset's shape (BatchNorm → GroupNorm for ``per_example`` clipping)."""
     cls = registries().models.get(track.model.name)
-    arch = Architecture(cls(cls.Params.model_validate(track.model.options)), dataset.shape, dataset.n_classes)
+    arch = Architecture(cls(cls.Params.model_validate(track.model.options)), dataset.shape, dataset.n_classes,
+                        engine=track.engine)
     return for_per_example_clipping(arch) if per_example else arch
 
 
@@ -300,6 +303,8 @@ def _check_track(
     if local and track.device == "cuda" and not torch.cuda.is_available():
         problems.append(f"{source}: {where}.device: 'cuda' requested but torch.cuda.is_available() is False")
     arch = _check_model(source, where, track, dataset, regs, problems)
+    if arch is not None and (why := batched_problem(arch)):
+        problems.append(f"{source}: {where}.engine: 'batched' refused: {why}; use engine 'auto' or 'loop'")
     if arch is not None and track.training.solver == "newton" and (arch.dense is None or arch.dense.hidden):
         problems.append(f"{source}: {where}.training.solver: 'newton' applies to logistic regression only")
     elif arch is not None and track.training.solver == "newton" and not arch.l2 > 0:

@@ -34,7 +34,7 @@ def _quiet(arch, K: int, signs: list[int]):
     return index, sign
 
 
-@pytest.mark.parametrize("engine", ["dense", "functional"])
+@pytest.mark.parametrize("engine", ["dense", "functional", pytest.param("loop", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("batch_size", [8, None], ids=["poisson", "full"])
 def test_included_canary_moves_its_coordinate_by_exactly_its_sampled_steps(engine, batch_size):
     K, n, clip, lr = 3, 40, 0.7, 0.3
@@ -86,7 +86,7 @@ def test_canaries_land_on_the_same_coordinate_in_both_paths(arch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ["dense", "functional"])
+@pytest.mark.parametrize("engine", ["dense", "functional", pytest.param("loop", marks=pytest.mark.slow)])
 def test_alone_or_batched_with_canaries_and_absent_rows(engine):
     K, n = 4, 30
     X, y = _data(K, n, seed=5)

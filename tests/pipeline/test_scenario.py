@@ -19,6 +19,7 @@ MALFORMED = [
     ("repeated seeds", ("seeds: [0, 1]", "seeds: [1, 1]"), "seeds"),
     ("unknown track key", ("    game: {", "    colour: blue\n    game: {"), "tracks[0].colour"),
     ("unknown device", ("    game: {", "    device: tpu\n    game: {"), "tracks[0].device"),
+    ("unknown engine", ("    game: {", "    engine: turbo\n    game: {"), "tracks[0].engine"),
     ("zero members", ("members: 50", "members: 0"), "tracks[0].game.members"),
     ("negative epochs", ("epochs: 5", "epochs: -5"), "tracks[0].training.epochs"),
     ("zero batch", ("batch_size: 32", "batch_size: 0"), "tracks[0].training.batch_size"),

@@ -1,6 +1,8 @@
-"""What both engines step with: each model's batch stream, DP-SGD's noise drawn per model and step, the
-heavy-ball optimiser with its moving average, and the memory budget of one training call (``arena.engine.trainer``
-batches models; ``arena.engine.loop`` trains one at a time)."""
+"""What both engines share to take a step: the recipe's batches of a model's data (``stream``), DP-SGD's noise of
+each step from the counter RNG (``Noise``), and the heavy-ball optimiser (``HeavyBall``). The batched engine
+(``arena.engine.trainer``) and the loop engine (``arena.engine.loop``) import them from here, so neither imports
+the other's module to train.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ MEMORY_BUDGET = int(float(os.environ.get("ARENA_MEMORY_BUDGET_MB", "1024")) * 2*
 """Bytes one training call may spend on per-example gradients and activations (``ARENA_MEMORY_BUDGET_MB``)."""
 
 
-def _stream(
+def stream(
     arch: Architecture, X: torch.Tensor, y: torch.Tensor, recipe: Recipe, seeds: rng.Keys, dp: DPNoise | None
 ) -> Iterator[Batch]:
     if dp is not None:
@@ -107,7 +109,7 @@ class StepNoise(NamedTuple):
     alpha: float
 
 
-def _step_noise(sums: Layers, canary: Layers | None, noise: Noise, step: int, dp: DPNoise, expected: float
+def noise_of_step(sums: Layers, canary: Layers | None, noise: Noise, step: int, dp: DPNoise, expected: float
                 ) -> StepNoise:
     """DP-SGD's ``noisy_gradient`` on clipped sums already divided by the ``expected`` batch size, split where the
     optimizer fuses it: the canaries added now, the noise left to ``HeavyBall.step``."""
@@ -148,8 +150,6 @@ class HeavyBall:
     def result(self) -> list[torch.Tensor]:
         """The released parameters: the moving average when the recipe keeps one, else the last iterate."""
         return self.params if self.average is None else self.average
-
-
 
 
 def shaped_like(shapes: list[torch.Size], sizes: list[int], flat: torch.Tensor) -> list[torch.Tensor]:
