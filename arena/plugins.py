@@ -316,16 +316,35 @@ def _fill(pm: pluggy.PluginManager, hook_name: str, registry: Registry, infos: d
                 from None
 
 
+def _missing(cls: type, base: type, methods: tuple[str, ...]) -> list[str]:
+    """The methods of ``methods`` that ``cls`` leaves as ``base`` defines them (abstract there)."""
+    return [m for m in methods if getattr(cls, m, None) is getattr(base, m, None)]
+
+
 def _attack_problem(cls: type[Attack]) -> str | None:
-    """An attack names the game it plays (checked against the registered games when a scenario is planned)."""
+    """An attack names the game it plays (checked against the registered games when a scenario is planned) and
+    implements ``run``."""
     game = getattr(cls, "game", None)
     if not isinstance(game, str) or not game:
         return 'does not name the game it plays: set its class attribute game (e.g. game = "membership")'
+    if not is_sandboxed(cls) and _missing(cls, Attack, ("run",)):  # a stand-in's class is checked in the sandbox
+        return "does not implement run(self, view): an attack turns a view into a guess"
     return None
 
 
 def _game_problem(cls: type[Game]) -> str | None:
-    """A game's ``View`` is a ``View`` subclass whose declared items can be read."""
+    """A game implements ``release``, ``view`` and ``score``, declares its metrics (at least one, its
+    ``primary_metric``, where it names one, among them), and its ``View`` is a ``View`` subclass whose declared
+    items can be read."""
+    missing = _missing(cls, Game, ("release", "view", "score"))
+    if missing:
+        return f"does not implement {', '.join(missing)}: a game trains the release, builds views and scores guesses"
+    metrics = getattr(cls, "metrics", ())
+    if not metrics:
+        return "declares no metrics: set its class attribute metrics (arena.Metric declarations of its scores)"
+    primary = getattr(cls, "primary_metric", None)
+    if primary is not None and primary not in {getattr(m, "name", None) for m in metrics}:
+        return f"declares primary_metric = {primary!r}, which is not one of its metrics"
     if not (isinstance(cls.View, type) and issubclass(cls.View, View)):
         return f"declares View = {cls.View!r}, which is not a subclass of arena.View"
     try:

@@ -336,3 +336,42 @@ def test_registering_the_builtin_plugins_imports_no_library_only_playing_needs()
     done = subprocess.run([sys.executable, "-c", REGISTER, json.dumps(LIBRARIES_A_MATCHUP_IMPORTS)],
                           capture_output=True, text=True, check=True, timeout=120)
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
+def test_registration_refuses_an_attack_without_run_and_a_game_without_metrics() -> None:
+    """The contracts' abstract parts are checked when a plugin registers: the error names the plugin, the class
+    and what it lacks."""
+    from arena import Attack, Game, GameSpec
+    from arena import View as AnyView
+    from arena.plugins import _attack_problem, _game_problem
+    from arena.registry import Registry, RegistryError
+
+    class NoRun(Attack):
+        name = "no-run"
+        game = "membership"
+
+    class Bare(Game):
+        name = "bare"
+        Spec = GameSpec
+        View = AnyView
+
+    class NoMetrics(Bare):
+        name = "no-metrics"
+
+        def release(self, procedure):
+            return None
+
+        def view(self, attack, release, procedure):
+            return None
+
+        def score(self, attack, guess):
+            return None
+
+    attacks = Registry("attack", Attack, check=_attack_problem)
+    with pytest.raises(RegistryError, match=r"plugin 'p' registered attack 'no-run', which does not implement run"):
+        attacks.add(NoRun, plugin="p", distribution="d", version="1")
+    games = Registry("game", Game, check=_game_problem)
+    with pytest.raises(RegistryError, match=r"'bare', which does not implement release, view, score"):
+        games.add(Bare, plugin="p", distribution="d", version="1")
+    with pytest.raises(RegistryError, match=r"'no-metrics', which declares no metrics"):
+        games.add(NoMetrics, plugin="p", distribution="d", version="1")
