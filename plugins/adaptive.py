@@ -92,7 +92,7 @@ class AdaptiveMIA(Attack):
                                                                          draws=p.draws), view.seed)
             flat = queries.reshape(-1, X.shape[1])
             correct = (view.labels_model.predict(flat).reshape(queries.shape[:2]) == y).numpy()
-            shadow = (pool.models.logits(flat).argmax(-1).reshape(-1, *queries.shape[:2]) == y)  # [K, Q, n]
+            shadow = (pool.models.labels(flat).reshape(-1, *queries.shape[:2]) == y)  # [K, Q, n]
             scores = bernoulli_ratio(shadow.transpose(0, 1).numpy(), pool.challenge_in, correct)
             return MembershipGuess(scores=scores, decisions=scores > 0.0)
         stat = hinge if self.signal == "hinge" else true_class_log_odds

@@ -138,6 +138,7 @@ class MemGuard(Defense):
     params: MemGuardParams
     honours = RECIPE_FIELDS - {"solver"}
     answers_queries = True
+    answers_keep_labels = True  # Phase I keeps the label by construction (checked at the boundary point)
     needs_reference = True
 
     def fit(self, task: FitTask) -> Fit:

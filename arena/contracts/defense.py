@@ -246,6 +246,10 @@ class Defense:
     answers_queries: ClassVar[bool] = False
     """True for an inference-time defense: every query answer of its released models (and of shadow models it
     trains) goes through ``answer``; white-box access (``parameters``) still sees the model itself."""
+    answers_keep_labels: ClassVar[bool] = False
+    """True for an inference-time defense whose ``answer`` never changes the predicted label (MemGuard: by
+    construction): a label query (``Models.labels``, label-only access) is then answered from the raw logits,
+    without running ``answer``; the labels are the same."""
 
     row_note: ClassVar[str | None] = None
     """A line every result row of this defense carries (e.g. which engine trained its models, ``user_defense``)."""

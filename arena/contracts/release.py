@@ -22,12 +22,14 @@ class Answering:
 
     fn: Callable[[torch.Tensor, State], torch.Tensor]
     tensors: State = field(default_factory=dict)
+    keeps_labels: bool = False
+    """The defense declares that ``fn`` never changes the argmax (``Defense.answers_keep_labels``)."""
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
         return self.fn(logits, {k: v.to(logits.device) for k, v in self.tensors.items()})
 
     def select(self, sl: slice) -> Answering:
-        return Answering(self.fn, {k: v[sl] for k, v in self.tensors.items()})
+        return Answering(self.fn, {k: v[sl] for k, v in self.tensors.items()}, self.keeps_labels)
 
 
 LOGITS_KEPT = 8
@@ -54,7 +56,7 @@ class Models:
         first = parts[0].answering
         answering = None if first is None else Answering(first.fn, {
             name: torch.cat([m.answering.tensors[name] for m in parts if m.answering is not None])
-            for name in first.tensors})
+            for name in first.tensors}, first.keeps_labels)
         return cls(parts[0].arch, state, answering)
 
     @property
@@ -89,14 +91,25 @@ class Models:
         """A digest of everything ``logits`` reads: the architecture, the state, the answering function and its
         tensors, and X."""
         h = hashlib.blake2b(repr(self.arch.identity()).encode(), digest_size=20)
-        if self.answering is not None:
-            h.update(f"{self.answering.fn.__module__}.{self.answering.fn.__qualname__}".encode())
+        if self.answering is not None:  # the function, and the parameters of the defense it is bound to
+            fn = self.answering.fn
+            h.update(f"{fn.__module__}.{fn.__qualname__}".encode())
+            params = getattr(getattr(fn, "__self__", None), "params", None)
+            dump = getattr(params, "model_dump_json", None)
+            h.update(dump().encode() if callable(dump) else f"unbound:{id(fn)}".encode())
         for name, t in (*sorted(self.state.items()), *sorted((self.answering.tensors if self.answering else {})
                                                               .items()), ("X", X)):
             c = t.detach().to("cpu").contiguous()
             h.update(f"{name}{tuple(c.shape)}{c.dtype}".encode())
             h.update(c.reshape(-1).view(torch.uint8).numpy().tobytes() if c.numel() else b"")
         return h.digest()
+
+    def labels(self, X: torch.Tensor) -> torch.Tensor:
+        """Predicted labels [K, n]: the argmax of the answered logits; for a defense whose answers keep the label
+        (``Answering.keeps_labels``), of the raw ones, without running its answering (the same labels)."""
+        if self.answering is not None and self.answering.keeps_labels:
+            return Models(self.arch, self.state).logits(X).argmax(dim=-1)
+        return self.logits(X).argmax(dim=-1)
 
     def predict_proba(self, X: torch.Tensor) -> torch.Tensor:
         return torch.softmax(self.logits(X), dim=-1)
@@ -201,7 +214,7 @@ class LabelOnly:
             raise ValueError("a label-only interface wraps exactly one model")
 
         def predict(X: torch.Tensor) -> torch.Tensor:
-            return models.logits(X)[0].argmax(dim=-1)
+            return models.labels(X)[0]
 
         object.__setattr__(self, "_predict", predict)
 

@@ -219,7 +219,8 @@ class TrainingProcedure:
         answering = None
         if self.defense.answers_queries:
             answering = Answering(self.defense.answer, {
-                k[len(_ANSWERING):]: v for k, v in tensors.items() if k.startswith(_ANSWERING)})
+                k[len(_ANSWERING):]: v for k, v in tensors.items() if k.startswith(_ANSWERING)},
+                keeps_labels=bool(getattr(self.defense, "answers_keep_labels", False)))
         return Models(self.arch, {k: state[k] for k in order}, answering)
 
     @staticmethod

@@ -118,6 +118,9 @@ def test_answers_keep_every_label_and_change_confidences(fitted: tuple) -> None:
     torch.testing.assert_close(p.sum(-1), torch.ones(len(X), dtype=p.dtype))
     changed = (p - p_raw).abs().sum(-1) > 1e-6
     assert float(changed.double().mean()) > 0.1
+    declared = Models(task.arch, fit.state, Answering(MemGuard(MemGuardParams()).answer, fit.answering, True))
+    assert MemGuard.answers_keep_labels, "label queries skip the answering: it must keep every label"
+    assert torch.equal(declared.labels(X), guarded.logits(X).argmax(-1)), "the shortcut gives the answered labels"
     tiny = Models(task.arch, fit.state, Answering(MemGuard(MemGuardParams(budget=1e-6)).answer, fit.answering))
     assert float(((tiny.predict_proba(X)[0] - p_raw).abs().sum(-1) > 1e-6).double().mean()) < 0.02
 
