@@ -241,6 +241,9 @@ def test_an_attack_naming_an_unregistered_game_is_invalid_with_did_you_mean(plug
             name = "coin"
             game = "membrship"
 
+            def run(self, view):
+                raise NotImplementedError
+
         @hookimpl
         def register_attacks(register):
             register(Coin)

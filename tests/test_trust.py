@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import textwrap
 import zipfile
 from pathlib import Path
@@ -22,7 +21,7 @@ import arena.pipeline  # noqa: F401 - the sandbox's catalog, as every command ha
 from arena.cli import EXIT_INPUT, EXIT_OK, main
 from arena.plugins import build_registries
 from arena.registry import UnknownNameError
-from tests.conftest import TEST_SECRET, TINY, write_scenario
+from tests.conftest import TEST_SECRET, TINY, shared_dir, write_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -251,8 +250,7 @@ def _wheel(folder: Path) -> Path:
 
 @pytest.fixture
 def markers():
-    folder = Path(tempfile.mkdtemp(prefix="arena-pth-markers-"))
-    folder.chmod(0o777)  # the sandbox's users write there
+    folder = shared_dir("arena-pth-markers-")  # the sandbox's users write there, outside the swept scratch roots
     yield folder
     for p in folder.iterdir():
         p.unlink()

@@ -7,9 +7,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 
 def derive_seed(*parts: object) -> int:
@@ -57,6 +60,8 @@ def module_seed(train_seed: int, *parts: object) -> int:
 def seeded(seed: int, device: torch.device) -> Iterator[None]:
     """Torch's generator (the CPU's, and ``device``'s when it is an accelerator) seeded with ``seed`` inside, and
     restored after."""
+    import torch  # here: the store and the leaderboard read this module's seeds without torch
+
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         torch.default_generator.manual_seed(seed % 2**64)

@@ -22,14 +22,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from arena.contracts.metric import UNIT, Metric, tpr_key
-from arena.engine.seeds import derive_seed
+
+if TYPE_CHECKING:
+    import torch
 
 CanaryKind = Literal["mislabelled", "ood", "duplicated", "vulnerable"]
 VR_LEVELS = (0.01, 0.001, 0.0001)
@@ -122,6 +123,10 @@ class Canaries:
 def make_canaries(spec: CanarySpec, dataset: Any, rows: np.ndarray, seed: int) -> Canaries:
     """The canaries of ``spec`` from the dataset records ``rows`` (unused for ``ood``), drawn with the
     challenger's ``seed``."""
+    import torch  # here: the leaderboard reads this module's metrics without torch
+
+    from arena.engine.seeds import derive_seed  # here: arena.engine imports torch
+
     rng = np.random.default_rng(derive_seed(seed, "canaries", spec.kind))
     c, k = spec.count, dataset.n_classes
     if spec.kind == "ood":
@@ -142,8 +147,11 @@ def screen_risk(spec: ScreenSpec, arch: Any, X: torch.Tensor, y: torch.Tensor, s
     complementary halves of (X, y): LiRA's statistic φ = log(p_y / (1 − p_y)) per record, the gap between its mean
     over the models that trained on it and over those that did not, in units of their pooled standard deviation
     (Carlini et al. 2022's per-example difficulty). Higher: more exposed."""
+    import torch
+
     from arena.contracts.release import Models
     from arena.engine.recipe import Recipe
+    from arena.engine.seeds import derive_seed  # here: arena.engine imports torch
     from arena.engine.trainer import train
     from arena.games.membership.pools import plan_pool
 
@@ -178,6 +186,7 @@ class TargetPlan:
 def plan_targets(base: int, canaries: int, targets: int, seed: int) -> TargetPlan:
     """Complementary random halves, pair by pair, of the ``base`` challenge records (the first ``base`` columns)
     and, independently, of the ``canaries`` (the last ``canaries`` columns)."""
+    from arena.engine.seeds import derive_seed  # here: arena.engine imports torch
     if targets < 4 or targets % 4:
         raise ValueError(f"targets must be a multiple of 4 (two halves of complementary pairs), got {targets}")
     rng = np.random.default_rng(derive_seed(seed, "vulnerable-targets", targets))
