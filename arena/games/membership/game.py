@@ -331,6 +331,8 @@ class MembershipGame(Game):
         decisions = np.empty((len(order), n), dtype=bool)
         for t, guess in zip(order, guesses, strict=True):
             scores[t], decisions[t] = self._checked(attack, guess)
+        if not np.all(np.isfinite(scores)):
+            raise ValueError(f"attack {attack.name!r} returned NaN or infinite scores")
         base = ~self._is_canary
         metrics, notes, population_points = membership_scores(
             scores[:, base].reshape(-1), self._is_in[:, base].reshape(-1), decisions[:, base].reshape(-1))
@@ -366,22 +368,13 @@ class MembershipGame(Game):
             raise ValueError(
                 f"attack {attack.name!r} returned {len(scores)} scores for {len(self.challenge)} challenge points"
             )
-        if not np.all(np.isfinite(scores)):
-            raise ValueError(f"attack {attack.name!r} returned NaN or infinite scores")
         return scores, decisions.astype(bool)
 
     def score(self, attack: Attack, guess: Any) -> Outcome:
         """The guess's metrics against the secret membership, and the arrays the audit and the report read."""
         if self.spec.vulnerable:
             raise ValueError("the vulnerable-record protocol scores one guess per target: score_all(attack, guesses)")
-        if not isinstance(guess, MembershipGuess):
-            raise TypeError(f"attack {attack.name!r} returned {type(guess).__name__}, not a MembershipGuess")
-        scores = np.asarray(guess.scores, dtype=np.float64).reshape(-1)
-        decisions = np.asarray(guess.decisions).reshape(-1)
-        if len(scores) != len(self.challenge) or len(decisions) != len(self.challenge):
-            raise ValueError(
-                f"attack {attack.name!r} returned {len(scores)} scores for {len(self.challenge)} challenge points"
-            )
+        scores, decisions = self._checked(attack, guess)
         metrics, notes, points = membership_scores(scores, self._is_member, decisions)
         out = scores[~self._is_member]
         ties = int(np.sum(out == out.max()))
