@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from arena._version import __version__
 
@@ -298,7 +299,6 @@ def cmd_publish(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """``arena evaluate FILE``: ``arena.evaluate`` of a scores file; a bad file is exit 2 naming the file and the
     field, and nothing is written."""
-    import json
 
     from arena.games.membership.evaluate import EvaluationInputError, evaluate_file
 
@@ -310,6 +310,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         result = evaluate_file(args.file, resamples=args.resamples, seed=args.seed)
     except EvaluationInputError as exc:
         return _problems([f"{args.file}: {exc}"])
+    return _evaluated(result, args)
+
+
+def _evaluated(result: Any, args: argparse.Namespace) -> int:
+    """The end of ``arena evaluate`` and ``arena evaluate-outputs``: the result's files into ``--out`` (a failed
+    write is exit 2), then its board as a table or JSON."""
+    import json
+
     if args.out is not None:
         try:
             written = result.save(args.out)
@@ -324,7 +332,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_evaluate_outputs(args: argparse.Namespace) -> int:
     """``arena evaluate-outputs FILE``: ``arena.evaluate_outputs`` of an outputs file; a bad file is exit 2 naming
     the file and the field, and nothing is written."""
-    import json
 
     from arena.games.membership.evaluate import EvaluationInputError
     from arena.games.membership.outputs import evaluate_outputs
@@ -340,15 +347,7 @@ def cmd_evaluate_outputs(args: argparse.Namespace) -> int:
                                   resamples=args.resamples, seed=args.seed)
     except EvaluationInputError as exc:
         return _problems([f"{args.file}: {exc}"])
-    if args.out is not None:
-        try:
-            written = result.save(args.out)
-        except OSError as exc:
-            return _problems([f"{exc.filename or args.out}: cannot write: {exc.strerror or exc}"])
-        for path in written:
-            print(f"wrote {path}", file=sys.stderr)
-    print(json.dumps(result.as_dict(), indent=2) if args.format == "json" else result.table())
-    return EXIT_OK
+    return _evaluated(result, args)
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
