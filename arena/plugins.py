@@ -289,7 +289,7 @@ def _add(registry: Registry, obj: object, info: PluginInfo, tried: list[tuple[st
         first = registry.entry(name) if isinstance(name, str) and name in registry else None
         if first is None or first.distribution.lower() == BUILTIN_DISTRIBUTION:
             raise
-        raise _Broken(first.distribution, str(exc), [(registry.kind, name)]) from None  # it took a built-in's name
+        raise _Broken(first.distribution, str(exc), [(registry.kind, str(name))]) from None  # it took a built-in's name
 
 
 def _fill(pm: pluggy.PluginManager, hook_name: str, registry: Registry, infos: dict[str, PluginInfo],
@@ -411,10 +411,12 @@ def _filled(pm: pluggy.PluginManager, infos: tuple[PluginInfo, ...], sandboxed: 
             registry.note = f"third-party distributions not loaded, which may provide it: {note} (see `arena plugins`)"
         for d in broken:
             for kind, name in d.provides:
-                registry = {"game": regs.games, "dataset": regs.datasets, "model": regs.models,
-                            "defense": regs.defenses, "attack": regs.attacks, "metric": regs.metrics}.get(kind)
-                if registry is not None and name not in registry:
-                    registry.withhold(name, f"its distribution {d.name} {d.version} is {d.zone}: {d.problem}")
+                registries: dict[str, Registry[Any]] = {
+                    "game": regs.games, "dataset": regs.datasets, "model": regs.models, "defense": regs.defenses,
+                    "attack": regs.attacks, "metric": regs.metrics}
+                holder = registries.get(kind)
+                if holder is not None and name not in holder:
+                    holder.withhold(name, f"its distribution {d.name} {d.version} is {d.zone}: {d.problem}")
     return regs
 
 

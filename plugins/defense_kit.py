@@ -34,7 +34,8 @@ def retired(defense: str, *names: str) -> Any:
             data = {k: v for k, v in data.items() if k not in gone}
         return data
 
-    return model_validator(mode="before")(classmethod(drop))
+    validator: Any = classmethod(drop)
+    return model_validator(mode="before")(validator)
 
 
 def refuse_newton(name: str, task: FitTask) -> None:

@@ -57,7 +57,7 @@ def _with_instruments(dp: DPNoise | None, X: torch.Tensor, y: torch.Tensor, reci
     if present is not None and rows is not None:
         present = present[:, torch.as_tensor(rows, device=present.device)]  # the call's rows, in its order
     if present is not None and present.shape != (K, n):
-        raise ValueError(f"the audit's presence mask is {tuple(inst.present.shape)}, train got data for ({K}, {n})")
+        raise ValueError(f"the audit's presence mask is {tuple(present.shape)}, train got data for ({K}, {n})")
     canaries = inst.canaries
     if canaries is not None and cover.startswith("cell:"):
         # a call on one cell of a data-independent partition: canary j belongs to cell j mod P, like a record

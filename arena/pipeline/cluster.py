@@ -33,6 +33,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from arena.pipeline import reaper
 from arena.pipeline.scenario import ScenarioError
@@ -118,7 +119,8 @@ def _close_sockets() -> None:
     with contextlib.suppress(Exception):
         import ray
 
-        close_sockets(ray._private.worker._global_node.get_session_dir_path())
+        node: Any = ray._private.worker._global_node
+        close_sockets(node.get_session_dir_path())
 
 
 # --- the watchdog ---

@@ -171,13 +171,13 @@ class TrainingProcedure:
 
             gpus = gpu_request(self.device)
             task = ray.remote(num_cpus=1, num_gpus=gpus, scheduling_strategy="SPREAD")(_train_chunk)
-            refs = [task.remote(self, *chunk) for chunk in chunks]  # type: ignore[call-arg]  # ray: *args untyped
+            refs = [task.remote(self, *chunk) for chunk in chunks]
             self.stats.tasks += len(refs)
             if gpus:  # a task holding a GPU share waits on others needing one: work from the back meanwhile
                 for chunk in reversed(chunks):
                     self(*chunk)
-            for trained, node in ray.get(refs):
-                self.stats.trained += trained
+            for count, node in ray.get(refs):
+                self.stats.trained += count
                 self.stats.nodes.add(node)
         trained = [self(*chunk) for chunk in chunks]
         return [models for models, _ in trained], (trained[0][1] if trained else None)

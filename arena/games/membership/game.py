@@ -98,7 +98,7 @@ class MembershipGame(Game):
         self._plan = plan
         self._paired = False
         self._is_member = self._is_in[0]
-        self.canaries = None
+        self.canaries: Canaries | None = None
         if canary_spec.kind != "vulnerable":
             self._insert(make_canaries(canary_spec, self.dataset, self._candidates, self.seed))
 
@@ -348,7 +348,7 @@ class MembershipGame(Game):
         if references:
             metrics["reference_points"] = min(references)
         targets = np.repeat(np.arange(len(order)), n)
-        arrays = {
+        arrays: dict[str, np.ndarray] = {
             "scores": scores.reshape(-1),
             "is_member": self._is_in.reshape(-1).astype(np.int8),
             "target": targets.astype(np.int64),
