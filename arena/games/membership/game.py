@@ -301,9 +301,11 @@ class MembershipGame(Game):
     def _target_view(self, attack: Attack, release: Release, procedure: TrainingProcedure, target: int,
                      shadows: slice) -> MembershipView:
         """Target ``target``'s view under the vulnerable-record protocol, with the targets ``shadows`` (never its
-        own half) as the shadow models an attack that trains shadows is handed."""
+        own half) as the shadow models an attack that trains shadows is handed. The attack's seed is one for every
+        target: the attack is one randomised procedure applied to M targets (its random queries are then the same
+        records for each, so the shadows answer them once per process, ``Models.logits``' memo)."""
         return self._view(attack, release.models.part(target, target + 1), procedure, self._challenge_X,
-                          self._challenge_y, derive_seed(self.seed, "attack", attack.name, target),
+                          self._challenge_y, derive_seed(self.seed, "attack", attack.name),
                           release.models.part(shadows.start, shadows.stop), self._is_in[shadows].copy())
 
     def view_groups(  # type: ignore[override]  # narrowed to TrainingProcedure
