@@ -12,9 +12,34 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from arena._version import __version__
+from arena.contracts.engine import TrainingEngine as _TrainingEngine
+from arena.contracts.engine import install_engine as _install_engine
+from arena.session import Session as _Session
+from arena.session import establish as _establish
+
+
+def _engine() -> _TrainingEngine:
+    """The arena's training engine, imported when a contract first needs it (never by ``import arena`` itself)."""
+    from arena.engine.torch_engine import ENGINE
+
+    return ENGINE
+
+
+def _sandbox_catalog(entry_points: list[Any]) -> Any:
+    """The attack sandbox's catalog of third-party entry points, imported when plugins are first loaded."""
+    from arena.pipeline.sandbox.catalog import catalog
+
+    return catalog(entry_points)
+
+
+# Here, in the package's root, which runs before any arena module: no order of imports leaves the contracts
+# without their engine, or the plugin loader without the attack sandbox (``arena.session``).
+_install_engine(_engine)
+_establish(_Session(catalog=_sandbox_catalog))
 
 if TYPE_CHECKING:
     # Plugin contracts: what a plugin subclasses or returns
+    from arena.contracts.architecture import Architecture, ModelStack
     from arena.contracts.attack import Attack, Capability
     from arena.contracts.dataset import Dataset, DatasetLoader
     from arena.contracts.defense import RECIPE_FIELDS, Claim, Defense, Fit, FitTask
@@ -27,6 +52,7 @@ if TYPE_CHECKING:
     from arena.contracts.view import Grant, ThreatModelError, View
     from arena.hookspecs import hookimpl
     from arena.pipeline.procedure import TrainingProcedure
+    from arena.results.audit import GameAudit
 
     # isort: split
     # The built-in games, their views and guesses
@@ -45,14 +71,14 @@ if TYPE_CHECKING:
     # isort: split
     # Helpers plugins need: training, privacy accounting, data, shadow pools, canaries
     from arena.contracts.dataset import available_memory, minmax_scale
+    from arena.contracts.dense import Dense, Layers, to_state
+    from arena.contracts.recipe import DPNoise, Recipe
     from arena.engine.batching import steps_and_rate
-    from arena.engine.dense import Dense, Layers, to_state
     from arena.engine.laplace import l1_from_l2, laplace, laplace_scale
     from arena.engine.multiplicity import train_augmult
     from arena.engine.newton import design, fit_logreg
     from arena.engine.newton import gradient as logreg_gradient
     from arena.engine.output_perturbation import clip_rows, fit_penalised, l2_sensitivity
-    from arena.engine.recipe import DPNoise, Recipe
     from arena.engine.rng import Purpose as RandomPurpose
     from arena.engine.rng import stream as random_stream
     from arena.engine.seeds import derive_seed
@@ -76,8 +102,8 @@ if TYPE_CHECKING:
         true_class_log_odds,
         true_class_log_prob,
     )
-    from arena.games.membership.pools import PoolData, ShadowPool, plan_pool, train_pool
-    from arena.privacy.accounting import Accountant, accountant_label, calibrate_noise
+    from arena.games.membership.pools import PoolData, ShadowPool, train_pool
+    from arena.privacy.accounting import accountant_label, calibrate_noise
     from arena.privacy.accounting import epsilon as dpsgd_epsilon
 
 _EXPORTS: dict[str, tuple[str, str]] = {
@@ -88,6 +114,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "Dataset": ("arena.contracts.dataset", "Dataset"),
     "DatasetLoader": ("arena.contracts.dataset", "DatasetLoader"),
     "Model": ("arena.contracts.model", "Model"),
+    "Architecture": ("arena.contracts.architecture", "Architecture"),
+    "ModelStack": ("arena.contracts.architecture", "ModelStack"),
     "ModelParams": ("arena.contracts.model", "ModelParams"),
     "Defense": ("arena.contracts.defense", "Defense"),
     "FitTask": ("arena.contracts.defense", "FitTask"),
@@ -109,6 +137,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "LabelOnly": ("arena.contracts.release", "LabelOnly"),
     "Metric": ("arena.contracts.metric", "Metric"),
     "TrainingProcedure": ("arena.pipeline.procedure", "TrainingProcedure"),
+    "GameAudit": ("arena.results.audit", "GameAudit"),
     # The built-in games, their views and guesses
     "MembershipGame": ("arena.games.membership", "MembershipGame"),
     "MembershipView": ("arena.games.membership", "MembershipView"),
@@ -134,12 +163,12 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     # Helpers plugins need: training, privacy accounting, data, shadow pools, canaries
     "train": ("arena.engine.trainer", "train"),
     "train_augmult": ("arena.engine.multiplicity", "train_augmult"),
-    "Recipe": ("arena.engine.recipe", "Recipe"),
-    "DPNoise": ("arena.engine.recipe", "DPNoise"),
+    "Recipe": ("arena.contracts.recipe", "Recipe"),
+    "DPNoise": ("arena.contracts.recipe", "DPNoise"),
     "steps_and_rate": ("arena.engine.batching", "steps_and_rate"),
-    "Dense": ("arena.engine.dense", "Dense"),
-    "Layers": ("arena.engine.dense", "Layers"),
-    "to_state": ("arena.engine.dense", "to_state"),
+    "Dense": ("arena.contracts.dense", "Dense"),
+    "Layers": ("arena.contracts.dense", "Layers"),
+    "to_state": ("arena.contracts.dense", "to_state"),
     "fit_logreg": ("arena.engine.newton", "fit_logreg"),
     "design": ("arena.engine.newton", "design"),
     "logreg_gradient": ("arena.engine.newton", "gradient"),
@@ -151,7 +180,6 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "l1_from_l2": ("arena.engine.laplace", "l1_from_l2"),
     "random_stream": ("arena.engine.rng", "stream"),
     "RandomPurpose": ("arena.engine.rng", "Purpose"),
-    "Accountant": ("arena.privacy.accounting", "Accountant"),
     "calibrate_noise": ("arena.privacy.accounting", "calibrate_noise"),
     "dpsgd_epsilon": ("arena.privacy.accounting", "epsilon"),
     "accountant_label": ("arena.privacy.accounting", "accountant_label"),
@@ -159,7 +187,6 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "minmax_scale": ("arena.contracts.dataset", "minmax_scale"),
     "available_memory": ("arena.contracts.dataset", "available_memory"),
     "train_pool": ("arena.games.membership.pools", "train_pool"),
-    "plan_pool": ("arena.games.membership.pools", "plan_pool"),
     "ShadowPool": ("arena.games.membership.pools", "ShadowPool"),
     "PoolData": ("arena.games.membership.pools", "PoolData"),
     # The formulas of the output-based membership attacks (LiRA, RMIA), shared with ``arena evaluate-outputs``

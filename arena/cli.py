@@ -111,7 +111,7 @@ def _apply_trust(names: list[str]) -> None:
     if names:
         _trust().trust(names)
         if "arena.plugins" in sys.modules:
-            sys.modules["arena.plugins"].registries.cache_clear()
+            sys.modules["arena.plugins"].forget_registries()
 
 
 def third_party_lines(regs: object) -> list[str]:

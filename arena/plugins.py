@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import importlib.metadata as md
 import os
 from dataclasses import dataclass
@@ -13,15 +12,15 @@ from typing import Any
 import pluggy
 
 from arena import hookspecs, trust
-from arena.catalog_slot import installed_catalog
 from arena.contracts.attack import Attack
+from arena.contracts.checks import contract_problem, game_problem, metric_problem
 from arena.contracts.dataset import DatasetLoader
 from arena.contracts.defense import Defense, honours_problem
 from arena.contracts.game import Game
 from arena.contracts.metric import Metric
 from arena.contracts.model import Model
-from arena.contracts.view import View, view_capabilities, view_items
 from arena.registry import Registry, RegistryError
+from arena.session import Catalog, Session, current
 
 ENTRY_POINT_GROUP = "arena"
 BUILTIN_DISTRIBUTION = "privacy-arena"
@@ -155,17 +154,17 @@ def _refusal(info: DistributionInfo, kinds: set[str]) -> str | None:
     return None
 
 
-def load_plugins() -> tuple[pluggy.PluginManager, tuple[PluginInfo, ...], dict[str, list[dict[str, Any]]],
-                            dict[str, DistributionInfo]]:
+def load_plugins(catalog: Catalog | None) -> tuple[pluggy.PluginManager, tuple[PluginInfo, ...],
+                                                   dict[str, list[dict[str, Any]]], dict[str, DistributionInfo]]:
     """Import the allowed entry points of the ``arena`` group that may run here and register them; unknown hooks
     are load errors. The built-in distribution's failures raise; a third-party distribution whose import or
     registration fails is recorded as broken (fourth value: every third-party distribution, by name) and the
-    others load. Which third-party entry points are imported here is decided by the attack sandbox's catalog
-    (``arena.catalog_slot``), which imports each of them in a sandboxed process first: one that implements
-    ``register_attacks`` alone is never imported here (its attacks' declarations come back from the sandbox, the
-    third value, by plugin), nor is a distribution of the untrusted site, nor one that registers attacks with any
-    other kind unless it is trusted by name (``arena.trust``). Without a catalog installed (``arena.pipeline``
-    not imported), only distributions trusted by name are imported. In a sandboxed process, everything loads."""
+    others load. Which third-party entry points are imported here is decided by the attack sandbox's ``catalog``
+    (the session's, ``arena.session``), which imports each of them in a sandboxed process first: one that
+    implements ``register_attacks`` alone is never imported here (its attacks' declarations come back from the
+    sandbox, the third value, by plugin), nor is a distribution of the untrusted site, nor one that registers
+    attacks with any other kind unless it is trusted by name (``arena.trust``). Without a catalog, only
+    distributions trusted by name are imported. In a sandboxed process, everything loads."""
     pm = pluggy.PluginManager("arena")
     pm.add_hookspecs(hookspecs)
     infos: list[PluginInfo] = []
@@ -179,7 +178,6 @@ def load_plugins() -> tuple[pluggy.PluginManager, tuple[PluginInfo, ...], dict[s
         else:
             outside.setdefault(dist, []).append((ep, version, installed))
     dists = {d: _distribution(d, found[0][1], found[0][2], [ep for ep, _, _ in found]) for d, found in outside.items()}
-    catalog = installed_catalog()
     everything = trust.in_sandbox()
     seen = None
     if catalog is not None and outside and not everything:
@@ -192,8 +190,8 @@ def load_plugins() -> tuple[pluggy.PluginManager, tuple[PluginInfo, ...], dict[s
             answers: dict[str, Any] = dict.fromkeys(plugins)
         elif seen is None:  # no sandbox to ask: only what the user trusts by name is imported
             if not info.trusted or info.installed != trust.ENVIRONMENT:
-                dists[dist] = dataclasses.replace(info, problem="not loaded in this process: no attack sandbox to "
-                                                  "look at it first (import arena.pipeline, or use arena.api)")
+                dists[dist] = dataclasses.replace(info, problem="not loaded in this process: its session has no "
+                                                  "attack sandbox to look at it first (arena.session)")
                 continue
             answers = dict.fromkeys(plugins)
         else:
@@ -316,53 +314,26 @@ def _fill(pm: pluggy.PluginManager, hook_name: str, registry: Registry, infos: d
                 from None
 
 
-def _missing(cls: type, base: type, methods: tuple[str, ...]) -> list[str]:
-    """The methods of ``methods`` that ``cls`` leaves as ``base`` defines them (abstract there)."""
-    return [m for m in methods if getattr(cls, m, None) is getattr(base, m, None)]
-
-
 def _attack_problem(cls: type[Attack]) -> str | None:
-    """An attack names the game it plays (checked against the registered games when a scenario is planned) and
-    implements ``run``."""
+    """An attack meets ``Attack``'s contract (``name``, ``game``, ``run``; the attack sandbox's stand-in has its
+    class's ``run`` checked in the sandbox) and names the game it plays with a non-empty str (checked against the
+    registered games when a scenario is planned)."""
     game = getattr(cls, "game", None)
     if not isinstance(game, str) or not game:
         return 'does not name the game it plays: set its class attribute game (e.g. game = "membership")'
-    if not is_sandboxed(cls) and _missing(cls, Attack, ("run",)):  # a stand-in's class is checked in the sandbox
-        return "does not implement run(self, view): an attack turns a view into a guess"
-    return None
+    return contract_problem(cls, Attack, methods=not is_sandboxed(cls))
 
 
-def _game_problem(cls: type[Game]) -> str | None:
-    """A game implements ``release``, ``view`` and ``score``, declares its metrics (at least one, its
-    ``primary_metric``, where it names one, among them), and its ``View`` is a ``View`` subclass whose declared
-    items can be read."""
-    missing = _missing(cls, Game, ("release", "view", "score"))
-    if missing:
-        return f"does not implement {', '.join(missing)}: a game trains the release, builds views and scores guesses"
-    metrics = getattr(cls, "metrics", ())
-    if not metrics:
-        return "declares no metrics: set its class attribute metrics (arena.Metric declarations of its scores)"
-    primary = getattr(cls, "primary_metric", None)
-    if primary is not None and primary not in {getattr(m, "name", None) for m in metrics}:
-        return f"declares primary_metric = {primary!r}, which is not one of its metrics"
-    if not (isinstance(cls.View, type) and issubclass(cls.View, View)):
-        return f"declares View = {cls.View!r}, which is not a subclass of arena.View"
-    try:
-        view_items(cls.View)
-    except TypeError as exc:
-        return f"has a View whose items cannot be read: {exc}"
-    declared, granted = cls.capabilities, view_capabilities(cls.View)
-    if declared != granted:
-        return (f"declares capabilities {sorted(declared)} but its View {cls.View.__name__} grants items by "
-                f"{sorted(granted)}: drop capabilities (it is read from the View)")
-    return None
+def _defense_problem(cls: type[Defense]) -> str | None:
+    return contract_problem(cls, Defense) or honours_problem(cls)
 
 
-def build_registries() -> Registries:
-    """Load plugins and fill one registry per kind. A third-party distribution whose registration fails is set
-    aside as broken (its problem kept in ``distributions``, its names answered with it) and the registries are
-    filled again without it."""
-    pm, infos, sandboxed, dists = load_plugins()
+def build_registries(session: Session | None = None) -> Registries:
+    """Load plugins (third-party ones as the attack sandbox's catalog of ``session`` decides, by default the
+    process's session; ``load_plugins``) and fill one registry per kind, anew. A third-party distribution whose
+    registration fails is set aside as broken (its problem kept in ``distributions``, its names answered with it)
+    and the registries are filled again without it."""
+    pm, infos, sandboxed, dists = load_plugins((current() if session is None else session).catalog)
     while True:
         tried: dict[str, list[tuple[str, str]]] = {}
         try:
@@ -382,12 +353,12 @@ def _filled(pm: pluggy.PluginManager, infos: tuple[PluginInfo, ...], sandboxed: 
             dists: dict[str, DistributionInfo], tried: dict[str, list[tuple[str, str]]]) -> Registries:
     by_name = {i.name: i for i in infos}
     regs = Registries(
-        games=Registry("game", Game, check=_game_problem),
-        datasets=Registry("dataset", DatasetLoader),
-        models=Registry("model", Model),
-        defenses=Registry("defense", Defense, check=honours_problem),
+        games=Registry("game", Game, check=game_problem),
+        datasets=Registry("dataset", DatasetLoader, check=lambda cls: contract_problem(cls, DatasetLoader)),
+        models=Registry("model", Model, check=lambda cls: contract_problem(cls, Model)),
+        defenses=Registry("defense", Defense, check=_defense_problem),
         attacks=Registry("attack", Attack, check=_attack_problem),
-        metrics=Registry("metric", Metric, instances=True),
+        metrics=Registry("metric", Metric, instances=True, check=metric_problem),
         plugins=infos,
         distributions=tuple(dists[d] for d in sorted(dists, key=str.lower)),
     )
@@ -420,7 +391,15 @@ def _filled(pm: pluggy.PluginManager, infos: tuple[PluginInfo, ...], sandboxed: 
     return regs
 
 
-@functools.lru_cache(maxsize=1)
-def registries() -> Registries:
-    """The registries of this process, built on first use."""
-    return build_registries()
+def registries(session: Session | None = None) -> Registries:
+    """The registries of ``session`` (default: the process's, ``arena.session.current()``), built on first use
+    with its sandbox catalog."""
+    session = current() if session is None else session
+    if session.registries is None:
+        session.registries = build_registries(session)
+    return session.registries
+
+
+def forget_registries() -> None:
+    """Build the process session's registries again on next use (the names trusted changed; a forked process)."""
+    current().forget()

@@ -31,7 +31,6 @@ from arena import (
     random_stream,
     steps_and_rate,
     to_state,
-    train,
 )
 
 
@@ -52,7 +51,7 @@ class NonPrivate(Defense):
                 raise ValueError("solver 'newton' needs model.l2 > 0: without a penalty the optimum may not exist")
             layers = fit_logreg(task.X.double(), task.y, task.arch.n_classes, task.arch.l2)
             return Fit(to_state(list(task.arch.template().trainable), layers), None)
-        return Fit(train(task.arch, task.X, task.y, task.recipe, task.init_seeds, task.train_seeds), None)
+        return Fit(task.train(), None)
 
 
 class EpsilonSweep(Defense):
@@ -114,7 +113,7 @@ class DPSGD(EpsilonSweep):
 
     def train_private(self, task: FitTask, noise: DPNoise) -> dict[str, torch.Tensor]:
         """The K models trained by the engine's DP-SGD at ``noise`` (a variant changes how, not the mechanism)."""
-        return train(task.arch, task.X, task.y, task.recipe, task.init_seeds, task.train_seeds, dp=noise)
+        return task.train(noise)
 
 
 class OutputPerturbationParams(PluginParams):

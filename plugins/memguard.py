@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, PositiveInt
 
-from arena import RECIPE_FIELDS, Defense, Fit, FitTask, Models, PluginParams, hookimpl, train
+from arena import RECIPE_FIELDS, Defense, Fit, FitTask, Models, PluginParams, hookimpl
 from arena_plugins.defense_kit import StackedMLP, model_seeds, retired, row_hash
 
 _COIN = 1 << 20
@@ -145,7 +145,7 @@ class MemGuard(Defense):
         if task.solver == "newton":
             raise ValueError("memguard trains by gradient steps; solver 'newton' does not apply")
         Xr, _ = task.reference(self.name)
-        state = train(task.arch, task.X, task.y, task.recipe, task.init_seeds, task.train_seeds)
+        state = task.train()
         released = Models(task.arch, state)
         members = released.predict_proba(task.X)
         others = released.predict_proba(Xr)

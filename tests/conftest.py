@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from arena.engine.architecture import Architecture
-from arena.plugins import registries
+from arena.plugins import forget_registries, registries
 
 
 def architecture(name: str, input_shape: int | tuple[int, ...], n_classes: int, **params: object) -> Architecture:
@@ -74,9 +74,9 @@ def fixed_run_secret(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(autouse=True)
 def fresh_registries() -> Iterator[None]:
     """Every test builds registries from the plugins visible to it, and leaves none behind."""
-    registries.cache_clear()
+    forget_registries()
     yield
-    registries.cache_clear()
+    forget_registries()
 
 
 PluginFactory = Callable[..., Path]
@@ -106,7 +106,7 @@ def plugin_dist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PluginFactor
         (info / "entry_points.txt").write_text(f"[arena]\n{entry or module} = {module}\n")
         if editable:
             (info / "direct_url.json").write_text(json.dumps({"url": site.as_uri(), "dir_info": {"editable": True}}))
-        registries.cache_clear()
+        forget_registries()
         return site
 
     return make

@@ -22,20 +22,22 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "arena"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("arena._version", "arena.catalog_slot", "arena.trust"),
+    ("arena._version", "arena.trust"),
     ("arena.privacy",),
-    ("arena.engine",),
     ("arena.contracts",),
-    ("arena.hookspecs", "arena.registry", "arena.plugins"),
+    ("arena.engine",),
+    ("arena.hookspecs", "arena.registry", "arena.session", "arena.plugins"),
     ("arena.pipeline",),
     ("arena.results",),
     ("arena.games",),
     ("arena.api", "arena.cli"),
     ("arena",),  # the facade (arena/__init__.py), which may import anything lazily
 )
-"""Lowest first. A module may import modules of its own layer and of lower ones. Games sit above the run and the
-results (they use the training procedure, the store and the leaderboard's helpers); the core below them names no
-game and reaches games only through the registry."""
+"""Lowest first. A module may import modules of its own layer and of lower ones. The contracts sit below the engine:
+they reach it only through their protocol (``arena.contracts.engine.TrainingEngine``), which the engine implements
+and the package's root installs, so a plugin written against them does not move with the engine. Games sit above
+the run and the results (they use the training procedure, the store and the leaderboard's helpers); the core below
+them names no game and reaches games only through the registry."""
 
 MAX_LINES = 450
 LONG_MODULES: dict[str, str] = {
@@ -260,6 +262,28 @@ def test_the_core_names_no_game() -> None:
     assert not offending, "the core names a game:\n" + "\n".join(f"  {e}" for e in sorted(offending, key=str))
 
 
+def test_the_contracts_never_import_the_engine() -> None:
+    """The plugin contracts reach the engine only through ``arena.contracts.engine.TrainingEngine`` (implied by the
+    layers; stated on its own so that a failure says what it means): no import of ``arena.engine`` from a contract
+    module, lazy, type-only or by name."""
+    offending = [
+        e for e in package_edges()
+        if e.source.startswith("arena.contracts")
+        and (e.target == "arena.engine" or e.target.startswith("arena.engine."))
+    ]
+    assert not offending, "a contract imports the engine:\n" + "\n".join(f"  {e}" for e in sorted(offending, key=str))
+
+
+def test_the_engine_check_catches_a_lazy_import() -> None:
+    """The scan behind the check above sees an import inside a function and one under ``TYPE_CHECKING``."""
+    modules = {"arena.contracts.x", "arena.engine.trainer"}
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from arena.engine.trainer import A\n"
+                     "def f():\n    import arena.engine.trainer\n")
+    edges = scan("arena.contracts.x", tree, "x.py", False, modules)
+    assert {(e.target, e.type_only) for e in edges} == {("arena.engine.trainer", True), ("arena.engine.trainer", False)}
+    assert all(layer_of(e.target) > layer_of(e.source) for e in edges)  # type: ignore[operator]
+
+
 def test_no_import_cycles() -> None:
     found = cycles([e for e in package_edges() if not e.type_only])
     assert not found, "import cycles (each block: the edges among one cycle's modules):\n" + "\n\n".join(
@@ -361,5 +385,6 @@ def test_cycle_and_layer_checks_catch_what_they_should() -> None:
     assert layer_of("arena") == 9 and layer_of("arena._version") == 0
     assert layer_of("arena.games.membership.rule") == 7 and layer_of("arena.pipeline.store") == 5
     assert layer_of("arena.plugins") == 4 and layer_of("arena.results.report.html") == 6
+    assert layer_of("arena.contracts.engine") == 2 and layer_of("arena.engine.trainer") == 3
     assert layer_of("arena.nowhere") is None
 

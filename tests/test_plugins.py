@@ -147,6 +147,9 @@ MISTAKES = {
         class Stripes(DatasetLoader):
             name = "stripes"
 
+            def load(self, params):
+                raise NotImplementedError("never loaded: its registration is the mistake")
+
         @hookimpl
         def register_datasets(register):
             register(Stripes())
@@ -156,6 +159,9 @@ MISTAKES = {
 
         class Tiny(Model):
             name = "tiny"
+
+            def build(self, input_shape, n_classes):
+                raise NotImplementedError("never built: its registration is the mistake")
 
         @hookimpl
         def register_models(register):
@@ -167,6 +173,9 @@ MISTAKES = {
         class Quiet(Defense):
             name = "quiet"
 
+            def fit(self, task):
+                raise NotImplementedError("never trained: its registration is the mistake")
+
         @hookimpl
         def register_defenses(register):
             register(Quiet(Quiet.Params()))
@@ -177,6 +186,9 @@ MISTAKES = {
         class Coin(Attack):
             name = "coin"
             game = "membership"
+
+            def run(self, view):
+                raise NotImplementedError("never run: its registration is the mistake")
 
         @hookimpl
         def register_attacks(register):
@@ -346,7 +358,8 @@ def test_registration_refuses_an_attack_without_run_and_a_game_without_metrics()
     and what it lacks."""
     from arena import Attack, Game, GameSpec
     from arena import View as AnyView
-    from arena.plugins import _attack_problem, _game_problem
+    from arena.contracts.checks import game_problem
+    from arena.plugins import _attack_problem
     from arena.registry import Registry, RegistryError
 
     class NoRun(Attack):
@@ -373,7 +386,7 @@ def test_registration_refuses_an_attack_without_run_and_a_game_without_metrics()
     attacks = Registry("attack", Attack, check=_attack_problem)
     with pytest.raises(RegistryError, match=r"plugin 'p' registered attack 'no-run', which does not implement run"):
         attacks.add(NoRun, plugin="p", distribution="d", version="1")
-    games = Registry("game", Game, check=_game_problem)
+    games = Registry("game", Game, check=game_problem)
     with pytest.raises(RegistryError, match=r"'bare', which does not implement release, view, score"):
         games.add(Bare, plugin="p", distribution="d", version="1")
     with pytest.raises(RegistryError, match=r"'no-metrics', which declares no metrics"):

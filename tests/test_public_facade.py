@@ -13,6 +13,8 @@ import arena
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = sorted((ROOT / "plugins").glob("*.py"))
+EXAMPLES = sorted((ROOT / "docs" / "examples").glob("*/*.py"))
+"""The example third-party plugins the docs teach from: they import only the facade too."""
 FACADE = ROOT / "arena" / "__init__.py"
 
 
@@ -32,7 +34,11 @@ def test_the_plugins_folder_holds_the_builtin_plugins() -> None:
     assert {p.stem for p in PLUGINS} >= {"datasets", "defenses", "games", "membership", "models", "reconstruction"}
 
 
-@pytest.mark.parametrize("path", PLUGINS, ids=lambda p: p.name)
+def test_the_docs_hold_example_plugins() -> None:
+    assert {p.parent.name for p in EXAMPLES} >= {"arena-example-attack", "arena-example-defense", "arena-example-game"}
+
+
+@pytest.mark.parametrize("path", PLUGINS + EXAMPLES, ids=lambda p: p.name)
 def test_a_builtin_plugin_imports_only_public_names_of_arena(path: Path) -> None:
     public = set(arena.__all__)
     wrong = []
@@ -83,3 +89,15 @@ def test_the_type_checking_block_and_the_export_table_say_the_same() -> None:
     assert sorted(set(exports) - set(seen)) == [], "exported but invisible to type checkers"
     assert {n: seen[n] for n in seen if seen[n] != exports[n]} == {}, "the two name different objects"
     assert arena.__all__ == ["__version__", *exports]
+
+
+REMOVED = {"Accountant": "arena.privacy.accounting", "plan_pool": "arena.games.membership.pools"}
+"""Names dropped from the facade (no plugin needs them; CHANGELOG), still importable from their modules."""
+
+
+@pytest.mark.parametrize("name", sorted(REMOVED))
+def test_a_name_dropped_from_the_facade_stays_in_its_module(name: str) -> None:
+    import importlib
+
+    assert name not in arena.__all__
+    assert getattr(importlib.import_module(REMOVED[name]), name) is not None

@@ -21,6 +21,7 @@ import arena.pipeline  # noqa: F401 - the sandbox's catalog, as every command ha
 from arena.cli import EXIT_INPUT, EXIT_OK, main
 from arena.plugins import build_registries
 from arena.registry import UnknownNameError
+from arena.session import Session
 from tests.conftest import TEST_SECRET, TINY, shared_dir, write_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,49 +154,53 @@ def test_a_broken_distribution_fails_only_the_scenarios_that_name_it(plugin_dist
             "(broken) (see `arena plugins`)") in line, line
 
 
+IMPORT_ORDERS = {
+    "the plugin loader alone": "import arena.plugins",
+    "the contracts, then the loader": "import arena.contracts.attack, arena.registry, arena.plugins",
+    "the pipeline first": "import arena.pipeline.plan, arena.plugins",
+    "the results first": "import arena.results.games, arena.plugins",
+}
+
+
 @pytest.mark.subprocess
-def test_registries_before_the_pipeline_never_import_an_attack_only_distribution(plugin_dist) -> None:
-    """Whatever the order of imports, ``registries()`` imports no third-party code the user did not trust by name
-    in the caller's process: before ``arena.pipeline`` (the sandbox's catalog) is imported it leaves such
-    distributions out, saying so; after, they are listed from the sandbox."""
+@pytest.mark.parametrize(("trusted", "orders"), [(False, list(IMPORT_ORDERS)),
+                                                 (True, ["the contracts, then the loader"])],
+                         ids=["untrusted", "trusted by name"])
+def test_no_order_of_imports_lets_registries_import_an_attack_only_distribution(plugin_dist, trusted,
+                                                                                  orders) -> None:
+    """Whatever the order of imports, ``registries()`` never imports a third-party distribution that registers
+    attacks only into the caller's process, trusted by name or not: the package's root establishes the session,
+    with the attack sandbox's catalog, before any module can call it; its attacks are listed from the sandbox."""
     plugin_dist("arena-marker", "arena_marker_plugin", ATTACK.format(name="marker-coin"))
     code = textwrap.dedent("""
         import json, sys
-        import arena.plugins
-        before = arena.plugins.registries()
-        first = {"imported": "arena_marker_plugin" in sys.modules, "lines": [d.describe() for d in
-                 before.distributions], "attack": "marker-coin" in before.attacks}
-        import arena.pipeline
-        after = arena.plugins.registries()
-        print(json.dumps({"first": first, "imported": "arena_marker_plugin" in sys.modules,
-                          "lines": [d.describe() for d in after.distributions],
-                          "attack": "marker-coin" in after.attacks}))
+        exec(sys.argv[1])
+        regs = arena.plugins.registries()
+        print(json.dumps({"imported": "arena_marker_plugin" in sys.modules, "attack": "marker-coin" in regs.attacks,
+                          "lines": [d.describe() for d in regs.distributions]}))
     """)
-    env = {**os.environ, "ARENA_RUN_SECRET": TEST_SECRET}
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300, check=False)
-    assert done.returncode == 0, done.stderr
-    seen = json.loads(done.stdout.splitlines()[-1])
-    sandboxed = "arena-marker 1.0: attack sandbox (installed in the arena environment)"
-    # Loading the built-in plugins installs the catalog before any third-party entry point is looked at.
-    assert seen["first"] == {"imported": False, "attack": True, "lines": [sandboxed]}, seen
-    assert seen == {"first": seen["first"], "imported": False, "attack": True, "lines": [sandboxed]}, seen
+    env = {**os.environ, "ARENA_RUN_SECRET": TEST_SECRET, "ARENA_TRUSTED": "arena-marker" if trusted else ""}
+    sandboxed = ("arena-marker 1.0: attack sandbox (installed in the arena environment"
+                 + ("; trusted by name)" if trusted else ")"))
+    for order in orders:
+        done = subprocess.run([sys.executable, "-c", code, IMPORT_ORDERS[order]], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, (order, done.stderr)
+        seen = json.loads(done.stdout.splitlines()[-1])
+        assert seen == {"imported": False, "attack": True, "lines": [sandboxed]}, (order, seen)
 
 
 def test_without_a_sandbox_catalog_only_distributions_trusted_by_name_are_imported(plugin_dist,
                                                                                    monkeypatch) -> None:
-    import arena.plugins
-
-    monkeypatch.setattr(arena.plugins, "installed_catalog", lambda: None)
     monkeypatch.setenv("ARENA_TRUSTED", "")
     plugin_dist("arena-marker", "arena_marker_plugin", ATTACK.format(name="marker-coin"))
-    regs = build_registries()
+    regs = build_registries(Session(catalog=None))  # a session built without the attack sandbox
     assert _distribution(regs, "arena-marker").describe() == (
-        "arena-marker 1.0: not loaded: not loaded in this process: no attack sandbox to look at it first (import "
-        "arena.pipeline, or use arena.api)")
+        "arena-marker 1.0: not loaded: not loaded in this process: its session has no attack sandbox to look at it "
+        "first (arena.session)")
     assert "arena_marker_plugin" not in sys.modules and "marker-coin" not in regs.attacks
     monkeypatch.setenv("ARENA_TRUSTED", "Arena_Marker")  # names compare as PEP 503 normalises them
-    regs = build_registries()
+    regs = build_registries(Session(catalog=None))
     assert _distribution(regs, "arena-marker").zone == "arena process" and "marker-coin" in regs.attacks
 
 

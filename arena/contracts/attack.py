@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel
@@ -18,7 +19,7 @@ label-only threat model), ``parameters`` the weights, ``population`` data from t
 the prior over targets."""
 
 
-class Attack:
+class Attack(abc.ABC):
     """Base class of attack plugins; one instance holds one validated configuration.
 
     Class attributes an attack declares: ``name``; ``game``, the name of the game it plays (required: there is no
@@ -43,5 +44,6 @@ class Attack:
         """Why this attack does not apply to ``track`` (the matchup is then ``skipped``), or None."""
         return None
 
+    @abc.abstractmethod
     def run(self, view) -> Any:  # noqa: ANN001 - game-specific view
-        raise NotImplementedError
+        """Turn ``view`` (what the attack's threat model grants of the release) into the game's guess."""

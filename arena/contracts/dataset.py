@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import hashlib
 import os
 from dataclasses import dataclass
@@ -45,16 +46,16 @@ class Dataset:
         return h.hexdigest()[:16]
 
 
-class DatasetLoader:
+class DatasetLoader(abc.ABC):
     """Base class of dataset plugins: a name, a pydantic parameter model and ``load``."""
 
     name: ClassVar[str]
     version: ClassVar[str] = "1"
     Params: ClassVar[type[BaseModel]] = NoParams
 
+    @abc.abstractmethod
     def load(self, params: BaseModel) -> Dataset:
         """Return the dataset for validated ``params``; raise ``ValueError`` naming a bad file or field."""
-        raise NotImplementedError
 
 
 def available_memory() -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, cast
@@ -9,12 +10,10 @@ from typing import ClassVar, Literal, cast
 import torch
 from pydantic import BaseModel
 
+from arena.contracts.architecture import Architecture, Batch, ModelStack, State
+from arena.contracts.engine import training_engine
 from arena.contracts.params import NoParams
-from arena.engine import rng
-from arena.engine.architecture import Architecture, State
-from arena.engine.batching import Batch, augmented, batches, poisson_batches
-from arena.engine.ensemble import Ensemble, init_state
-from arena.engine.recipe import Recipe
+from arena.contracts.recipe import DPNoise, Recipe
 
 
 @dataclass(frozen=True)
@@ -61,9 +60,9 @@ class RecipeSGD(torch.optim.SGD):
 
 
 def _stacked(params: object) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """(weights, others) among the trainable tensors of an ``Ensemble`` (its ``penalised`` ones are the weights)
+    """(weights, others) among the trainable tensors of a ``ModelStack`` (its ``penalised`` ones are the weights)
     or of an iterable of tensors stacked over the K models (weights: two or more dimensions per model)."""
-    if isinstance(params, Ensemble):
+    if isinstance(params, ModelStack):
         penalised = {id(p) for p in params.penalised()}
         trainable = [p for p in params.parameters() if p.requires_grad]
         return [p for p in trainable if id(p) in penalised], [p for p in trainable if id(p) not in penalised]
@@ -79,7 +78,7 @@ class FitTask:
 
     ``X`` is [K, n, d] (flat records) and ``y`` [K, n]: model k trains on (X[k], y[k]). ``init_seeds`` fix each
     model's initialisation, ``train_seeds`` its sampling, augmentation and noise. A defense may hand the task to
-    the engine (``arena.engine.trainer.train``) or train in plain PyTorch on the task's device (``device``):
+    the training engine (``train(dp)``) or train in plain PyTorch on the task's device (``device``):
     ``ensemble()`` is an ``nn.Module`` holding the K seeded models, ``minibatches()`` the recipe's batches (its
     epochs, batch size and augmentation), ``optimizer(ensemble)`` the recipe's optimiser (learning rate, momentum,
     ``model.l2`` as weight decay on weights, the moving average of ``training.ema``), ``penalty(ensemble)`` the L2
@@ -119,18 +118,22 @@ class FitTask:
                              "release, the attacker's population to its shadow models")
         return self.reference_X, self.reference_y
 
-    def ensemble(self) -> Ensemble:
+    def ensemble(self) -> ModelStack:
         """The K models, initialised from ``init_seeds`` exactly as the engine initialises them; in train mode, what
         a module draws itself (dropout) comes from each model's ``train_seeds`` alone."""
-        return Ensemble(self.arch, init_state(self.arch, self.init_seeds, self.X.dtype, self.X.device),
-                        self.train_seeds)
+        return training_engine().ensemble(self.arch, self.init_seeds, self.train_seeds, self.X.dtype, self.X.device)
+
+    def train(self, dp: DPNoise | None = None) -> State:
+        """The K models trained by the training engine under the task's recipe, by DP-SGD with ``dp``
+        (``arena.contracts.engine.TrainingEngine.train``): their state, for ``Fit(state, claim)``."""
+        return training_engine().train(self.arch, self.X, self.y, self.recipe, self.init_seeds, self.train_seeds, dp)
 
     @property
     def device(self) -> torch.device:
         """Where the task's data lives, and where ``ensemble()`` puts the models: train there."""
         return self.X.device
 
-    def optimizer(self, params: Ensemble | Iterable[torch.Tensor]) -> RecipeSGD:
+    def optimizer(self, params: ModelStack | Iterable[torch.Tensor]) -> RecipeSGD:
         """The recipe's optimiser for ``params`` (the ensemble, or its trainable tensors stacked over the K
         models): the engine's update (``lr``, ``momentum``), ``model.l2`` as weight decay on the weight tensors
         only (not biases or norm scales), and the recipe's moving average of the iterates (``ema``), which
@@ -138,7 +141,7 @@ class FitTask:
         weights, others = _stacked(params)
         return RecipeSGD(weights, others, self.recipe, self.arch.l2)
 
-    def penalty(self, params: Ensemble | Iterable[torch.Tensor]) -> torch.Tensor:
+    def penalty(self, params: ModelStack | Iterable[torch.Tensor]) -> torch.Tensor:
         """``model.l2``'s penalty Σ_k (l2/2)·||w_k||² over the weight tensors of the K models (0 without l2): add it
         to the summed loss when stepping with an optimiser of the defense's own (not with ``optimizer``)."""
         weights, _ = _stacked(params)
@@ -146,7 +149,7 @@ class FitTask:
             return torch.zeros((), dtype=self.X.dtype, device=self.device)
         return 0.5 * self.arch.l2 * cast(torch.Tensor, sum(w.pow(2).sum() for w in weights))  # weights: non-empty
 
-    def finish(self, ensemble: Ensemble, optimizer: torch.optim.Optimizer | None = None,
+    def finish(self, ensemble: ModelStack, optimizer: torch.optim.Optimizer | None = None,
                claim: Claim | None = None) -> Fit:
         """The trained models of ``ensemble`` as the recipe releases them: the moving average of ``optimizer``
         (from ``optimizer()``) when the recipe keeps one, else the last iterate; with ``claim``."""
@@ -164,9 +167,8 @@ class FitTask:
     def minibatches(self, poisson: bool = False) -> Iterator[Batch]:
         """(X [K, B, *input_shape], y [K, B], valid [K, B] or None) per step: a fresh per-model shuffle each epoch
         cut into batches (or, with ``poisson``, DP-SGD's Poisson samples), augmented as the recipe asks."""
-        seeds = rng.Keys(self.train_seeds)
-        source = (poisson_batches if poisson else batches)(self.X, self.y, self.recipe, seeds)
-        for Xb, yb, valid in augmented(source, self.arch, self.recipe.augment, seeds):
+        for Xb, yb, valid in training_engine().minibatches(self.arch, self.recipe, self.X, self.y, self.train_seeds,
+                                                           poisson):
             yield Xb.reshape(*Xb.shape[:2], *self.arch.input_shape), yb, valid
 
 
@@ -198,12 +200,12 @@ class Fit:
     answering: State = field(default_factory=dict)
 
     @classmethod
-    def of(cls, ensemble: Ensemble, claim: Claim | None = None) -> Fit:
+    def of(cls, ensemble: ModelStack, claim: Claim | None = None) -> Fit:
         """The result of a defense that trained ``ensemble`` itself."""
         return cls(ensemble.detached(), claim)
 
 
-class Defense:
+class Defense(abc.ABC):
     """Base class of defense plugins; one instance holds one validated configuration."""
 
     name: ClassVar[str]
@@ -254,9 +256,9 @@ class Defense:
     row_note: ClassVar[str | None] = None
     """A line every result row of this defense carries (e.g. which engine trained its models, ``user_defense``)."""
 
+    @abc.abstractmethod
     def fit(self, task: FitTask) -> Fit:
         """Train the K models of ``task``."""
-        raise NotImplementedError
 
     def answer(self, logits: torch.Tensor, answering: State) -> torch.Tensor:
         """The logits [K, n, C] the released models answer for their raw ``logits`` [K, n, C], given the fit's

@@ -9,6 +9,7 @@ context that renders the game's own templates, formats numbers and saves figures
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +47,7 @@ class _Granted:
         return view_capabilities(owner.View)
 
 
-class Game:
+class Game(abc.ABC):
     """Base class of games. The game holds the secret (membership labels, targets); attacks only get a view.
 
     Class attributes a game declares:
@@ -82,8 +83,9 @@ class Game:
     track's board, rows, saved arrays, ``figures.save``, ``render`` and ``fmt``."""
     version: ClassVar[str] = "1"
     """Recorded in every matchup key and row; raise it when the game's protocol or scoring changes."""
-    primary_metric: ClassVar[str]
-    """The metric shown beside the ranking one (written into every row, so the leaderboard needs no plugin)."""
+    primary_metric: ClassVar[str | None] = None
+    """The metric shown beside the ranking one (written into every row, so the leaderboard needs no plugin); None:
+    none beside it."""
     rank_metric: ClassVar[str | None] = None
     """The ranking metric when the scenario names none; None: ``primary_metric``."""
     resample: ClassVar[str | None] = None
@@ -131,17 +133,17 @@ class Game:
         """Size of each released model's training set (DP defenses check δ < 1/n against it)."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def release(self, procedure: Procedure) -> Release:
         """Train the released model(s) through ``procedure`` and measure their utility."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def view(self, attack: Attack, release: Release, procedure: Procedure) -> _AnyView:
         """Exactly what ``attack`` may see of ``release`` (never the secret)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def score(self, attack: Attack, guess: Any) -> Outcome:
         """Check ``attack``'s guess and score it against the secret."""
-        raise NotImplementedError
 
     def view_groups(self, attack: Attack, release: Release, procedure: Procedure) -> list[list[_AnyView]]:
         """Every view one matchup plays, in groups: the arena answers each group with an attack process of its own,
@@ -171,5 +173,5 @@ class Game:
         a game whose protocol changes with its parameters may rank by another metric for some of them."""
         return cls.rank_metric
 
-    def save_artifacts(self, outcome: Outcome, directory: Path) -> None:
+    def save_artifacts(self, outcome: Outcome, directory: Path) -> None:  # noqa: B027 - by default, none
         """Write files that illustrate ``outcome`` (e.g. pictures) into ``directory``; default: none."""

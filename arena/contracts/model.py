@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import abc
 from typing import ClassVar
 
 import torch
 from pydantic import Field
 
+from arena.contracts.dense import Dense
 from arena.contracts.params import PluginParams
-from arena.engine.dense import Dense
 
 
 class ModelParams(PluginParams):
@@ -20,7 +21,7 @@ class ModelParams(PluginParams):
                                   "the training loss)")
 
 
-class Model:
+class Model(abc.ABC):
     """Base class of model plugins; one instance holds one validated configuration.
 
     ``build`` must return a fresh module initialised from torch's global generator: the engine seeds it once per
@@ -35,9 +36,9 @@ class Model:
     def __init__(self, params: ModelParams) -> None:
         self.params = params
 
+    @abc.abstractmethod
     def build(self, input_shape: tuple[int, ...], n_classes: int) -> torch.nn.Module:
         """A new module mapping [batch, *input_shape] to logits [batch, n_classes]."""
-        raise NotImplementedError
 
     def dense(self, input_shape: tuple[int, ...], n_classes: int) -> Dense | None:
         """The hand-written fast path's description of this model, when it is a plain stack of linear layers whose

@@ -9,10 +9,10 @@ from typing import Protocol
 
 import torch
 
+from arena.contracts.architecture import Architecture
 from arena.contracts.defense import Claim, Defense
+from arena.contracts.recipe import Recipe
 from arena.contracts.release import Models
-from arena.engine.architecture import Architecture
-from arena.engine.recipe import Recipe
 
 Chunk = tuple[torch.Tensor, ...]
 """One independently trained part of a pool: X [K, n, d], y [K, n], init seeds [K], train seeds [K], optionally

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from arena.contracts.architecture import Architecture, State
 from arena.contracts.defense import Claim
-from arena.engine.architecture import Architecture, State
-from arena.engine.dense import Layers, forward, to_layers
-from arena.engine.ensemble import logits
+from arena.contracts.dense import Layers, to_layers
+from arena.contracts.engine import training_engine
 
 
 @dataclass(frozen=True)
@@ -73,13 +73,9 @@ class Models:
         if memo and (hit := _LOGITS.get(key)) is not None:
             _LOGITS.move_to_end(key)
             return hit.clone()
-        dense = self.arch.dense
         dtype = next(iter(self.state.values())).dtype
         with torch.no_grad():
-            if dense is not None:  # the hand path: same function, faster than vmap for small dense nets
-                raw = forward(dense, to_layers(self.state), X.to(dtype))
-            else:
-                raw = logits(self.arch, self.state, X.to(dtype))
+            raw = training_engine().logits(self.arch, self.state, X.to(dtype))
             out = raw if self.answering is None else self.answering(raw)
         if memo:
             _LOGITS[key] = out.clone()

@@ -1,150 +1,18 @@
-"""A model configuration bound to a dataset's input shape and class count: what the engine trains K copies of."""
+"""What the engine makes of an architecture (``arena.contracts.architecture.Architecture``, named here for the
+engine): its module as a stateless function (``template``), which engine trains it and why, and how a BatchNorm
+module trains under per-example clipping."""
 
 from __future__ import annotations
 
 import copy
 import functools
-import json
-import math
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
 
 import torch
-from pydantic import BaseModel
 
+from arena.contracts.architecture import Architecture, Template
+from arena.contracts.architecture import State as State
 from arena.engine import ghost_plan
-from arena.engine.dense import Dense
-from arena.engine.groupnorm import batch_norms, replace_batch_norm
-
-
-class ModelPlugin(Protocol):
-    """What the engine needs of a model plugin (``arena.contracts.model.Model``, which sits above the engine and
-    satisfies this): its identity, its validated parameters, and the module it builds."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def version(self) -> str: ...
-    @property
-    def params(self) -> BaseModel: ...
-    def build(self, input_shape: tuple[int, ...], n_classes: int) -> torch.nn.Module: ...
-    def dense(self, input_shape: tuple[int, ...], n_classes: int) -> Dense | None: ...
-
-EngineChoice = Literal["auto", "batched", "loop"]
-"""A track's ``engine``: ``auto`` (the batched engine where it is equivalent, else the loop engine), ``batched``
-(refused for a module it cannot train as written) or ``loop`` (plain PyTorch one model at a time, Opacus for DP)."""
-ENGINE_CHOICES: tuple[EngineChoice, ...] = ("auto", "batched", "loop")
-
-State = dict[str, torch.Tensor]
-"""K models' parameters and buffers by module name, each tensor with a leading model axis [K, ...]."""
-
-
-@dataclass(frozen=True, eq=False)
-class Architecture:
-    """``model`` (a model plugin holding its validated parameters) for inputs of ``input_shape`` and
-    ``n_classes`` classes. Builds modules, and knows which of their tensors train and which are penalised."""
-
-    model: ModelPlugin
-    input_shape: tuple[int, ...]
-    n_classes: int
-    group_norm: bool = False
-    """Replace the module's BatchNorm layers by GroupNorm (``arena.engine.groupnorm``): how a BatchNorm model
-    trains under a defense that clips per-example gradients."""
-    engine: EngineChoice = "auto"
-    """Which engine trains it (the track's ``engine``): keyed apart unless ``auto``, so that caches never mix
-    models of the two engines."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "input_shape", tuple(int(s) for s in self.input_shape))
-
-    def identity(self) -> dict[str, Any]:
-        """Everything that determines the module: plugin name, version, parameters, input shape, classes."""
-        return {
-            "model": self.model.name,
-            "version": self.model.version,
-            "params": self.model.params.model_dump(mode="json"),
-            "input_shape": list(self.input_shape),
-            "n_classes": self.n_classes,
-            **({"group_norm": True} if self.group_norm else {}),
-            **({"engine": self.engine} if self.engine != "auto" else {}),
-        }
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Architecture) and self.identity() == other.identity()
-
-    def __hash__(self) -> int:
-        return hash(json.dumps(self.identity(), sort_keys=True))
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"model": self.model, "input_shape": self.input_shape, "n_classes": self.n_classes,
-                "group_norm": self.group_norm, "engine": self.engine}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        object.__setattr__(self, "engine", "auto")  # pickled before the field existed
-        for k, v in state.items():
-            object.__setattr__(self, k, v)
-
-    @property
-    def n_features(self) -> int:
-        """Length of one flattened record."""
-        return math.prod(self.input_shape)
-
-    @property
-    def l2(self) -> float:
-        return float(getattr(self.model.params, "l2", 0.0))
-
-    @property
-    def dense(self) -> Dense | None:
-        """The hand path's description when the model is a dense stack (logistic regression, MLP), else None."""
-        return self.model.dense(self.input_shape, self.n_classes)
-
-    def build(self) -> torch.nn.Module:
-        """A fresh module from the plugin, as its plugin builds it (BatchNorm layers keep their running statistics),
-        or with its BatchNorm layers replaced by GroupNorm (``group_norm``); initialised from torch's global
-        generator."""
-        module = self.model.build(self.input_shape, self.n_classes)
-        if not isinstance(module, torch.nn.Module):
-            raise TypeError(f"model {self.model.name!r} built {type(module).__name__}, not a torch.nn.Module")
-        if self.group_norm:
-            module = replace_batch_norm(module)
-        return module
-
-    def template(self) -> Template:
-        """The module used as a stateless function (``functional_call``), built once per process."""
-        return _template(self)
-
-
-@dataclass(frozen=True)
-class Template:
-    """One module used as a pure function of its tensors, and the names of its trainable / penalised tensors.
-
-    ``module`` is in eval mode (queries: dropout off, BatchNorm on its running statistics), ``training`` the same
-    module in train mode (training: dropout on, BatchNorm on batch statistics, updating its running statistics in
-    the per-model buffers it is called with)."""
-
-    module: torch.nn.Module
-    trainable: tuple[str, ...]
-    buffers: tuple[str, ...]
-    penalised: frozenset[str]
-    ghost: ghost_plan.Plan | None = None
-    """How DP-SGD clips this module without per-example backward passes (a stack of linear, convolution and
-    GroupNorm layers, see ``arena.engine.ghost`` and ``ghost_plan``), or None: per-example gradients through
-    ``vmap(grad)``."""
-    training: torch.nn.Module | None = None
-    """``module`` in train mode (None: ``module`` itself, for a template made by hand)."""
-    random: tuple[str, ...] = ()
-    """What draws random numbers in train mode (dropout layers by name, or "forward" when only running the module
-    shows it): the batched engine cannot give each model its own draws, so the loop engine trains it."""
-
-    @property
-    def train_module(self) -> torch.nn.Module:
-        """The module to train through: ``training``, else ``module``."""
-        return self.module if self.training is None else self.training
-
-    @property
-    def n_params(self) -> int:
-        return sum(p.numel() for p in self.module.parameters())
-
+from arena.engine.groupnorm import batch_norms
 
 RANDOM_LAYERS: tuple[type[torch.nn.Module], ...] = (
     torch.nn.modules.dropout._DropoutNd, torch.nn.RReLU, torch.nn.FractionalMaxPool2d, torch.nn.FractionalMaxPool3d)
@@ -179,7 +47,7 @@ def _draws_in_forward(module: torch.nn.Module, input_shape: tuple[int, ...]) -> 
 
 
 @functools.lru_cache(maxsize=32)
-def _template(arch: Architecture) -> Template:
+def template(arch: Architecture) -> Template:
     training = arch.build().train()
     module = copy.deepcopy(training).eval()
     names = tuple(n for n, _ in module.named_parameters())

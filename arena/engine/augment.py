@@ -6,29 +6,11 @@ block per position in its batch), so a model sees the same augmented batches alo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 
+from arena.contracts.recipe import Augment
 from arena.engine import rng
-
-
-@dataclass(frozen=True)
-class Augment:
-    """``crop``: pad each side by this many pixels and cut a random window of the original size (0: off);
-    ``flip``: mirror left-right with probability ½."""
-
-    crop: int = 0
-    flip: bool = False
-
-    def __post_init__(self) -> None:
-        if self.crop < 0:
-            raise ValueError("crop padding must be non-negative")
-
-    @property
-    def active(self) -> bool:
-        return self.crop > 0 or self.flip
 
 
 def augment(images: torch.Tensor, aug: Augment, seeds: rng.Seeds, step: int) -> torch.Tensor:

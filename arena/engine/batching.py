@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import torch
 
+from arena.contracts.architecture import Batch
 from arena.engine import rng
 from arena.engine.architecture import Architecture
 from arena.engine.augment import Augment, augment
@@ -78,10 +79,6 @@ def model_passes(valid: torch.Tensor | None, K: int, B: int, per_pass: int, pass
         passes.append((order[back[i] : i], c[i - 1]))
         i = back[i]
     return passes[::-1]
-
-
-Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
-"""One step's inputs [K, B, d], labels [K, B] and validity mask [K, B] (None: every row is real)."""
 
 
 def batches(X: torch.Tensor, y: torch.Tensor, recipe: Recipe, seeds: rng.Keys) -> Iterator[Batch]:

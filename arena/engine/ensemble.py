@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch.func import functional_call, vmap
 
+from arena.contracts.architecture import ModelStack
 from arena.engine.architecture import Architecture, State, loop_reason
 from arena.engine.seeds import module_seed, seeded
 
@@ -59,7 +60,7 @@ def logits(arch: Architecture, state: State, X: torch.Tensor) -> torch.Tensor:
     return torch.cat(chunks, dim=1)
 
 
-class Ensemble(torch.nn.Module):
+class Ensemble(ModelStack):
     """K models as one ``nn.Module`` whose parameters are the stacked tensors: ``forward`` maps [K, B, d] (or
     [K, B, *input_shape]) to logits [K, B, C]. Summing the K per-model losses and calling ``backward`` gives each
     model its own gradient, so ``torch.optim`` trains the K models independently and at once.

@@ -129,14 +129,14 @@ def test_every_plugin_of_a_matchup_is_in_its_key_and_its_row(plugin_dist, tmp_pa
 
 
 def test_the_attacks_version_is_read_statically_and_keys_it(plugin_dist, tmp_path: Path) -> None:
-    from arena.plugins import registries
+    from arena.plugins import forget_registries
 
     site = plugin_dist("arena-echo", "arena_echo", ATTACK.format(version="1"))
     path = write_scenario(tmp_path / "s.yaml", TINY.replace("- {name: threshold-mia}", "- {name: echo}"))
     before = {m.key for m in plan([path]).matchups}
     (site / "arena_echo.py").write_text(ATTACK.format(version="2"))
     sys.modules.pop("arena_echo", None)
-    registries.cache_clear()
+    forget_registries()
     provenance.clear_cache()
     after = plan([path]).matchups
     assert {m.attack.code.version for m in after} == {"2"} and before.isdisjoint({m.key for m in after})

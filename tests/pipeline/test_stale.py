@@ -16,7 +16,7 @@ from arena.api import Results
 from arena.cli import main
 from arena.pipeline import provenance
 from arena.pipeline.store import RunStore
-from arena.plugins import registries
+from arena.plugins import forget_registries
 from arena.results.report.html import render_page
 from tests.conftest import write_scenario
 
@@ -104,7 +104,7 @@ def _edit(site: Path, module: str, text: str) -> None:
     plugins again (as the next ``arena run`` would)."""
     (site / f"{module}.py").write_text(text)
     sys.modules.pop(module, None)
-    registries.cache_clear()
+    forget_registries()
     provenance.clear_cache()
 
 

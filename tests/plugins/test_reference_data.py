@@ -120,6 +120,11 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
                 monkeypatch.setattr(module, fn, (solver if fn.startswith("fit_") else trainer)(real))
     minibatches, forward, logits, reference = (FitTask.minibatches, Ensemble.forward, Models.logits,
                                                FitTask.reference)
+    task_train = FitTask.train
+
+    def spy_task_train(self, *args, **kwargs):  # a defense handing its task to the training engine
+        rec.trained.extend(rec.split(self.X))
+        return task_train(self, *args, **kwargs)
 
     def spy_minibatches(self, *args, **kwargs):
         rec.trained.extend(rec.split(self.X))
@@ -139,6 +144,7 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
         return out
 
     monkeypatch.setattr(FitTask, "minibatches", spy_minibatches)
+    monkeypatch.setattr(FitTask, "train", spy_task_train)
     monkeypatch.setattr(Ensemble, "forward", spy_forward)
     monkeypatch.setattr(Models, "logits", spy_logits)
     monkeypatch.setattr(FitTask, "reference", spy_reference)

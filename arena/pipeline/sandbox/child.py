@@ -305,7 +305,7 @@ def _forked_as(env: dict[str, str], path: list[str]) -> None:
     importlib.invalidate_caches()
     plugins = sys.modules.get("arena.plugins")
     if plugins is not None:
-        plugins.registries.cache_clear()
+        plugins.forget_registries()
     random.seed()
     np.random.seed()
     torch.manual_seed(torch.initial_seed())

@@ -28,7 +28,7 @@ import pytest
 from arena.pipeline.sandbox import ERROR_CHARS, TRACEBACK_CHARS, Limits, printable
 from arena.pipeline.scenario import ScenarioError
 from arena.pipeline.store import SECRET_ENV, RunStore
-from arena.plugins import registries
+from arena.plugins import forget_registries
 from tests.conftest import TEST_SECRET, shared_dir
 from tests.pipeline.sandbox import hostile_attacks as hostile
 
@@ -175,7 +175,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
         mp.setenv("ARENA_SANDBOX_CACHE_BYTES", str(CACHE_QUOTA))
         mp.delenv(hostile.STASH, raising=False)
         install(site, mp, "arena-hostile", "arena_hostile", Path(hostile.__file__).read_text())
-        registries.cache_clear()
+        forget_registries()
         runs = Runs(base, notes)
         honest = ["threshold-mia", "threshold-mia, signal: confidence"]
         t0 = time.monotonic()
@@ -205,7 +205,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
         runs.seconds["ray"] = time.monotonic() - t0
         runs.ray = _rows(base / "ray")
         runs.ray_left = leftovers(str(base / "ray"), str(notes))
-        registries.cache_clear()
+        forget_registries()
         yield runs
     shutil.rmtree(base, ignore_errors=True)
 

@@ -20,7 +20,7 @@ import pytest
 
 from arena.pipeline.sandbox.scratch import close_sockets, sweep_files
 from arena.pipeline.store import SECRET_ENV, RunStore
-from arena.plugins import registries
+from arena.plugins import forget_registries
 from tests.conftest import TEST_SECRET, shared_dir
 from tests.pipeline.sandbox import route_attacks as routes
 from tests.pipeline.sandbox.test_hostile_attacks import HONEST, captured_fds, install, leftovers, scenario
@@ -77,7 +77,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
         mp.setenv("ROUTE_OPEN", str(made.open_dir))
         mp.setenv("ARENA_SANDBOX_TMP_BYTES", str(TMP_QUOTA))
         install(site, mp, "arena-routes", "arena_routes", Path(routes.__file__).read_text())
-        registries.cache_clear()
+        forget_registries()
         run(scenario(tmp / "reference.yaml", honest), base / "reference", serial=True, report=False)
         made.reference = _rows(base / "reference")
         names = [c.name for c in routes.ALL if c is not routes.ForgedParams]
@@ -105,7 +105,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
         made.output += (tmp / "ray.txt").read_text(errors="replace")
         made.ray = _rows(base / "ray")
         made.left = leftovers(str(base / "serial"), str(base / "ray"), str(notes))
-        registries.cache_clear()
+        forget_registries()
         yield made
     shutil.rmtree(base, ignore_errors=True)
     shutil.rmtree(open_dir, ignore_errors=True)

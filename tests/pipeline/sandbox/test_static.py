@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import re
 
 import pytest
@@ -35,7 +36,7 @@ class Descriptor(Attack):
     game = "membership"
 
 
-class _Meta(type):
+class _Meta(abc.ABCMeta):  # a metaclass of an arena.Attack derives from its ABCMeta
     @property
     def threat_model(cls):
         CALLS.append("metaclass")
