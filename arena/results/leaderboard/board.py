@@ -99,11 +99,13 @@ def _marked(track: str, cells: pd.DataFrame, groups: Groups,
             violations: Mapping[str, str]) -> tuple[pd.DataFrame, list[str], list[str]]:
     """The cells with failures (FAILED×k), skips and DP-audit findings (VIOLATION×k) marked; the failure lines and
     the finding lines."""
-    cells = cells.copy()
+    row = {d: i for i, d in enumerate(cells.index)}
+    column = {a: j for j, a in enumerate(cells.columns)}
+    values = cells.to_numpy(dtype=object, copy=True)  # marked as one array, not cell by cell through ``.loc``
     failures: list[str] = []
     flagged: list[str] = []
     for (d, a), group in groups.items():
-        text = cells.loc[d, a]
+        text = values[row[d], column[a]]
         bad = [r for r in group if r["status"] == "failed"]
         skipped = [r for r in group if r["status"] == "skipped"]
         if bad:
@@ -115,8 +117,8 @@ def _marked(track: str, cells: pd.DataFrame, groups: Groups,
         if hits:
             text += f" VIOLATION×{len(hits)}"
             flagged.extend(f"{track} {d} vs {a} seed {r['seed']}: {violations[r['key']]}" for r in hits)
-        cells.loc[d, a] = text
-    return cells, failures, flagged
+        values[row[d], column[a]] = text
+    return pd.DataFrame(values, index=cells.index, columns=cells.columns), failures, flagged
 
 
 def _utility(rows: list[dict[str, Any]], defenses: list[str]) -> tuple[pd.Series, dict[str, Interval]]:

@@ -89,6 +89,19 @@ def cell_draws(draws: Sequence[np.ndarray], confidences: Iterable[float]) -> Cel
     return CellDraws(len(draws), {c: percentile_ends(mean_draws, c) for c in confidences})
 
 
+def cell_draws_of(draws: Sequence[Mapping[str, np.ndarray]], metrics: Sequence[str],
+                  confidences: Sequence[float]) -> dict[str, CellDraws]:
+    """``cell_draws`` of each of ``metrics`` (which every seed's ``draws`` hold, as many draws each) at once: one
+    mean over the seeds and one quantile call for the whole cell."""
+    if not metrics or not draws:
+        return {}
+    stacked = np.asarray([[d[m] for m in metrics] for d in draws], dtype=np.float64)  # seeds × metrics × draws
+    levels = [p for c in confidences for p in ((1 - c) / 2, (1 + c) / 2)]
+    ends = np.quantile(np.mean(stacked, axis=0), levels, axis=1)  # levels × metrics
+    return {m: CellDraws(len(draws), {c: (float(ends[2 * k, i]), float(ends[2 * k + 1, i]))
+                                      for k, c in enumerate(confidences)}) for i, m in enumerate(metrics)}
+
+
 def bootstrap_interval(mean: float, draws: Sequence[np.ndarray] | CellDraws,
                        bounds: tuple[float, float] = (-math.inf, math.inf), confidence: float = CONFIDENCE) -> Interval:
     """The percentile interval of the mean over seeds, each seed's metric drawn ``len(draws[i])`` times (the

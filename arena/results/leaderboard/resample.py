@@ -19,8 +19,8 @@ import numpy as np
 
 from arena.contracts.arrays import ArrayLoader
 from arena.engine.seeds import RESAMPLES, resample_seed
-from arena.results.leaderboard.intervals import CONFIDENCE, CellDraws, cell_draws
 from arena.results.games import recorded_game
+from arena.results.leaderboard.intervals import CONFIDENCE, CellDraws, cell_draws_of
 from arena.results.leaderboard.rows import registered_game
 
 Draws = dict[str, np.ndarray]
@@ -100,8 +100,8 @@ class Resampler:
         if cell not in self._cells:
             draws = [self.draws(r) for r in rows]
             common = set.intersection(*(set(d) if d is not None else set() for d in draws)) if draws else set()
-            self._cells[cell] = {m: cell_draws([d[m] for d in draws if d is not None], self.confidences)
-                                 for m in sorted(common)}
+            shaped = [m for m in sorted(common) if len({np.shape(d[m]) for d in draws if d is not None}) == 1]
+            self._cells[cell] = cell_draws_of([d for d in draws if d is not None], shaped, self.confidences)
         return self._cells[cell].get(metric)
 
     @property

@@ -1,7 +1,7 @@
 """``RUN_DIR/report/index.html``: one self-contained page (figures embedded as PNG, no scripts), rendered from the
-Jinja2 templates in ``arena/results/report/templates/`` with autoescape on; on request (``arena report --formats svg,pdf``)
-every figure is also written as SVG and PDF (TrueType fonts, ``arena.results.figures``) under
-``RUN_DIR/report/figures/``.
+Jinja2 templates in ``arena/results/report/templates/`` with autoescape on; on request
+(``arena report --formats svg,pdf``) every figure is also written as SVG and PDF (TrueType fonts,
+``arena.results.figures``) under ``RUN_DIR/report/figures/``.
 
 A table of contents first, then collapsible sections (``<details>``, each with its heading as summary and an id
 the contents link to): DP violations (if any); per track the leaderboard (ranking metric, legend of labels, the
@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from markupsafe import Markup
 
 from arena._version import __version__
@@ -52,12 +53,14 @@ def with_points(board: TrackBoard, metric: str, cells):  # noqa: ANN001, ANN201 
     grid = board.grids.get(metric)
     if grid is None or not grid.points:
         return cells
-    cells = cells.copy()
+    row = {d: i for i, d in enumerate(cells.index)}
+    column = {a: j for j, a in enumerate(cells.columns)}
+    values = cells.to_numpy(dtype=object, copy=True)  # one array, not cell by cell through ``.loc``
     for (d, a), point in grid.points.items():
-        base, full = str(grid.cells.loc[d, a]), str(cells.loc[d, a])
+        base, full = str(grid.cells.at[d, a]), str(values[row[d], column[a]])
         if base and full.startswith(base):
-            cells.loc[d, a] = f"{base} ({point.text()}){full[len(base):]}"
-    return cells
+            values[row[d], column[a]] = f"{base} ({point.text()}){full[len(base):]}"
+    return pd.DataFrame(values, index=cells.index, columns=cells.columns)
 
 
 def board_section(board: TrackBoard, ctx: TrackContext, flagged: set[tuple[str, str]]) -> Markup:
