@@ -1,8 +1,8 @@
 """Synthetic run directories of any size for the post-processing benchmarks and the memory test: rows of the current
 schema (``arena.pipeline.row``) for the membership game, over several tracks, defense configurations (non-private,
 DP-SGD and output perturbation claiming (ε, δ), RelaxLoss), attack configurations and seeds, each matchup with its
-saved arrays (scores, membership, record, label) and the bootstrap draws a scored matchup saves, written through
-the run store as ``arena run`` writes them (the run's secret, ``matchups.json``, the marker).
+saved arrays (scores, membership, record, label) and the bootstrap draws a scored matchup saves, authenticated with
+the run's secret as ``arena run`` writes them (and ``matchups.json``, the marker).
 
 The numbers are the game's own: each matchup's scores are drawn from one of ``PROTOTYPES`` score vectors (members
 shifted by a signal that grows with the defense's leakage and the attack's strength), and its metrics, operating
@@ -150,14 +150,42 @@ def _row(track: str, d: dict[str, Any], a: dict[str, Any], seed: int, proto: Pro
     }
 
 
+class _Entries:
+    """One prototype's cache entry (its arrays or its draws) serialised once, as ``TensorCache.put`` writes it
+    (safetensors, the SHA-256 of its tensors, an HMAC binding it to its kind and key with the run's secret), then
+    written under each matchup's key with that key's HMAC: 10,000 entries cost 10,000 file writes, not 10,000
+    serialisations and hashes of the same tensors."""
+
+    PLACEHOLDER = "0" * 64
+
+    def __init__(self, store: Any, kind: str, arrays: dict[str, np.ndarray]) -> None:
+        from safetensors.numpy import save
+
+        from arena.pipeline.tensorcache import DIGEST, arrays_sha256
+
+        self.cache, self.kind, self.secret = store.artifacts, kind, store.secret()
+        self.digest = arrays_sha256(arrays)
+        self.data = save({k: np.ascontiguousarray(v) for k, v in arrays.items()},
+                         metadata={DIGEST: self.digest, "mac": self.PLACEHOLDER})
+        assert self.data.count(self.PLACEHOLDER.encode()) == 1
+
+    def write(self, key: str) -> None:
+        from arena.pipeline.tensorcache import entry_mac
+
+        mac = entry_mac(self.secret, key, self.kind, self.digest).encode()  # as RunStore files them: key, then kind
+        path = self.cache.path(key, self.kind)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(self.data.replace(self.PLACEHOLDER.encode(), mac))
+
+
 def make_run_dir(root: Path | str, rows: int, *, tracks: int = 4, seeds: int = 3, arrays: bool = True,
                  draws: bool = True, failed_every: int = 97) -> Path:
     """Write a run directory of ``rows`` matchups under ``root`` (which must not hold one): ``Shape.of(rows)``,
     every ``failed_every``-th matchup failed or skipped; ``arrays`` and ``draws``: save each ok matchup's arrays
-    and bootstrap draws as a scored matchup does. Returns ``root``."""
+    and bootstrap draws as a scored matchup does (entries the store reads back and verifies). The rows are written
+    in one go, each line as ``RunStore.append_result`` writes it. Returns ``root``."""
+    import json
     import os
-
-    import torch
 
     from arena.pipeline.store import SECRET_ENV, RunStore
 
@@ -170,29 +198,26 @@ def make_run_dir(root: Path | str, rows: int, *, tracks: int = 4, seeds: int = 3
     try:
         store = RunStore(root)
         store.mark()
+        saved = [(_Entries(store, "arrays", p.arrays), _Entries(store, "bootstrap", p.draws)) for p in protos]
         written: dict[str, dict[str, Any]] = {}
-        tensors = [{k: torch.from_numpy(v) for k, v in p.arrays.items()} for p in protos]
-        n = 0
-        for t in range(shape.tracks):
-            for i in range(shape.defenses):
-                d = _defense(i)
-                for j in range(shape.attacks):
-                    a = _attack(j)
-                    for seed in range(shape.seeds):
-                        if n == rows:
-                            break
-                        n += 1
-                        status = "ok" if n % failed_every else ("failed" if n % 2 else "skipped")
-                        level = d["leak"] * a["strength"] / 1.5 + 0.05 * seed
-                        p = min(len(protos) - 1, max(0, round(level * (len(protos) - 1))))
-                        row = _row(f"track-{t}", d, a, seed, protos[p], status, columns)
-                        if status == "ok" and arrays:
-                            store.save_arrays(row["key"], tensors[p])
-                        if status == "ok" and draws:
-                            store.save_draws(row["key"], protos[p].draws)
-                        store.append_result(row)
-                        written[row["key"]] = {"defense_label": row["defense_label"],
-                                               "attack_label": row["attack_label"]}
+        lines = []
+        for n in range(rows):
+            t, rest = divmod(n, shape.defenses * shape.attacks * shape.seeds)
+            i, rest = divmod(rest, shape.attacks * shape.seeds)
+            j, seed = divmod(rest, shape.seeds)
+            d, a = _defense(i), _attack(j)
+            status = "ok" if (n + 1) % failed_every else ("failed" if (n + 1) % 2 else "skipped")
+            level = d["leak"] * a["strength"] / 1.5 + 0.05 * seed
+            p = min(len(protos) - 1, max(0, round(level * (len(protos) - 1))))
+            row = _row(f"track-{t}", d, a, seed, protos[p], status, columns)
+            if status == "ok" and arrays:
+                saved[p][0].write(row["key"])
+            if status == "ok" and draws:
+                saved[p][1].write(row["key"])
+            lines.append(json.dumps(row, sort_keys=True, default=str) + "\n")
+            written[row["key"]] = {"defense_label": row["defense_label"], "attack_label": row["attack_label"]}
+        store.results_path.write_text("".join(lines), encoding="utf-8")
+        store.results_path.chmod(0o600)
         store.set_matchups(written)
     finally:
         if previous is None:
