@@ -151,8 +151,8 @@ def section(ctx: Any) -> Markup:
     roc = figures.roc_curves(board, ctx.rows, ctx.arrays)
     roc_png = ctx.figures.save(roc, f"{board.track}-roc") if roc is not None else None
     summarised = board.means.size >= MANY_CELLS  # per defense, its strongest attack: the tables stay readable
-    cells = set(strongest_per_defense(board).items()) if summarised else None
-    pairs = _pairs(ctx.rows, ctx.arrays, cells)
+    chosen = set(strongest_per_defense(board).items()) if summarised else None
+    pairs = _pairs(ctx.rows, ctx.arrays, chosen)
     order = [(d, a) for d in board.means.index for a in board.means.columns if (d, a) in pairs]
     exposed = [(d, a, record_risk(pairs[d, a])) for d, a in order]
     exposed = [(d, a, risks) for d, a, risks in exposed if risks]
