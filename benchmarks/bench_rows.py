@@ -66,7 +66,9 @@ def _appends(folder: Path, prefill: int, repeats: int) -> list[float]:
     file cut back to its ``prefill`` rows before each)."""
     from arena.pipeline.store import RunStore
 
+    folder.mkdir(parents=True, exist_ok=True)
     store = RunStore(folder)
+    store.results_path.touch()
     for n in range(prefill):
         store.append_result(_row(n))
     size = store.results_path.stat().st_size if store.results_path.exists() else 0
