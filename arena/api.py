@@ -184,11 +184,12 @@ class Results:
 
         return pd.DataFrame(long_rows(self.boards(metric, track)))
 
-    def report(self) -> Path:
-        """Write ``RUN_DIR/report/index.html`` (and its figures) and return its path."""
+    def report(self, formats: Sequence[str] = ()) -> Path:
+        """Write ``RUN_DIR/report/index.html`` (and its figures in the vector ``formats``, any of "svg" and "pdf",
+        under ``report/figures/``) and return its path."""
         from arena.results.report.html import write_report
 
-        return write_report(self.run_dir)
+        return write_report(self.run_dir, formats)
 
     def publish(self, out: Path | str) -> Path:
         """Write a static site of these results (``arena.results.publish``) into ``out``; return its index page."""
@@ -256,7 +257,7 @@ class MergedResults(Results):
         frame.insert(1, "run", [r["run"] for r in self.rows])
         return frame
 
-    def report(self) -> Path:
+    def report(self, formats: Sequence[str] = ()) -> Path:
         raise TypeError("a merged benchmark has no run directory of its own to write a report into; publish it "
                         "(Results.publish(out), arena publish RUN... --out DIR) or report each run")
 

@@ -51,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="write RUN_DIR/report/index.html (tables, plots, DP audit, timings)")
     rep.add_argument("run_dir", type=Path)
+    rep.add_argument("--formats", type=_vector_formats, default=(), metavar="svg,pdf",
+                     help="also write every figure in these vector formats under RUN_DIR/report/figures/ (for "
+                          "papers; default: none, the page embeds each figure as PNG)")
 
     pub = sub.add_parser("publish", help="write a static site of one or more run directories (merged as by "
                          "leaderboard): tracks, boards, methods, downloads, DP audit, a content hash per row")
@@ -256,12 +259,23 @@ def _history(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _vector_formats(text: str) -> tuple[str, ...]:
+    """``--formats svg,pdf``: the vector formats named (``arena.results.report.plots.VECTOR``), or a usage error."""
+    known = ("svg", "pdf")  # plots.VECTOR, without importing matplotlib to parse the command line
+    names = tuple(dict.fromkeys(f.strip().lower() for f in text.split(",") if f.strip()))
+    unknown = [f for f in names if f not in known]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown figure format {', '.join(unknown) or repr(text)}; choose from "
+                                         f"{', '.join(known)} (comma-separated)")
+    return names
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from arena.pipeline.store import RunDirError
     from arena.results.report.html import write_report
 
     try:
-        path = write_report(args.run_dir)
+        path = write_report(args.run_dir, args.formats)
     except (FileNotFoundError, RunDirError) as exc:  # no results, or a damaged matchups.json
         return _problems([str(exc)])
     except OSError as exc:  # a read-only or full run directory

@@ -28,6 +28,7 @@ PAIRS = {
     "j": "benchmarks.bench_tournament_cnn",
     "k": "benchmarks.gpu_check",
     "l": "benchmarks.bench_audit",
+    "p": "benchmarks.bench_rows",
 }
 ON_REQUEST = {"k"}
 """Pairs a plain ``python -m benchmarks`` leaves out (``--only`` names them): k needs a GPU (``make gpu-check``)."""

@@ -45,10 +45,9 @@ MISSED_COMMAND = (
     "audits again and loads the plugins for the games' rules. What would close it: the boards without pandas."
 )
 MISSED_REPORT = (
-    "The report draws every figure three times (PNG for the page, SVG and PDF for papers; the layout once) and "
-    "embeds subset TrueType fonts in each PDF (fontTools, ~0.4 s a PDF); the DP audit runs dp_accounting's "
-    "replace-one PLD once per distinct claim (~1 s each). What would close it: fewer formats by default, or the "
-    "figures drawn in parallel processes."
+    "The report draws each of its ~20 figures once as PNG (SVG and PDF only with `--formats`), a constrained "
+    "layout each; the DP audit runs dp_accounting's replace-one PLD once per distinct claim (~1 s each). What "
+    "would close it: the figures drawn in parallel processes."
 )
 
 

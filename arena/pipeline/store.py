@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
@@ -248,27 +248,16 @@ class RunStore:
         _atomic_write(self.root / name, lambda tmp: Path(tmp).write_text(text))
 
     def append_result(self, row: dict) -> None:
-        """Append one finished matchup as a single line, flushed and fsynced before returning."""
+        """Append one finished matchup as a single line, flushed and fsynced before returning. The file is opened
+        once and never read but for its last byte (and, after a torn write, back to its last newline): an append
+        costs the same however many rows precede it."""
         self.root.mkdir(parents=True, exist_ok=True)
-        line = json.dumps(row, sort_keys=True, default=str) + "\n"
-        self._repair_tail()
-        with os.fdopen(open_regular(self.results_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a",
-                       encoding="utf-8") as f:
+        line = (json.dumps(row, sort_keys=True, default=str) + "\n").encode("utf-8")
+        with os.fdopen(open_regular(self.results_path, os.O_RDWR | os.O_APPEND | os.O_CREAT), "r+b") as f:
+            _repair_tail(f)
             f.write(line)
             f.flush()
             os.fsync(f.fileno())
-
-    def _repair_tail(self) -> None:
-        """Drop a torn last line (a kill during a write) so the next append starts on a fresh line."""
-        path = self.results_path
-        if not path.exists() or path.stat().st_size == 0:
-            return
-        data = path.read_bytes()
-        if data.endswith(b"\n"):
-            return
-        cut = data.rfind(b"\n") + 1
-        with open(path, "r+b") as f:
-            f.truncate(cut)
 
     def set_matchups(self, matchups: dict[str, dict]) -> None:
         """Record the matchups of the scenario as run (matchup key → its ``defense_label`` and ``attack_label``,
@@ -332,6 +321,31 @@ class RunStore:
                 self._reported.add(line)
                 warn(f"{self.results_path}: line {line}: {why}; skipped")
         return read.rows
+
+
+def _repair_tail(f: BinaryIO) -> None:
+    """Drop a torn last line of the open results file ``f`` (a kill during a write), so that the next append starts
+    on a fresh line: its last byte is read and, only after a torn write, the file back to its last newline."""
+    end = f.seek(0, os.SEEK_END)
+    if end == 0:
+        return
+    f.seek(end - 1)
+    if f.read(1) == b"\n":
+        return
+    f.truncate(_last_newline(f, end) + 1)
+
+
+def _last_newline(f: BinaryIO, end: int, block: int = 1 << 16) -> int:
+    """The offset of the last newline before ``end`` in the open file ``f`` (-1: none), read backwards block by
+    block: as far back as the torn line reaches, not the whole file."""
+    while end > 0:
+        start = max(0, end - block)
+        f.seek(start)
+        found = f.read(end - start).rfind(b"\n")
+        if found >= 0:
+            return start + found
+        end = start
+    return -1
 
 
 def _alive(pid: str) -> bool:

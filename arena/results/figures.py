@@ -139,3 +139,56 @@ def log_log(ax: Any) -> None:
         axis.set_minor_locator(LogLocator(base=10.0, subs=(2.0, 5.0)))
         axis.set_minor_formatter(NullFormatter())
     ax.grid(alpha=0.3)
+
+
+# ------------------------------------------------------------------- summaries of a track with many cells
+TOP_ATTACKS = 6
+"""A figure with a panel per attack draws at most this many: the strongest attacks of the track (its table reads
+every one)."""
+TOP_CURVES = 8
+"""A panel with a curve per defense draws at most this many: the defenses the panel's attack exposes most."""
+MANY_CELLS = 48
+"""From this many defense × attack cells on, a track's per-cell figures and per-record tables are summarised: each
+defense's strongest attack (the cells' own numbers stay in the leaderboard's tables)."""
+
+
+def _strength(board: Any, values: Any) -> Any:
+    """Cell means as the attacker reads them (higher: stronger), NaN as the weakest."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=np.float64)
+    v = v if board.higher_is_better else -v
+    return np.where(np.isfinite(v), v, -np.inf)
+
+
+def strongest_attacks(board: Any, k: int = TOP_ATTACKS) -> list[str]:
+    """The ``k`` strongest attacks of a track's board (``TrackBoard``), by the attack ranking (mean rank across
+    defenses of the ranking metric; one sort), in that order; every attack when there are at most ``k``."""
+    attacks = [str(a) for a in board.means.columns]
+    if len(attacks) <= k:
+        return attacks
+    ranked = [str(a) for a in board.attack_ranking.index if str(a) in attacks]
+    return (ranked + [a for a in attacks if a not in ranked])[:k]
+
+
+def most_exposed(board: Any, attack: str, defenses: Sequence[str], k: int = TOP_CURVES) -> list[str]:
+    """Of ``defenses`` (in their order), the ``k`` that ``attack`` exposes most by the ranking metric's cell means
+    (the first of equals), kept in the track's defense order; all of them when there are at most ``k``."""
+    import numpy as np
+
+    if len(defenses) <= k:
+        return list(defenses)
+    means = board.means[attack].reindex(defenses) if attack in board.means.columns else None
+    if means is None:
+        return list(defenses)[:k]
+    chosen = set(np.argsort(-_strength(board, means.to_numpy()), kind="stable")[:k].tolist())
+    return [d for i, d in enumerate(defenses) if i in chosen]
+
+
+def strongest_per_defense(board: Any) -> dict[str, str]:
+    """Each defense of the board → its strongest attack by the ranking metric's cell means (the first of equals)."""
+    import numpy as np
+
+    strength = _strength(board, board.means.to_numpy())
+    attacks = [str(a) for a in board.means.columns]
+    return {str(d): attacks[int(np.argmax(strength[i]))] for i, d in enumerate(board.means.index) if attacks}

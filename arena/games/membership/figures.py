@@ -23,7 +23,9 @@ from arena.results.figures import (
     figure,
     legend_columns,
     log_log,
+    most_exposed,
     panels,
+    strongest_attacks,
     wrap,
 )
 from arena.results.figures import grid as grid_shape
@@ -67,13 +69,18 @@ def roc_curves(board: TrackBoard, rows: list[dict[str, Any]], arrays: ArrayLoade
     """Log-log ROC curves of a membership track: one panel per attack (at most three a row), one line per defense in
     the defense's colour of the track: the mean over seeds on a common log-FPR grid with its min–max band, floored
     at 1/n members. Each panel's legend (inside it, lower right, where no ROC above chance goes) gives each
-    defense's AUC and TPR at 1 % FPR; the defenses' names are in the legend below the panels.
+    defense's AUC and TPR at 1 % FPR; the defenses' names are in the legend below the panels. A track with many
+    cells is summarised: the ``TOP_ATTACKS`` strongest attacks' panels, each with the ``TOP_CURVES`` defenses it
+    exposes most (``arena.results.figures``); only their matchups' arrays are read.
 
     None when no ok matchup of the track saved its scores.
     """
+    chosen = {a: set(most_exposed(board, a, [str(d) for d in board.means.index])) for a in strongest_attacks(board)}
     curves: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]] = {}
     smallest, floor = math.inf, math.inf
     for r in rows:
+        if r["defense_label"] not in chosen.get(r["attack_label"], ()):
+            continue
         saved = arrays(r["key"]) if r.get("status") == "ok" else None
         if saved is None or "scores" not in saved:
             continue
@@ -118,7 +125,9 @@ def roc_curves(board: TrackBoard, rows: list[dict[str, Any]], arrays: ArrayLoade
     handles.append(Line2D([], [], color="grey", linestyle=":", label="chance"))
     fig.legend(handles=handles, loc="outside lower center",
                ncols=legend_columns([str(h.get_label()) for h in handles], PANEL[0] * cols - 0.4))
-    fig.suptitle(wrap(f"{board.track}: ROC per attack (mean of up to {n_seeds} seeds, min–max band)",
+    summary = "" if len(attacks) == len(board.means.columns) and len(defenses) == len(board.means.index) else (
+        f"; the {len(attacks)} strongest of {len(board.means.columns)} attacks, each with the defenses it exposes most")
+    fig.suptitle(wrap(f"{board.track}: ROC per attack (mean of up to {n_seeds} seeds, min–max band{summary})",
                       PANEL[0] * cols - 0.5, 10), fontsize=10)
     return fig
 

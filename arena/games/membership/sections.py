@@ -13,6 +13,7 @@ cannot resolve 1 %; n/r when they cannot resolve 10 % either), averaged over see
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ from arena.contracts.metric import tpr_key
 from arena.games.membership import figures
 from arena.games.membership.metrics import score_metrics
 from arena.games.membership.power import MAX_PAIRS
+from arena.results.figures import MANY_CELLS, strongest_per_defense
 from arena.results.leaderboard import NOT_RESOLVABLE
 
 TOP_RECORDS = 3
@@ -40,9 +42,13 @@ class RecordRisk:
     times_seen: int  # seeds in which it was a challenge point at all
 
 
-def _pairs(rows: list[dict[str, Any]], arrays) -> dict[tuple[str, str], list[dict[str, np.ndarray]]]:  # noqa: ANN001
+def _pairs(rows: list[dict[str, Any]], arrays,  # noqa: ANN001 - an ArrayLoader
+           cells: Collection[tuple[str, str]] | None = None) -> dict[tuple[str, str], list[dict[str, np.ndarray]]]:
+    """(defense, attack) → each ok seed's saved arrays, of the ``cells`` given (None: every cell)."""
     out: dict[tuple[str, str], list[dict[str, np.ndarray]]] = {}
     for r in rows:
+        if cells is not None and (r["defense_label"], r["attack_label"]) not in cells:
+            continue
         saved = arrays(r["key"]) if r.get("status") == "ok" else None
         if saved is None or "scores" not in saved or "is_member" not in saved:
             continue
@@ -144,7 +150,9 @@ def section(ctx: Any) -> Markup:
     board = ctx.board
     roc = figures.roc_curves(board, ctx.rows, ctx.arrays)
     roc_png = ctx.figures.save(roc, f"{board.track}-roc") if roc is not None else None
-    pairs = _pairs(ctx.rows, ctx.arrays)
+    summarised = board.means.size >= MANY_CELLS  # per defense, its strongest attack: the tables stay readable
+    chosen = set(strongest_per_defense(board).items()) if summarised else None
+    pairs = _pairs(ctx.rows, ctx.arrays, chosen)
     order = [(d, a) for d in board.means.index for a in board.means.columns if (d, a) in pairs]
     exposed = [(d, a, record_risk(pairs[d, a])) for d, a in order]
     exposed = [(d, a, risks) for d, a, risks in exposed if risks]
@@ -170,7 +178,7 @@ def section(ctx: Any) -> Markup:
                     for d, a, risks in exposed for place, r in enumerate(risks, start=1)]
     return ctx.render("membership.html.j2", track=board.track, roc_png=roc_png, exposed=bool(exposed),
                   exposed_rows=exposed_rows, records_png=records_png, class_labels=[f"class {c}" for c in labels],
-                  class_rows=class_rows, top=TOP_RECORDS,
+                  class_rows=class_rows, top=TOP_RECORDS, summarised=summarised,
                   tradeoff=audited_rocs(ctx))
 
 

@@ -24,7 +24,7 @@ from arena.contracts.arrays import ArrayLoader
 from arena.contracts.metric import UNIT
 from arena.pipeline.labels import legend_entries
 from arena.results.leaderboard.grid import Groups, MetricGrid, metric_grid, unresolvable_warnings
-from arena.results.leaderboard.intervals import MIN_T_SEEDS, RESAMPLES, Interval, cell_interval
+from arena.results.leaderboard.intervals import CONFIDENCE, MIN_T_SEEDS, RESAMPLES, Interval, cell_interval
 from arena.results.leaderboard.rankings import rankings, simultaneous_confidence
 from arena.results.leaderboard.resample import DrawLoader, Resampler
 from arena.results.leaderboard.rows import (
@@ -99,11 +99,13 @@ def _marked(track: str, cells: pd.DataFrame, groups: Groups,
             violations: Mapping[str, str]) -> tuple[pd.DataFrame, list[str], list[str]]:
     """The cells with failures (FAILED×k), skips and DP-audit findings (VIOLATION×k) marked; the failure lines and
     the finding lines."""
-    cells = cells.copy()
+    row = {d: i for i, d in enumerate(cells.index)}
+    column = {a: j for j, a in enumerate(cells.columns)}
+    values = cells.to_numpy(dtype=object, copy=True)  # marked as one array, not cell by cell through ``.loc``
     failures: list[str] = []
     flagged: list[str] = []
     for (d, a), group in groups.items():
-        text = cells.loc[d, a]
+        text = values[row[d], column[a]]
         bad = [r for r in group if r["status"] == "failed"]
         skipped = [r for r in group if r["status"] == "skipped"]
         if bad:
@@ -115,19 +117,18 @@ def _marked(track: str, cells: pd.DataFrame, groups: Groups,
         if hits:
             text += f" VIOLATION×{len(hits)}"
             flagged.extend(f"{track} {d} vs {a} seed {r['seed']}: {violations[r['key']]}" for r in hits)
-        cells.loc[d, a] = text
-    return cells, failures, flagged
+        values[row[d], column[a]] = text
+    return pd.DataFrame(values, index=cells.index, columns=cells.columns), failures, flagged
 
 
 def _utility(rows: list[dict[str, Any]], defenses: list[str]) -> tuple[pd.Series, dict[str, Interval]]:
     """Each defense's mean utility over its releases, with the t-interval over them from ``MIN_T_SEEDS`` on (no
     interval below: a release's test-set draws are not saved)."""
-    intervals = {}
-    for d in defenses:
-        per_seed = {r.get("release_key", r["seed"]): r["utility"]  # one per release (merged runs: per run too)
-                    for r in rows if r["defense_label"] == d and r.get("utility") is not None}
-        if per_seed:
-            intervals[d] = cell_interval(list(per_seed.values()), None, UNIT)
+    releases: dict[str, dict[Any, float]] = {}  # defense → release → utility, one pass over the rows
+    for r in rows:
+        if r.get("utility") is not None:  # one per release (merged runs: per run too)
+            releases.setdefault(r["defense_label"], {})[r.get("release_key", r["seed"])] = r["utility"]
+    intervals = {d: cell_interval(list(releases[d].values()), None, UNIT) for d in defenses if releases.get(d)}
     utility = pd.Series({d: intervals[d].mean if d in intervals else np.nan for d in defenses}, dtype=np.float64)
     return utility, intervals
 
@@ -166,10 +167,13 @@ def track_board(track: str, rows: list[dict[str, Any]], violations: Mapping[str,
     metric = rank_metric(list(infos), rank_by, declared)
     defenses = defense_order(rows)
     attacks = sorted({r["attack_label"] for r in rows})
-    groups = {(d, a): [r for r in rows if r["defense_label"] == d and r["attack_label"] == a]
-              for d in defenses for a in attacks}
+    groups: Groups = {(d, a): [] for d in defenses for a in attacks}
+    for r in rows:  # one pass over the rows, not one per cell
+        groups[r["defense_label"], r["attack_label"]].append(r)
     n_seeds = max((sum(r["status"] == "ok" for r in g) for g in groups.values()), default=0)
-    resampler = Resampler(game, arrays, list(infos), resamples=resamples, seed=seed, saved=draws, rows=rows)
+    together_level = simultaneous_confidence(len(attacks))
+    resampler = Resampler(game, arrays, list(infos), resamples=resamples, seed=seed, saved=draws, rows=rows,
+                          confidences=(CONFIDENCE, together_level))
     grids = {n: metric_grid(info, groups, defenses, attacks, resampler) for n, info in infos.items()}
     warnings = unresolvable_warnings(track, grids, groups)
     if fallback:
@@ -181,7 +185,7 @@ def track_board(track: str, rows: list[dict[str, Any]], violations: Mapping[str,
     cells, failures, flagged = _marked(track, main.cells, groups, violations or {})
     utility, utility_intervals = _utility(rows, defenses)
     # the defense ranking's worst case: the cells' intervals made simultaneous over the attacks (Bonferroni)
-    together = (metric_grid(main.info, groups, defenses, attacks, resampler, simultaneous_confidence(len(attacks)))
+    together = (metric_grid(main.info, groups, defenses, attacks, resampler, together_level)
                 if metric in grids else main)
     attack_ranking, defense_ranking = rankings(main.means, utility, metric, higher, defenses, together.intervals,
                                                frozenset(claimed_epsilons(rows)))

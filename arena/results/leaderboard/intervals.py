@@ -9,7 +9,7 @@ agree, or a rate of 0, never give a zero-width interval."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,13 +66,51 @@ def mean_interval(
     return Interval(mean, max(mean - half, low), min(mean + half, high), len(arr))
 
 
-def bootstrap_interval(mean: float, draws: Sequence[np.ndarray], bounds: tuple[float, float] = (-math.inf, math.inf),
-                       confidence: float = CONFIDENCE) -> Interval:
-    """The percentile interval of the mean over seeds, each seed's metric drawn ``len(draws[i])`` times (the
-    same number for every seed), cut to ``bounds``."""
-    mean_draws = np.mean(np.asarray(draws, dtype=np.float64), axis=0)
+@dataclass(frozen=True)
+class CellDraws:
+    """A cell's bootstrap draws of one metric, summarised as soon as they are read (``cell_draws``): the number of
+    seeds, and the percentile ends of the mean over the seeds' draws at each confidence level asked for. A board
+    keeps these few numbers per cell instead of every matchup's draws, so that its memory does not grow with the
+    draws it reads."""
+
+    seeds: int
+    ends: Mapping[float, tuple[float, float]]
+
+
+def percentile_ends(mean_draws: np.ndarray, confidence: float) -> tuple[float, float]:
+    """The two-sided percentile interval's ends of ``mean_draws`` at ``confidence``."""
     low, high = np.quantile(mean_draws, [(1 - confidence) / 2, (1 + confidence) / 2])
-    return Interval(mean, max(float(low), bounds[0]), min(float(high), bounds[1]), len(draws), "bootstrap")
+    return float(low), float(high)
+
+
+def cell_draws(draws: Sequence[np.ndarray], confidences: Iterable[float]) -> CellDraws:
+    """Each seed's draws of a metric (the same number for every seed) summarised at each of ``confidences``."""
+    mean_draws = np.mean(np.asarray(draws, dtype=np.float64), axis=0)
+    return CellDraws(len(draws), {c: percentile_ends(mean_draws, c) for c in confidences})
+
+
+def cell_draws_of(draws: Sequence[Mapping[str, np.ndarray]], metrics: Sequence[str],
+                  confidences: Sequence[float]) -> dict[str, CellDraws]:
+    """``cell_draws`` of each of ``metrics`` (which every seed's ``draws`` hold, as many draws each) at once: one
+    mean over the seeds and one quantile call for the whole cell."""
+    if not metrics or not draws:
+        return {}
+    stacked = np.asarray([[d[m] for m in metrics] for d in draws], dtype=np.float64)  # seeds × metrics × draws
+    levels = [p for c in confidences for p in ((1 - c) / 2, (1 + c) / 2)]
+    ends = np.quantile(np.mean(stacked, axis=0), levels, axis=1)  # levels × metrics
+    return {m: CellDraws(len(draws), {c: (float(ends[2 * k, i]), float(ends[2 * k + 1, i]))
+                                      for k, c in enumerate(confidences)}) for i, m in enumerate(metrics)}
+
+
+def bootstrap_interval(mean: float, draws: Sequence[np.ndarray] | CellDraws,
+                       bounds: tuple[float, float] = (-math.inf, math.inf), confidence: float = CONFIDENCE) -> Interval:
+    """The percentile interval of the mean over seeds, each seed's metric drawn ``len(draws[i])`` times (the
+    same number for every seed; or their summary, ``CellDraws``), cut to ``bounds``."""
+    summary = draws if isinstance(draws, CellDraws) else cell_draws(draws, (confidence,))
+    if confidence not in summary.ends:
+        raise ValueError(f"the cell's draws were summarised at {sorted(summary.ends)}, not at {confidence}")
+    low, high = summary.ends[confidence]
+    return Interval(mean, max(low, bounds[0]), min(high, bounds[1]), summary.seeds, "bootstrap")
 
 
 def binomial_interval(values: Sequence[float], trials: Sequence[int], confidence: float = CONFIDENCE) -> Interval:
@@ -93,12 +131,12 @@ def no_interval(values: Sequence[float]) -> Interval:
     return Interval(float(np.mean(np.asarray(values, dtype=np.float64))), math.nan, math.nan, len(values), "none")
 
 
-def cell_interval(values: Sequence[float], draws: Sequence[np.ndarray] | None,
+def cell_interval(values: Sequence[float], draws: Sequence[np.ndarray] | CellDraws | None,
                   bounds: tuple[float, float] = (-math.inf, math.inf),
                   trials: Sequence[int] | None = None, confidence: float = CONFIDENCE) -> Interval:
     """A cell's interval at ``confidence``: binomial over the pooled ``trials`` (each seed's number of trials, for a
     proportion), else t over seeds from ``MIN_T_SEEDS`` seeds on, else the bootstrap of ``draws`` (each seed's
-    draws of the metric), else none."""
+    draws of the metric, or their ``CellDraws``), else none."""
     if trials is not None:
         return binomial_interval(values, trials, confidence)
     if len(values) >= MIN_T_SEEDS:

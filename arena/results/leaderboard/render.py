@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -16,16 +17,24 @@ from arena.results.leaderboard.board import TrackBoard
 from arena.results.leaderboard.grid import NOT_RESOLVABLE, MetricGrid
 
 
+def text_frame(like: pd.DataFrame, texts: Iterable[tuple[tuple[str, str], str]]) -> pd.DataFrame:
+    """A frame of display strings shaped like ``like`` (defenses × attacks), "" but for the ``((defense, attack),
+    text)`` given (a later one replacing an earlier); filled as one array, not cell by cell through ``.loc``."""
+    row = {d: i for i, d in enumerate(like.index)}
+    column = {a: j for j, a in enumerate(like.columns)}
+    values = np.full(like.shape, "", dtype=object)
+    for (d, a), text in texts:
+        values[row[d], column[a]] = text
+    return pd.DataFrame(values, index=like.index, columns=like.columns)
+
+
 def interval_table(board: TrackBoard, metric: str | None = None) -> pd.DataFrame:
     """The interval of each mean of ``metric`` (the ranking one by default; utility first) as display strings,
     shaped like ``cells``; ``n/r`` where the metric cannot be resolved."""
     grid = board.grids.get(metric or board.metric)
-    table = pd.DataFrame("", index=board.cells.index, columns=board.cells.columns)
     intervals = grid.intervals if grid is not None else board.intervals
-    for (d, a), interval in intervals.items():
-        table.loc[d, a] = interval.text()
-    for d, a in (grid.not_resolvable if grid is not None else ()):
-        table.loc[d, a] = NOT_RESOLVABLE
+    table = text_frame(board.cells, [*((cell, iv.text()) for cell, iv in intervals.items()),
+                                     *((cell, NOT_RESOLVABLE) for cell in (grid.not_resolvable if grid else ()))])
     table.insert(0, "utility", [board.utility_intervals[d].text() if d in board.utility_intervals else ""
                                 for d in table.index])
     return table
@@ -43,12 +52,8 @@ def operating_table(board: TrackBoard, metric: str) -> pd.DataFrame | None:
     grid = board.grids.get(metric)
     if grid is None or not grid.points:
         return None
-    table = pd.DataFrame("", index=board.cells.index, columns=board.cells.columns)
-    for (d, a), point in grid.points.items():
-        table.loc[d, a] = point.text()
-    for d, a in grid.not_resolvable:
-        table.loc[d, a] = NOT_RESOLVABLE
-    return table
+    return text_frame(board.cells, [*((cell, point.text()) for cell, point in grid.points.items()),
+                                    *((cell, NOT_RESOLVABLE) for cell in grid.not_resolvable)])
 
 
 def _point_fields(g: MetricGrid, d: str, a: str) -> dict[str, Any]:

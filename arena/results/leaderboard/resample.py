@@ -20,6 +20,7 @@ import numpy as np
 from arena.contracts.arrays import ArrayLoader
 from arena.engine.seeds import RESAMPLES, resample_seed
 from arena.results.games import recorded_game
+from arena.results.leaderboard.intervals import CONFIDENCE, CellDraws, cell_draws_of
 from arena.results.leaderboard.rows import registered_game
 
 Draws = dict[str, np.ndarray]
@@ -34,21 +35,24 @@ def saved_draws(store: Any) -> DrawLoader:
 
 
 class Resampler:
-    """The bootstrap draws of one track's matchups (each read or computed once): ``draws(row)`` is
-    ``{metric: draws}``, or None where the matchup saved nothing its game can resample. Saved draws (``saved``) are
-    read where the board asks for the draws that were saved (``RESAMPLES`` of them, board seed 0); otherwise, or
-    where a matchup saved none, the game's ``resample`` recomputes them from the matchup's arrays (``arrays``):
-    a built-in game's as its rows record it (``rows``, ``arena.results.games``), another's from the registry,
-    which loads the plugins only then."""
+    """The bootstrap draws of one track's matchups, read (or computed) once each and summarised per cell at once
+    (``of``: ``CellDraws``, the percentile ends at each of ``confidences``), so that a board holds a few numbers
+    per cell, never every matchup's draws. Saved draws (``saved``) are read where the board asks for the draws that
+    were saved (``RESAMPLES`` of them, board seed 0); otherwise, or where a matchup saved none, the game's
+    ``resample`` recomputes them from the matchup's arrays (``arrays``): a built-in game's as its rows record it
+    (``rows``, ``arena.results.games``), another's from the registry, which loads the plugins only then."""
 
     def __init__(self, game: str, arrays: ArrayLoader | None, metrics: Sequence[str], *, resamples: int = RESAMPLES,
-                 seed: int = 0, saved: DrawLoader | None = None, rows: Sequence[Mapping[str, Any]] = ()) -> None:
+                 seed: int = 0, saved: DrawLoader | None = None, rows: Sequence[Mapping[str, Any]] = (),
+                 confidences: Sequence[float] = (CONFIDENCE,)) -> None:
         self.game, self.arrays, self.metrics, self.rows = game, arrays, list(metrics), rows
-        self.resamples, self.seed = resamples, seed
+        self.resamples, self.seed, self.confidences = resamples, seed, tuple(confidences)
         self.saved = saved if (resamples, seed) == (RESAMPLES, 0) else None
         self.read = 0  # matchups whose saved draws were read
         self.recomputed = 0  # matchups resampled here from their arrays
-        self._drawn: dict[str, Draws | None] = {}
+        self.drawn = 0  # matchups with draws (read or recomputed)
+        self.held: set[str] = set()  # the metrics some matchup's draws hold
+        self._cells: dict[tuple[str, ...], dict[str, CellDraws]] = {}
 
     @cached_property
     def game_class(self) -> Any:
@@ -74,25 +78,31 @@ class Resampler:
         return {k: np.asarray(v, dtype=np.float64) for k, v in found.items()}
 
     def draws(self, row: dict[str, Any]) -> Draws | None:
+        """One matchup's draws (metric → draws), read or computed now (not kept: ``of`` summarises them)."""
         key = row["key"]
-        if key not in self._drawn:
-            drawn = self._saved(key)
-            if drawn is not None:
-                self.read += 1
-            elif self.arrays is not None and self.function is not None:
-                arrays = self.arrays(key)
-                drawn = None if arrays is None else self.function(
-                    arrays, self.metrics, resamples=self.resamples, seed=resample_seed(key, self.seed))
-                self.recomputed += drawn is not None
-            self._drawn[key] = drawn
-        return self._drawn[key]
+        drawn = self._saved(key)
+        if drawn is not None:
+            self.read += 1
+        elif self.arrays is not None and self.function is not None:
+            arrays = self.arrays(key)
+            drawn = None if arrays is None else self.function(
+                arrays, self.metrics, resamples=self.resamples, seed=resample_seed(key, self.seed))
+            self.recomputed += drawn is not None
+        if drawn is not None:
+            self.drawn += 1
+            self.held.update(drawn)
+        return drawn
 
-    def of(self, metric: str, rows: Sequence[dict[str, Any]]) -> list[np.ndarray] | None:
-        """Each row's draws of ``metric``, or None unless every row has them."""
-        draws = [self.draws(r) for r in rows]
-        if all(d is not None and metric in d for d in draws):
-            return [d[metric] for d in draws]  # type: ignore[index]
-        return None
+    def of(self, metric: str, rows: Sequence[dict[str, Any]]) -> CellDraws | None:
+        """The cell of ``rows``' draws of ``metric`` summarised (``CellDraws``), or None unless every row has them.
+        Each cell's draws are read once, for every metric, the first time any of its metrics is asked for."""
+        cell = tuple(r["key"] for r in rows)
+        if cell not in self._cells:
+            draws = [self.draws(r) for r in rows]
+            common = set.intersection(*(set(d) if d is not None else set() for d in draws)) if draws else set()
+            shaped = [m for m in sorted(common) if len({np.shape(d[m]) for d in draws if d is not None}) == 1]
+            self._cells[cell] = cell_draws_of([d for d in draws if d is not None], shaped, self.confidences)
+        return self._cells[cell].get(metric)
 
     @property
     def source(self) -> str:
@@ -105,10 +115,9 @@ class Resampler:
 
     def why_not(self, metric: str) -> str:
         """Why ``metric`` has no bootstrap interval in some cell."""
-        drawn = [d for d in self._drawn.values() if d is not None]
-        if any(metric in d for d in drawn):
+        if metric in self.held:
             return "some seeds saved no scores to resample"
-        if drawn:
+        if self.drawn:
             return f"{metric} cannot be recomputed from saved scores"
         if self.arrays is None and self.saved is None:
             return "no saved scores were given to resample"

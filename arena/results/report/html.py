@@ -1,27 +1,32 @@
 """``RUN_DIR/report/index.html``: one self-contained page (figures embedded as PNG, no scripts), rendered from the
-Jinja2 templates in ``arena/results/report/templates/`` with autoescape on; every figure is also written as SVG and
-PDF (TrueType fonts, ``arena.results.figures``) under ``RUN_DIR/report/figures/``.
+Jinja2 templates in ``arena/results/report/templates/`` with autoescape on; on request
+(``arena report --formats svg,pdf``) every figure is also written as SVG and PDF (TrueType fonts,
+``arena.results.figures``) under ``RUN_DIR/report/figures/``.
 
 A table of contents first, then collapsible sections (``<details>``, each with its heading as summary and an id
 the contents link to): DP violations (if any); per track the leaderboard (ranking metric, legend of labels, the
 metrics beside it), heatmaps, privacy-utility panels, intervals and rankings (the last two closed), then the
 track's game section (the registered game's ``report_view``, rendered from the game's own templates); the DP audit
 (each game's ``audit_view``); notes; the scenarios as run and per-matchup timings (closed). The core page template
-names no game. Each matchup's arrays are read once (the audit and every figure share them); the intervals come from
-the bootstrap draws saved when each matchup was scored.
+names no game. Each matchup's arrays are read once for its track's figures and let go after it (``TrackArrays``); the
+intervals come from the bootstrap draws saved when each matchup was scored. A track with many cells gets summarised
+figures (``arena.results.report.plots``: the strongest attacks' panels, a heatmap without a number in each cell)
+beside tables that read every cell.
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from markupsafe import Markup
 
 from arena._version import __version__
+from arena.contracts.arrays import ArrayLoader
 from arena.pipeline import labels
 from arena.pipeline.store import RunStore
 from arena.results import leaderboard
@@ -48,12 +53,14 @@ def with_points(board: TrackBoard, metric: str, cells):  # noqa: ANN001, ANN201 
     grid = board.grids.get(metric)
     if grid is None or not grid.points:
         return cells
-    cells = cells.copy()
+    row = {d: i for i, d in enumerate(cells.index)}
+    column = {a: j for j, a in enumerate(cells.columns)}
+    values = cells.to_numpy(dtype=object, copy=True)  # one array, not cell by cell through ``.loc``
     for (d, a), point in grid.points.items():
-        base, full = str(grid.cells.loc[d, a]), str(cells.loc[d, a])
+        base, full = str(grid.cells.at[d, a]), str(values[row[d], column[a]])
         if base and full.startswith(base):
-            cells.loc[d, a] = f"{base} ({point.text()}){full[len(base):]}"
-    return cells
+            values[row[d], column[a]] = f"{base} ({point.text()}){full[len(base):]}"
+    return pd.DataFrame(values, index=cells.index, columns=cells.columns)
 
 
 def board_section(board: TrackBoard, ctx: TrackContext, flagged: set[tuple[str, str]]) -> Markup:
@@ -103,32 +110,48 @@ def audit_section(audit: Audit, games: Mapping[str, Any]) -> Markup:
     return render("audit.html.j2", parts=[p for p in parts if p])
 
 
-def render_page(store: RunStore) -> str:
-    """The whole page for the run directory of ``store`` (figures written under ``report/figures/``)."""
+class TrackArrays:
+    """Each matchup's saved arrays, read once for every figure of the track being drawn (``track``), then let go:
+    the page holds one track's arrays at a time, not the run's."""
+
+    def __init__(self, arrays: ArrayLoader) -> None:
+        self.arrays = arrays
+        self.memo: dict[str, Any] = {}
+
+    def __call__(self, key: str) -> Any:
+        if key not in self.memo:
+            self.memo[key] = self.arrays(key)
+        return self.memo[key]
+
+    def track(self) -> TrackArrays:
+        """Forget the arrays read so far (the next track's figures read their own)."""
+        self.memo.clear()
+        return self
+
+
+def render_page(store: RunStore, formats: Collection[str] = ()) -> str:
+    """The whole page for the run directory of ``store`` (its figures also written under ``report/figures/`` in the
+    vector ``formats`` asked for, ``plots.VECTOR``)."""
     rows = leaderboard.latest_rows(store.current_rows())  # the scenario as run: superseded rows are history
     games = run_games(rows)  # the games the run played, from their rows (the plugins only for a third-party one)
-    arrays = saved_arrays(store)
-    memo: dict[str, Any] = {}
-
-    def cached(key: str) -> Any:  # each matchup's arrays read once, for the audit and every figure
-        if key not in memo:
-            memo[key] = arrays(key)
-        return memo[key]
-
+    cached = TrackArrays(saved_arrays(store))
     audit = kept_audit(store.root, rows, lambda: audit_rows(rows, cached, games))
     findings = violation_findings(audit)
-    boards = leaderboard.build(rows, findings, rank_by=leaderboard.rank_by_of(store.root), arrays=cached,
+    boards = leaderboard.build(rows, findings, rank_by=leaderboard.rank_by_of(store.root), arrays=cached.track(),
                                draws=store.load_draws)
     figures_dir = store.root / FIGURES
+    figures = plots.Figures(figures_dir, formats)
     if figures_dir.exists():
         shutil.rmtree(figures_dir)  # figures of tracks no longer in the run must not linger
-    figures = plots.Figures(figures_dir)
+    by_track: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_track.setdefault(r["track"], []).append(r)
     tracks = []
     for board in boards:
-        track_rows = [r for r in rows if r["track"] == board.track]
+        track_rows = by_track[board.track]
         game = games.get(board.game)
         view = None if game is None else game_part(game, "report_view")
-        ctx = TrackContext(board, track_rows, store, cached, figures, audit, templates=template_dirs(game))
+        ctx = TrackContext(board, track_rows, store, cached.track(), figures, audit, templates=template_dirs(game))
         flagged = {(a.defense_label, a.attack) for a in audit.violations if a.track == board.track}
         section = Markup(view(ctx)) if view is not None else Markup("")
         parts = [*((f"heatmap-{i}", f"heatmap {m}") for i, m in enumerate(
@@ -162,16 +185,18 @@ def render_page(store: RunStore) -> str:
         timings=timings,
         total_seconds=sum(r.get("seconds") or 0.0 for r in rows),
         figure_files=[p.name for p in figures.written],
+        formats=" and ".join(f.upper() for f in figures.formats),
         figures_dir=FIGURES,
     )
 
 
-def write_report(run_dir: Path | str) -> Path:
-    """Write ``run_dir/report/index.html`` (and ``report/figures/``) and return the page's path."""
+def write_report(run_dir: Path | str, formats: Collection[str] = ()) -> Path:
+    """Write ``run_dir/report/index.html`` (and, for vector ``formats``, ``report/figures/``) and return the page's
+    path."""
     store = RunStore(run_dir)
     if not store.results_path.exists():
         raise FileNotFoundError(f"{run_dir}: no results.jsonl here")
-    page = render_page(store)
+    page = render_page(store, formats)
     store.write_text("report/index.html", page)
     path = store.root / "report" / "index.html"
     path.chmod(0o644)  # a page to be read (and served) by others, unlike the private temporary file it came from

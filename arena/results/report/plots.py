@@ -5,7 +5,8 @@ its own other figures, e.g. ROC curves per track).
 Every figure is drawn for print through ``arena.results.figures`` (TrueType fonts, constrained layout, at most three
 panels a row, legends inside their own axes or in space of their own, one colour per defense of a track in the
 track's defense order). Each function returns a matplotlib ``Figure`` on the Agg canvas (no pyplot, no display);
-``Figures.save`` writes it as SVG and PDF under ``report/figures/`` and returns the PNG bytes the page embeds.
+``Figures.save`` returns the PNG bytes the page embeds and, on request, writes it as SVG and PDF under
+``report/figures/``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from arena.results.figures import PANEL, defense_styles, figure, log_log, panels
 from arena.results.leaderboard import NOT_RESOLVABLE, TrackBoard, fpr_level
 
 DPI = 110
-FORMATS = ("svg", "pdf")
+VECTOR = ("svg", "pdf")
+"""The vector formats a report writes its figures in on request (``arena report --formats svg,pdf``)."""
 
 
 def slug(s: str) -> str:
@@ -47,22 +49,31 @@ def png(fig: Figure) -> bytes:
 
 
 class Figures:
-    """Writes each figure of a report as ``<stem>.svg`` and ``<stem>.pdf`` into ``directory``, once per stem."""
+    """Keeps each figure of a report: its PNG for the page and, on request (``formats``: any of ``VECTOR``), the
+    figure as ``<stem>.svg`` and ``<stem>.pdf`` in ``directory``, once per stem. Vector files cost more to write
+    than the PNG (a PDF embeds its subset fonts), so a report writes none unless asked."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, formats: Collection[str] = ()) -> None:
+        unknown = sorted(set(formats) - set(VECTOR))
+        if unknown:
+            raise ValueError(f"unknown figure format(s) {', '.join(unknown)}; choose from {', '.join(VECTOR)}")
         self.directory = Path(directory)
+        self.formats = tuple(f for f in VECTOR if f in formats)
         self.written: list[Path] = []
+        self.stems: set[str] = set()
 
     def save(self, fig: Figure, stem: str) -> bytes:
-        """Write ``fig`` as SVG and PDF (vector, TrueType fonts, for papers) and return its PNG bytes (for the
-        page)."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        """Write ``fig`` in the vector ``formats`` asked for (TrueType fonts, for papers) and return its PNG bytes
+        (for the page)."""
         base, n = slug(stem), 2
-        while any(p.stem == base for p in self.written):
+        while base in self.stems:
             base, n = f"{slug(stem)}-{n}", n + 1
+        self.stems.add(base)
         data = png(fig)  # lays the figure out (constrained layout) ...
-        fig.set_layout_engine("none")  # ... once: the vector formats reuse that layout instead of redoing it
-        for fmt in FORMATS:
+        if self.formats:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fig.set_layout_engine("none")  # ... once: the vector formats reuse that layout instead of redoing it
+        for fmt in self.formats:
             path = self.directory / f"{base}.{fmt}"
             fig.savefig(path, format=fmt, metadata={"Date": None} if fmt == "svg" else None)
             path.chmod(0o644)
@@ -88,7 +99,8 @@ def color_scale(metric: str, bounds: tuple[float, float], values: np.ndarray) ->
 def heatmap(board: TrackBoard, metric: str | None = None, flagged: Collection[tuple[str, str]] = ()) -> Figure:
     """Defense × attack grid of ``metric``'s mean over seeds (the ranking metric by default) on a fixed colour
     scale; darker = stronger attack. Cells in ``flagged`` ((defense label, attack) pairs the DP audit flags) are
-    outlined and marked; cells the non-members cannot resolve read n/r."""
+    outlined and marked; cells the non-members cannot resolve read n/r. From ``MANY_CELLS`` cells on the grid is
+    compact: small cells without their numbers (the leaderboard's tables hold them), n/r cells crossed."""
     metric = metric or board.metric
     grid = board.grids.get(metric)
     frame = grid.means if grid is not None else board.means
@@ -96,22 +108,32 @@ def heatmap(board: TrackBoard, metric: str | None = None, flagged: Collection[tu
     bounds = grid.info.bounds if grid is not None else (0.0, 1.0)
     means = frame.to_numpy(dtype=np.float64)
     defenses, attacks = list(frame.index), list(frame.columns)
-    cell, label_width = 1.0, 2.8  # inches: a column, and the most the defenses' names may take
+    compact = means.size >= style.MANY_CELLS  # a number in every cell would be unreadable: the table has them
+    cell, label_width = (0.32 if compact else 1.0), 2.8  # inches: a column, the most the defenses' names may take
     names = [wrap(d, label_width, 7.5) for d in defenses]
     longest = max((len(line) for n in names for line in n.splitlines()), default=1) * 0.58 * 7.5 / 72
     width = longest + 0.4 + cell * len(attacks) + 1.3  # names, cells, colour bar with its label
-    fig = figure(width, 1.8 + 0.42 * len(defenses))
+    fig = figure(width, 1.8 + (0.2 if compact else 0.42) * len(defenses) + (1.0 if compact else 0.0))
     ax = fig.add_subplot()
     lo, hi = color_scale(metric, bounds, means)
     image = ax.imshow(np.ma.masked_invalid(means), cmap="Reds" if higher else "Reds_r", vmin=lo, vmax=hi,
                       aspect="auto")
     direction = "higher" if higher else "lower"
     fig.colorbar(image, ax=ax, label=text(f"{metric} (fixed scale)"))
-    ax.set_xticks(range(len(attacks)), [wrap(a, 0.9 * cell, 7.0) for a in attacks], fontsize=7.0)
-    ax.set_yticks(range(len(defenses)), names, fontsize=7.5)
+    if compact:
+        ax.set_xticks(range(len(attacks)), [text(a) for a in attacks], fontsize=6.0, rotation=90)
+    else:
+        ax.set_xticks(range(len(attacks)), [wrap(a, 0.9 * cell, 7.0) for a in attacks], fontsize=7.0)
+    ax.set_yticks(range(len(defenses)), names, fontsize=6.0 if compact else 7.5)
     mid = (lo + hi) / 2
     for i, d in enumerate(defenses):
         for j, a in enumerate(attacks):
+            if compact:  # flagged cells outlined; n/r cells crossed; the numbers are in the tables
+                if (d, a) in flagged:
+                    ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="#0050ff", linewidth=2))
+                if grid is not None and (d, a) in grid.not_resolvable:
+                    ax.plot([j], [i], marker="x", color="grey", markersize=3, linestyle="none")
+                continue
             value = means[i, j]
             strong = (value > mid) == higher
             if grid is not None and (d, a) in grid.not_resolvable:
@@ -123,7 +145,8 @@ def heatmap(board: TrackBoard, metric: str | None = None, flagged: Collection[tu
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="#0050ff", linewidth=3))
             ax.text(j, i, label, ha="center", va="center", fontsize=8,
                     color="white" if np.isfinite(value) and strong else "black")
-    ax.set_title(wrap(f"{board.track}: {metric} ({direction} = stronger attack)", cell * len(attacks)))
+    how = "; blue outline: DP violation, ×: n/r; numbers in the table" if compact else ""
+    ax.set_title(wrap(f"{board.track}: {metric} ({direction} = stronger attack{how})", max(3.0, cell * len(attacks))))
     return fig
 
 
@@ -196,11 +219,12 @@ def privacy_utility(board: TrackBoard, rows: list[dict[str, Any]]) -> Figure:
     its own beside the ε axis, never at a shared 'non-private' place. One colour per defense, as in every figure of
     the track; a DP family's configurations are joined by a thin line. Utility shows each seed (small dots) and the
     mean; the attack panels show the mean with the leaderboard's 95 % interval (bootstrap over challenge points,
-    or t over ≥ 5 seeds) where it has one, and the mean alone where it has none."""
+    or t over ≥ 5 seeds) where it has one, and the mean alone where it has none. A track with more than
+    ``TOP_ATTACKS`` attacks gets the panels of its strongest ones (``arena.results.figures.strongest_attacks``)."""
     pos = _positions(board, rows)
     styles = defense_styles(board)
     defenses = [d for d in board.means.index if d in pos.x]
-    attacks = list(board.means.columns)
+    attacks = style.strongest_attacks(board)  # a track with many attacks: the strongest ones' panels
     n = 1 + len(attacks)
     rows_, cols = style.grid(n)
     fig = figure(PANEL[0] * cols, PANEL[1] * rows_ + 0.4 + 0.22 * math.ceil(len(defenses) / 3))
@@ -263,7 +287,9 @@ def privacy_utility(board: TrackBoard, rows: list[dict[str, Any]]) -> Figure:
     if handles:
         fig.legend(handles=handles, loc="outside lower center",
                    ncols=style.legend_columns([str(h.get_label()) for h in handles], PANEL[0] * cols - 0.4))
-    fig.suptitle(wrap(f"{board.track}: privacy against utility (attack panels: {board.metric})",
+    some = (f"; the {len(attacks)} strongest of {len(board.means.columns)} attacks"
+            if len(attacks) < len(board.means.columns) else "")
+    fig.suptitle(wrap(f"{board.track}: privacy against utility (attack panels: {board.metric}{some})",
                       PANEL[0] * cols - 0.5, 10), fontsize=10)
     return fig
 

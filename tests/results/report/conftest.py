@@ -111,7 +111,7 @@ def report_text(fake_run: FakeRun) -> str:
     """The report of the fake run, written once per test module."""
     from arena.results.report.html import write_report
 
-    return write_report(fake_run.store.root).read_text(encoding="utf-8")
+    return write_report(fake_run.store.root, ("svg", "pdf")).read_text(encoding="utf-8")
 
 
 # A track as a researcher's benchmark has it: 5 defenses with recipe overrides (long labels), one of them a heuristic

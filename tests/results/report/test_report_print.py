@@ -50,7 +50,7 @@ def report_with_figures(root: Path) -> tuple[str, dict[str, Figure]]:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(plots.Figures, "save", save)
-        page = write_report(root).read_text(encoding="utf-8")
+        page = write_report(root, ("svg", "pdf")).read_text(encoding="utf-8")
     return page, captured
 
 

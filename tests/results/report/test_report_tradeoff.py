@@ -101,7 +101,7 @@ def tradeoff_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(plots.Figures, "save", save)
-        page = write_report(store.root).read_text(encoding="utf-8")
+        page = write_report(store.root, ("svg", "pdf")).read_text(encoding="utf-8")
     return {"store": store, "page": page, "figures": captured, "rows": rows}
 
 
