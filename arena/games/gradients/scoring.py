@@ -35,8 +35,8 @@ METRICS = (
            "their label", UNIT, trials="n_trials"),
 )
 
-KAPPA_NEIGHBOURS = 5
-KAPPA_SHIFTS = 5
+KAPPA_NEIGHBOURS = 3
+KAPPA_SHIFTS = 3
 _KAPPA: dict[bytes, tuple[float, int]] = {}
 """κ by its inputs' digest: every matchup of a seed scores against the same prior (seconds each otherwise)."""
 
