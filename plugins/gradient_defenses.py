@@ -16,10 +16,17 @@ from typing import Annotated, ClassVar, Literal
 import torch
 from pydantic import BaseModel, Field, PositiveFloat
 
-from arena import Claim, PluginParams, UpdateDefense, accountant_label, calibrate_noise, hookimpl
+from arena import Claim, Fit, FitTask, PluginParams, UpdateDefense, accountant_label, calibrate_noise, hookimpl, train
 
 Epsilon = Annotated[float, Field(strict=True, ge=1e-3, le=1e3, allow_inf_nan=False)]
 Update = dict[str, torch.Tensor]
+
+
+class _Update(UpdateDefense):
+    """The global model before the attacked round: trained by the engine on its records, unprotected."""
+
+    def fit(self, task: FitTask) -> Fit:
+        return Fit(train(task.arch, task.X, task.y, task.recipe, task.init_seeds, task.train_seeds), None)
 
 
 class ClientDPParams(PluginParams):
@@ -29,7 +36,7 @@ class ClientDPParams(PluginParams):
     accountant: Literal["rdp", "pld"] = "rdp"
 
 
-class _Calibrated(UpdateDefense):
+class _Calibrated(_Update):
     """An ε sweep whose noise multiplier is calibrated when the game asks for the claim (``update_claim``, before
     any update is computed), for the full-batch Gaussian mechanism composed over the steps it protects."""
 
@@ -124,7 +131,7 @@ class PruningParams(PluginParams):
     rates: list[Rate] = Field(min_length=1, description="share of the update's entries set to zero, each in [0, 1)")
 
 
-class GradientPruning(UpdateDefense):
+class GradientPruning(_Update):
     """Top-k sparsification: the ``rate`` share of the update's entries smallest in magnitude (over every tensor
     together) are set to zero before sending (Zhu et al. 2019 tried it against DLG)."""
 
@@ -152,7 +159,7 @@ class QuantisationParams(PluginParams):
     bits: int = Field(default=4, strict=True, ge=1, le=16, description="bits per entry (sign and magnitude)")
 
 
-class GradientQuantisation(UpdateDefense):
+class GradientQuantisation(_Update):
     """Uniform symmetric quantisation per tensor: 2^(bits−1) − 1 levels each side of zero up to the tensor's
     largest magnitude (bits = 1: the sign times the mean magnitude, as signSGD with a scale)."""
 
@@ -176,7 +183,7 @@ class SecureAggregationParams(PluginParams):
     clients: int = Field(default=4, strict=True, ge=2, le=1000, description="clients whose updates are summed")
 
 
-class SecureAggregation(UpdateDefense):
+class SecureAggregation(_Update):
     """Secure aggregation modelled by its effect: the server sees only the sum of ``clients`` clients' updates,
     each on a batch of its own; the updates themselves are unprotected."""
 
