@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     # isort: split
     # The built-in games, their views and guesses
     from arena.games.audit import AuditGame, AuditView, CanaryGuess
+    from arena.games.gradients import GradientsGame, GradientsGuess, GradientsView, UpdateDefense
     from arena.games.membership import MembershipGame, MembershipGuess, MembershipView
     from arena.games.membership.spec import TrainedElsewhere
     from arena.games.reconstruction import ReconstructionGame, ReconstructionGuess, ReconstructionView
@@ -149,6 +150,10 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "AuditGame": ("arena.games.audit", "AuditGame"),
     "AuditView": ("arena.games.audit", "AuditView"),
     "CanaryGuess": ("arena.games.audit", "CanaryGuess"),
+    "GradientsGame": ("arena.games.gradients", "GradientsGame"),
+    "GradientsView": ("arena.games.gradients", "GradientsView"),
+    "GradientsGuess": ("arena.games.gradients", "GradientsGuess"),
+    "UpdateDefense": ("arena.games.gradients", "UpdateDefense"),
     # The Python API
     "run": ("arena.api", "run"),
     "load": ("arena.api", "load"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from arena import AuditGame, MembershipGame, ReconstructionGame, hookimpl
+from arena import AuditGame, GradientsGame, MembershipGame, ReconstructionGame, hookimpl
 
 
 @hookimpl
@@ -10,3 +10,4 @@ def register_games(register) -> None:  # noqa: ANN001 - the registry's callback
     register(MembershipGame)
     register(ReconstructionGame)
     register(AuditGame)
+    register(GradientsGame)

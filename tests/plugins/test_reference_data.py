@@ -41,6 +41,9 @@ CONFIG = {  # small, valid configurations of the defenses whose parameters have 
     "selena": {"submodels": 4, "excluded": 2},
     "hamp": {"bank": 8},
     "memguard": {"steps": 3},
+    "client-dpsgd": {"epsilons": [8.0], "delta": 1e-3},
+    "dp-fedavg": {"epsilons": [8.0], "delta": 1e-3},
+    "gradient-pruning": {"rates": [0.5]},
 }
 TRAINERS = ("train", "train_augmult", "fit_logreg", "fit_penalised")
 SKIP = {"checkpoint": "trains nothing: its model was trained elsewhere on the game's members"}
