@@ -8,7 +8,7 @@ RUN_DIR ?= runs/quickstart
 # e.g. `make setup TORCH="torch==2.5.1"`, or install torch themselves before `pip install -e .`.
 TORCH ?= torch==2.13.0
 
-.PHONY: setup run test test-fast lint docs bench report-check gpu-check clean
+.PHONY: setup kernels run test test-kernels-off test-fast lint docs bench report-check gpu-check clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,13 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[test,dev]'
 	touch $(STAMP)
 
+# Set-up ends by building the optional compiled CPU kernels for this machine with the system's C compiler (a few
+# seconds, once; `arena kernels build`). Without a compiler it says so and set-up goes on: the arena then trains in
+# pure PyTorch, with the same results, slower (docs/running.md, "Compiled kernels").
 setup: $(STAMP)
+	-@$(PY) -m arena.engine.kernels build
+
+kernels: setup
 
 run: setup
 	$(VENV)/bin/arena run scenarios/quickstart.yaml --out $(RUN_DIR)
@@ -31,6 +37,11 @@ run: setup
 # dozens of arena processes then compile the package once, and pytest keeps its rewritten test modules.
 test: setup
 	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n 3 --dist loadfile
+
+# The whole suite again with the compiled kernels off (ARENA_KERNELS=off), as on a machine without a C compiler or
+# on a GPU: every path in pure PyTorch, the tests that compare a kernel with its eager pass skipped. CI runs both.
+test-kernels-off: setup
+	ARENA_KERNELS=off PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n 3 --dist loadfile
 
 # The inner loop: tests that need no Ray cluster, no subprocess of the arena and are not slow (< 1 min), in two
 # xdist workers.
