@@ -71,9 +71,10 @@ bench: setup
 	$(PY) -m pip install --quiet -e '.[bench,test]'
 	$(PY) -m benchmarks --carry benchmarks/results.md
 
-# On a machine with a GPU (< 3 min there): the CIFAR-10 scenario shrunk, CPU vs CUDA to tolerance, seconds per
-# shadow, the scenario's extrapolated time; writes pair k into benchmarks/results.md with the device's name and
-# keeps every other section. Without CUDA it compares the CPU with itself and says so.
+# On a machine with a GPU (< 3 min there): both engines (batched and loop) on the digits CNN pool and on the
+# CIFAR-10 scenario shrunk, CPU vs CUDA to tolerance, seconds per model, the scenario's extrapolated time; writes
+# pair k into benchmarks/results.md with the device's name and keeps every other section. Without CUDA it compares
+# the CPU with itself and says so.
 gpu-check: setup
 	$(PY) -m pip install --quiet -e '.[bench,test]'
 	$(PY) -m benchmarks --only k --threads 0 --carry benchmarks/results.md
