@@ -39,7 +39,9 @@ test: setup
 	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n 3 --dist loadfile
 
 # The whole suite again with the compiled kernels off (ARENA_KERNELS=off), as on a machine without a C compiler or
-# on a GPU: every path in pure PyTorch, the tests that compare a kernel with its eager pass skipped. CI runs both.
+# on a GPU: every path in pure PyTorch, the tests that compare a kernel with its eager pass skipped. CI runs both,
+# so .ci/run takes about twice `make test` (~6 min each on a quiet 2-core machine; the kernels-off pass has not
+# been timed on a quiet machine yet: DP-SGD's tests train more slowly without the kernels).
 test-kernels-off: setup
 	ARENA_KERNELS=off PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n 3 --dist loadfile
 
