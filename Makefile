@@ -8,7 +8,7 @@ RUN_DIR ?= runs/quickstart
 # e.g. `make setup TORCH="torch==2.5.1"`, or install torch themselves before `pip install -e .`.
 TORCH ?= torch==2.13.0
 
-.PHONY: setup run test test-fast lint docs bench report-check gpu-check clean
+.PHONY: setup kernels run test test-kernels-off test-fast lint docs bench report-check gpu-check clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,13 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[test,dev]'
 	touch $(STAMP)
 
+# Set-up ends by building the optional compiled CPU kernels for this machine with the system's C compiler (a few
+# seconds, once; `arena kernels build`). Without a compiler it says so and set-up goes on: the arena then trains in
+# pure PyTorch, with the same results, slower (docs/running.md, "Compiled kernels").
 setup: $(STAMP)
+	-@$(PY) -m arena.engine.kernels build
+
+kernels: setup
 
 run: setup
 	$(VENV)/bin/arena run scenarios/quickstart.yaml --out $(RUN_DIR)
@@ -31,6 +37,12 @@ run: setup
 # dozens of arena processes then compile the package once, and pytest keeps its rewritten test modules.
 test: setup
 	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n 3 --dist loadfile
+
+# The whole suite again with the compiled kernels off (ARENA_KERNELS=off), as on a machine without a C compiler or
+# on a GPU: every path in pure PyTorch, the tests that compare a kernel with its eager pass skipped. Not yet in
+# .ci/run: it has not passed whole (one failure seen under load, not yet identified), nor been timed quietly.
+test-kernels-off: setup
+	ARENA_KERNELS=off PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n 3 --dist loadfile
 
 # The inner loop: tests that need no Ray cluster, no subprocess of the arena and are not slow (< 1 min), in two
 # xdist workers.
@@ -60,9 +72,10 @@ bench: setup
 	$(PY) -m pip install --quiet -e '.[bench,test]'
 	$(PY) -m benchmarks --carry benchmarks/results.md
 
-# On a machine with a GPU (< 3 min there): the CIFAR-10 scenario shrunk, CPU vs CUDA to tolerance, seconds per
-# shadow, the scenario's extrapolated time; writes pair k into benchmarks/results.md with the device's name and
-# keeps every other section. Without CUDA it compares the CPU with itself and says so.
+# On a machine with a GPU (< 3 min there): both engines (batched and loop) on the digits CNN pool and on the
+# CIFAR-10 scenario shrunk, CPU vs CUDA to tolerance, seconds per model, the scenario's extrapolated time; writes
+# pair k into benchmarks/results.md with the device's name and keeps every other section. Without CUDA it compares
+# the CPU with itself and says so.
 gpu-check: setup
 	$(PY) -m pip install --quiet -e '.[bench,test]'
 	$(PY) -m benchmarks --only k --threads 0 --carry benchmarks/results.md

@@ -94,6 +94,9 @@ def _parser() -> argparse.ArgumentParser:
                          "$XDG_DATA_HOME/arena/untrusted-site)")
     install.add_argument("--pip-option", action="append", default=[], metavar="OPTION",
                          help="passed to pip (repeatable), e.g. --pip-option=--no-index")
+    kernels = sub.add_parser("kernels", help="build the optional compiled CPU kernels for this machine (`make setup` "
+                             "does), or say which are built")
+    kernels.add_argument("action", nargs="?", choices=("build", "status"), default="status")
     for command in (run, val, plugins):
         command.add_argument("--trust", action="append", default=[], metavar="DIST",
                              help=f"trust this third-party distribution (repeatable; adds to ${_trust().TRUSTED_ENV}): "
@@ -407,11 +410,21 @@ def _install(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_kernels(args: argparse.Namespace) -> int:
+    from arena.engine import kernels
+
+    try:
+        return kernels.main([args.action])
+    except ValueError as exc:  # ARENA_KERNELS set to something else than auto, off or on
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handlers = {"run": cmd_run, "validate": cmd_validate, "leaderboard": cmd_leaderboard, "report": cmd_report,
                 "plugins": cmd_plugins, "publish": cmd_publish, "evaluate": cmd_evaluate,
-                "evaluate-outputs": cmd_evaluate_outputs}
+                "evaluate-outputs": cmd_evaluate_outputs, "kernels": cmd_kernels}
     try:
         return handlers[args.command](args)
     except Exception as exc:

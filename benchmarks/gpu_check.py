@@ -1,9 +1,10 @@
-"""k. The prepared GPU check: scenarios/cifar10-wrn.yaml shrunk (synthetic 3×32×32 records written as CIFAR-10
-python batches, a few hundred records, a target and 4 shadows, WRN-10-1), trained on the CPU and on CUDA and
-compared to tolerance; seconds per shadow on the GPU; the full scenario's time extrapolated from WRN-16-4 steps.
+"""k. The prepared GPU check: both engines (batched and loop) on the digits CNN pool and on
+scenarios/cifar10-wrn.yaml shrunk (synthetic 3×32×32 records written as CIFAR-10 python batches, a few hundred
+records, a target and 4 shadows, WRN-10-1), each trained on the CPU and on CUDA and compared to tolerance; seconds
+per model on the GPU; the full scenario's time extrapolated from WRN-16-4 steps.
 
-``make gpu-check`` runs it alone (``python -m benchmarks --only k``) and keeps every other section of
-benchmarks/results.md. Without CUDA it compares the CPU with itself and times the CPU, saying so.
+``make gpu-check`` runs it alone (``python -m benchmarks --only k``, < 3 min on one GPU) and keeps every other
+section of benchmarks/results.md. Without CUDA it compares the CPU with itself and times the CPU, saying so.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from arena.engine.recipe import DPNoise, Recipe
 from arena.engine.trainer import train
 from arena_plugins.datasets import CIFAR10, LocalParams
 from arena_plugins.models import WRN
+from benchmarks.bench_dpsgd import CNN
+from benchmarks.data import random_subsets
 from benchmarks.processes import ROOT
 from benchmarks.timing import Check, Section
 
@@ -32,6 +35,11 @@ SCENARIO = ROOT / "scenarios" / "cifar10-wrn.yaml"
 TOLERANCE = 1e-3
 """Largest |Δ parameter| / largest |parameter| between the devices after training (float32, TF32 off)."""
 NOISE = DPNoise(clip=1.0, noise_multiplier=1.0)
+CLIPPING_ONLY = DPNoise(clip=1.0, noise_multiplier=0.0)
+"""The loop engine's DP-SGD across devices: Opacus draws its noise from the device's own generator (seeded alike,
+but CUDA's stream is not the CPU's), so the devices are compared on its Poisson samples and clipping (σ = 0)."""
+ENGINES = {"batched engine": "auto", "loop engine": "loop"}
+"""Each engine as a track selects it (``engine: auto`` takes the batched engine for these models)."""
 MISSED = (
     "The devices disagree beyond float32 rounding: look at the figures below. Poisson masks or noise that differ "
     "exactly point at the counter RNG on this device (integer ops must agree bit for bit); equal draws but "
@@ -47,10 +55,13 @@ class Sizes:
     batch: int
     timing: int
     """Records per model in the WRN-16-4 timing steps (the extrapolation's basis)."""
+    cnn_models: int
+    cnn_records: int
+    """The digits CNN pool: models, and records each model trains on (its own random subset), for ``epochs``."""
 
 
-FULL = Sizes(records=400, shadows=4, epochs=2, batch=50, timing=512)
-QUICK = Sizes(records=20, shadows=1, epochs=1, batch=5, timing=0)
+FULL = Sizes(records=400, shadows=4, epochs=2, batch=50, timing=512, cnn_models=16, cnn_records=500)
+QUICK = Sizes(records=20, shadows=1, epochs=1, batch=5, timing=0, cnn_models=2, cnn_records=40)
 
 
 def write_synthetic_cifar(folder: Path, n: int, seed: int = 0) -> None:
@@ -87,13 +98,14 @@ def _halves(X: torch.Tensor, y: torch.Tensor, K: int) -> tuple[torch.Tensor, tor
     return X[rows], y[rows]
 
 
-def _train(arch, X, y, recipe, device: str, dp: DPNoise | None, offset: int = 0) -> tuple[dict, float]:
-    """Models on X [K, n, d], y [K, n] trained on ``device``: the state on the CPU and the wall seconds."""
-    seeds = torch.arange(offset, offset + X.shape[0], dtype=torch.int64)
+def _train(arch, X, y, recipe, device: str, dp: DPNoise | None, engine: str = "auto") -> tuple[dict, float]:
+    """Models on X [K, n, d], y [K, n] trained on ``device`` by ``engine``: the state on the CPU and the wall
+    seconds."""
+    seeds = torch.arange(X.shape[0], dtype=torch.int64)
     Xd, yd = X.to(device), y.to(device)
     _sync(device)
     start = time.perf_counter()
-    state = train(arch, Xd, yd, recipe, seeds.to(device), (seeds + 1000).to(device), dp=dp)
+    state = train(arch, Xd, yd, recipe, seeds.to(device), (seeds + 1000).to(device), dp=dp, engine=engine)
     _sync(device)
     return {k: v.cpu() for k, v in state.items()}, time.perf_counter() - start
 
@@ -101,6 +113,19 @@ def _train(arch, X, y, recipe, device: str, dp: DPNoise | None, offset: int = 0)
 def _relative(a: dict, b: dict) -> float:
     scale = max(float(v.abs().max()) for v in a.values())
     return max(float((a[k] - b[k]).abs().max()) for k in a) / max(scale, 1e-30)
+
+
+def _compare(section: Section, label: str, case: tuple, device: str, repeats: int) -> None:
+    """One case (architecture, X, y, recipe, DP, engine) on the CPU and on ``device``: their parameters to
+    ``TOLERANCE``, and the median seconds per model of ``repeats`` timed calls on ``device``."""
+    arch, X, y, recipe, dp, engine = case
+    on_cpu, _ = _train(arch, X, y, recipe, "cpu", dp, engine)
+    on_device, _ = _train(arch, X, y, recipe, device, dp, engine)
+    section.checks.append(Check(f"{label}: largest Δ parameter / largest parameter, CPU vs {device}",
+                                _relative(on_cpu, on_device), TOLERANCE, "<=", "", why_missed=MISSED))
+    times = [_train(arch, X, y, recipe, device, dp, engine)[1] for _ in range(repeats)]
+    section.figures[f"{label}: seconds per model on {device} ({X.shape[0]} models of {X.shape[1]} records, "
+                    f"{recipe.epochs} epochs, median of {repeats})"] = f"{float(np.median(times)) / X.shape[0]:.3f}"
 
 
 def _draws_agree(device: str) -> str:
@@ -150,15 +175,20 @@ def run(quick: bool, repeats: int) -> Section:
     torch.backends.cudnn.allow_tf32 = False
     section = Section(
         "k",
-        "GPU check: the CIFAR-10 scenario shrunk, CPU vs CUDA",
+        "GPU check: both engines on the digits CNN pool and the CIFAR-10 scenario shrunk, CPU vs CUDA",
+        f"Each engine (the batched engine, as `engine: auto` takes it, and the loop engine, `engine: loop`: one "
+        "plain-PyTorch model after another, DP-SGD through Opacus) on two pools, non-private and under DP-SGD "
+        f"(clip 1, σ 1): (1) {sizes.cnn_models} models of the digits `cnn` plugin (1×8×8), each on its own random "
+        f"subset of {sizes.cnn_records} records, {sizes.epochs} epochs, batch 64, lr 0.1, momentum 0.9; (2) "
         f"{SCENARIO.relative_to(ROOT)} shrunk: {sizes.records} synthetic 3×32×32 records written as CIFAR-10 python "
         "batches and read by the `cifar10` dataset plugin; WRN-10-1 (GroupNorm, weight standardisation), a target "
         f"and {sizes.shadows} shadows in one `train` call, each on its own half of the records, {sizes.epochs} "
-        f"epochs, batch {sizes.batch}, crop 4 + flip augmentation, lr 0.1, momentum 0.9; non-private and DP-SGD "
-        "(clip 1, σ 1). The same call on the CPU and on CUDA (float32, TF32 off), parameters compared; then the "
-        "shadows alone timed on the GPU (wall clock, synchronised). The extrapolation times the scenario's own "
-        "WRN-16-4 on the GPU for one epoch of synthetic records at its pool chunk and batch sizes (capped at half "
-        "the timed records) and scales to every model, record and epoch of the scenario. "
+        f"epochs, batch {sizes.batch}, crop 4 + flip augmentation, lr 0.1, momentum 0.9. The same call on the CPU "
+        "and on CUDA (float32, TF32 off), parameters compared (the loop engine's DP-SGD at σ = 0: Opacus draws "
+        "its noise from the device's own generator, whose CUDA stream is not the CPU's); then the call timed on "
+        "the device (wall clock, synchronised), per model. The extrapolation times the scenario's own WRN-16-4 on "
+        "the GPU for one epoch of synthetic records at its pool chunk and batch sizes (capped at half the timed "
+        "records) and scales to every model, record and epoch of the scenario. "
         f"Device: **{name}**.",
     )
     with tempfile.TemporaryDirectory(prefix="arena-gpu-check-") as tmp:
@@ -167,15 +197,15 @@ def run(quick: bool, repeats: int) -> Section:
     X, y = torch.from_numpy(data.X).reshape(len(data.y), -1), torch.from_numpy(data.y)
     arch, recipe = _wrn(10, 1, 4), _recipe(sizes.epochs, sizes.batch)
     Xk, yk = _halves(X, y, 1 + sizes.shadows)
-    for label, dp in (("non-private", None), ("DP-SGD", NOISE)):
-        on_cpu, _ = _train(arch, Xk, yk, recipe, "cpu", dp)
-        on_device, _ = _train(arch, Xk, yk, recipe, device, dp)
-        section.checks.append(Check(f"WRN-10-1 {label}: largest Δ parameter / largest parameter, CPU vs {device}",
-                                    _relative(on_cpu, on_device), TOLERANCE, "<=", "", why_missed=MISSED))
-        times = [_train(arch, Xk[1:], yk[1:], recipe, device, dp, offset=1)[1] for _ in range(repeats)]
-        per_shadow = float(np.median(times)) / sizes.shadows
-        section.figures[f"WRN-10-1 {label}: seconds per shadow on {device} ({sizes.records // 2} records, "
-                        f"{sizes.epochs} epochs, median of {repeats})"] = f"{per_shadow:.3f}"
+    Xc, yc = random_subsets("digits", sizes.cnn_records, sizes.cnn_models)
+    cnn_recipe = Recipe(epochs=sizes.epochs, lr=0.1, momentum=0.9, batch_size=64)
+    cases = (("digits CNN pool", CNN, Xc, yc, cnn_recipe), ("WRN-10-1", arch, Xk, yk, recipe))
+    for case, model, Xm, ym, rec in cases:
+        for engine, selected in ENGINES.items():
+            for label, dp in (("non-private", None), ("DP-SGD", NOISE)):
+                if selected == "loop" and dp is not None:
+                    dp, label = CLIPPING_ONLY, "DP-SGD, σ = 0"
+                _compare(section, f"{case}, {engine}, {label}", (model, Xm, ym, rec, dp, selected), device, repeats)
     section.figures[f"counter RNG, CPU vs {device}"] = _draws_agree(device)
     if sizes.timing and not cuda:
         section.figures[f"{SCENARIO.relative_to(ROOT)} extrapolated"] = (

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from arena.engine import native
 from arena.engine.architecture import Architecture
 from arena.plugins import forget_registries, registries
 
@@ -45,6 +46,11 @@ if "PYTEST_XDIST_WORKER" in os.environ:
     import torch
 
     torch.set_num_threads(1)
+
+# The compiled kernels (``arena.engine.native``) are the ones `make setup` built into the user's cache folder (the
+# suite never builds them): their folder is pinned before the cache folder moves. ``ARENA_KERNELS=off`` runs the
+# suite in pure PyTorch, ``on`` requires them.
+os.environ.setdefault(native.FOLDER, str(native.folder()))
 
 # Noise calibrations (``arena.privacy.noise_store``) are shared by the suite's processes, never the user's cache:
 # the first process to import this (pytest, or the xdist controller, before it starts its workers) picks the folder.

@@ -7,6 +7,7 @@ the machine, the command and every pair that ran.
 
 from __future__ import annotations
 
+import os
 import re
 import statistics
 from datetime import datetime, timezone
@@ -107,9 +108,12 @@ def test_the_gpu_check_runs_on_the_cpu_and_writes_its_section(tmp_path):
     from benchmarks import gpu_check
 
     section = gpu_check.run(quick=True, repeats=1)
-    assert section.key == "k" and len(section.checks) == 2
+    assert section.key == "k" and len(section.checks) == 8  # 2 pools × 2 engines × (non-private, DP-SGD)
     assert all(c.passed and c.op == "<=" for c in section.checks)
-    assert any("seconds per shadow" in name for name in section.figures)
+    for pool in ("digits CNN pool", "WRN-10-1"):
+        for engine in ("batched engine", "loop engine"):
+            assert sum(name.startswith(f"{pool}, {engine}") for name in section.figures) == 2
+    assert sum("seconds per model" in name for name in section.figures) == 8
     assert "Poisson masks equal: yes" in next(v for k, v in section.figures.items() if "counter RNG" in k)
     if not __import__("torch").cuda.is_available():
         assert "CUDA not available" in section.what
@@ -124,6 +128,29 @@ def test_the_synthetic_cifar_batches_train_the_same_on_cuda_as_on_the_cpu():
     section = gpu_check.run(quick=True, repeats=1)
     assert "CUDA not available" not in section.what
     assert all(c.passed for c in section.checks), [(c.name, c.value) for c in section.checks]
+
+
+@pytest.mark.slow
+def test_the_engines_pair_sets_the_loop_engine_beside_the_batched_engine_and_opacus(monkeypatch):
+    """Pair g times the loop engine, the batched engine with and without its kernels and Opacus on the same
+    models; non-private the loop and batched engines train the same models (float rounding), and switching the
+    kernels off for one contender leaves the switch as it was."""
+    from arena.engine import rng_kernel
+    from benchmarks import bench_engines
+    from benchmarks.__main__ import PAIRS
+
+    monkeypatch.setenv("ARENA_KERNELS", "auto")
+    section = bench_engines.run(quick=True, repeats=1)
+    assert PAIRS["g"] == "benchmarks.bench_engines" and os.environ["ARENA_KERNELS"] == "auto"
+    for name in ("cnn", "mlp"):
+        table = next(t for t in section.tables if t.caption.startswith(f"{name} DP-SGD"))
+        assert set(table.timings.seconds) == {"batched engine, DP-SGD", "batched engine, kernels off, DP-SGD",
+                                              "loop engine, DP-SGD", "Opacus hooks by hand, one model after another"}
+        assert float(section.figures[f"{name} non-private: max |Δ parameter|, loop vs batched engine"]) < 1e-5
+        kernels = f"{name} DP-SGD: max |Δ parameter|, batched engine with vs without kernels"
+        assert float(section.figures[kernels]) < 1e-5
+    with bench_engines.kernels_off():
+        assert rng_kernel.library() is None
 
 
 def test_a_plain_run_leaves_the_gpu_check_to_make_gpu_check():

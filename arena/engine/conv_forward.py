@@ -10,9 +10,9 @@ maps), so only one model with one input channel comes here.
 Each output is its bias plus the taps in (row, column) order, so it differs from oneDNN's by float rounding; each
 example is computed alone. It runs where no gradient flows back through the layer: DP-SGD's clipped sum and
 non-private training (``ghost.mean_gradient``), which both take a first layer's gradient at its output. Built
-and cached by ``arena.engine.native`` (``ARENA_KERNELS=0``: never); where ``library()`` is None, or the tensors
-are not float32 on the CPU, ``conv2d`` returns None and torch's convolution runs. The kernel only reads its
-inputs and writes a fresh tensor, so it needs no autograd.
+by ``arena kernels build`` and loaded by ``arena.engine.native`` (``ARENA_KERNELS=off``: never); where
+``library()`` is None, or the tensors are not float32 on the CPU, ``conv2d`` returns None and torch's
+convolution runs. The kernel only reads its inputs and writes a fresh tensor, so it needs no autograd.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
 
 @functools.cache
 def library() -> ctypes.CDLL | None:
-    """The compiled kernel, built or loaded once per process; None where kernels are unavailable or disabled."""
+    """The compiled kernel, loaded once per process if built; None where it is not built or kernels are off."""
     return native.load("conv_forward", SOURCE, _bind)
 
 
@@ -124,8 +124,8 @@ def takes(m: nn.Conv2d, tensors: tuple[torch.Tensor, ...], K: int) -> bool:
     """Whether the kernel computes layer ``m`` of K models from these tensors (input, weights [K, O, C, kh, kw],
     bias): one model with one input channel, float32 on the CPU, the kernel built (elsewhere torch's convolution is
     the faster one). It then runs where no gradient flows back through the layer."""
-    return (K == 1 and tensors[1].shape[2] == 1 and not isinstance(m.padding, str) and library() is not None
-            and all(t.is_cpu and t.dtype == torch.float32 for t in tensors))
+    return (K == 1 and tensors[1].shape[2] == 1 and not isinstance(m.padding, str)
+            and all(t.is_cpu and t.dtype == torch.float32 for t in tensors) and library() is not None)
 
 
 def conv2d(m: nn.Conv2d, a: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, K: int,

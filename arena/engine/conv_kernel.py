@@ -6,10 +6,10 @@ whole [B, K·C, H, W] tensor, then batched matmuls and the pair-map product); he
 while its map is in cache (the digits CNN's DP-SGD / non-private at K = 64: 1.56× eager, 1.37× with the kernel, in
 one side-by-side run on a 2-core AMD EPYC). ``arena.engine.conv_sum`` builds on the same C and helpers.
 
-Built and cached by ``arena.engine.native`` (``ARENA_KERNELS=0``: never); where ``library()`` is None, or the
-tensors are not float32 channels-last maps on the CPU, ``norms`` returns None and the eager passes run. The two
-agree to float rounding (sums taken in another order). Each example is computed alone, so a model's norms do not
-depend on the other models in its batch.
+Built by ``arena kernels build`` (never at run time), loaded by ``arena.engine.native`` (``ARENA_KERNELS=off``:
+never); where ``library()`` is None, or the tensors are not float32 channels-last maps on the CPU, ``norms``
+returns None and the eager passes run. The two agree to float rounding (sums taken in another order). Each example
+is computed alone, so a model's norms do not depend on the other models in its batch.
 """
 
 from __future__ import annotations
@@ -353,7 +353,7 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
 
 @functools.cache
 def library() -> ctypes.CDLL | None:
-    """The compiled kernel, built or loaded once per process; None where kernels are unavailable or disabled."""
+    """The compiled kernel, loaded once per process if built; None where it is not built or kernels are off."""
     return native.load("conv", SOURCE, _bind)
 
 

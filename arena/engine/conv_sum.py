@@ -6,7 +6,8 @@ digits CNN's second layer at K = 16 (2.11 against 1.68 ms) and ~1.6× at K = 1 (
 AMD EPYC; the kernel runs near that machine's multiply-add peak. Non-private training of one grey model takes its
 first layer's weight gradient here too (factors 1).
 
-Built and cached by ``arena.engine.native`` (``ARENA_KERNELS=0``: never) from ``conv_kernel``'s shared C; where
+Built by ``arena kernels build`` (never at run time) and loaded by ``arena.engine.native``
+(``ARENA_KERNELS=off``: never) from ``conv_kernel``'s shared C; where
 ``library()`` is None, or the tensors are not float32 channels-last maps on the CPU, ``weight_sum`` returns None
 and oneDNN's backward runs. The two agree to float rounding. A model's sum reads only its own examples, in order,
 so it is the same alone or in any batch, and on any number of threads (they split the models).
@@ -123,7 +124,7 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
 
 @functools.cache
 def library() -> ctypes.CDLL | None:
-    """The compiled kernel, built or loaded once per process; None where kernels are unavailable or disabled."""
+    """The compiled kernel, loaded once per process if built; None where it is not built or kernels are off."""
     return native.load("conv_sum", SOURCE, _bind)
 
 

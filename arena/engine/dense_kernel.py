@@ -3,7 +3,8 @@ min(1, C/‖g‖), the factors times each layer's narrower side and the bias gra
 otherwise makes in ~22 eager tensor calls a step (at K = 1, ~40 µs of fixed cost against a ~200 µs non-private MLP
 step on a 2-core Xeon), each row read while it is in cache; only the weight gradients' batched matmuls remain.
 
-Built and cached by ``arena.engine.native`` (``ARENA_KERNELS=0``: never); where ``library()`` is None, or the
+Built by ``arena kernels build`` (never at run time) and loaded by ``arena.engine.native``
+(``ARENA_KERNELS=off``: never); where ``library()`` is None, or the
 tensors are not float32 rows on the CPU, the eager passes run. The two agree to float rounding (the squared norms
 are summed in another order).
 """
@@ -76,7 +77,7 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
 
 @functools.cache
 def library() -> ctypes.CDLL | None:
-    """The compiled kernel, built or loaded once per process; None where kernels are unavailable or disabled."""
+    """The compiled kernel, loaded once per process if built; None where it is not built or kernels are off."""
     return native.load("dense", SOURCE, _bind)
 
 

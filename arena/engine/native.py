@@ -1,17 +1,24 @@
-"""The engine's compiled C kernels: each source is built by the C compiler on first use in a process, at most once
-per machine, and loaded through ctypes; wherever that cannot happen the callers run eager tensor passes instead.
+"""The engine's compiled C kernels, an optional speed-up for training on the CPU: each source is built by the C
+compiler in one explicit step (``arena kernels build``, which ``make setup`` runs), never at run time, and loaded
+through ctypes; wherever a kernel is not built the callers run eager tensor passes that give the same results (to
+float rounding, bit for bit for the random draws), and the first such caller in a process logs a one-line notice.
 
-A library is cached in the arena's cache folder (``$ARENA_CACHE_DIR``, default ``~/.cache/privacy-arena``), under
-``kernels/``, named by its kernel's name and a hash of its source, flags and the CPU it was built for
-(``-march=native``); deleting it is always safe. A cached library is loaded only if it and its folder are the
-user's own and writable by no one else. Nothing happens at import. Without a compiler, a writable cache, or with
-``ARENA_KERNELS=0``, ``load`` returns None.
+A library lives in ``$ARENA_KERNELS_DIR`` (default: the arena's cache folder, ``$ARENA_CACHE_DIR`` or
+``~/.cache/privacy-arena``, under ``kernels/``), named by its kernel's name and a hash of its source, flags and the
+CPU it was built for (``-march=native``): a library built on another CPU or from another source is never loaded,
+and deleting the folder is always safe. A library is loaded only if it and its folder are the user's own and
+writable by no one else. Nothing happens at import.
+
+``ARENA_KERNELS``: ``auto`` (the default) loads what is built and says once what is not; ``off`` (or ``0``) never
+loads a kernel and says nothing; ``on`` (or ``1``) requires every kernel a caller asks for to be built, raising
+where one is not (CI's kernels-on pass).
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import logging
 import os
 import platform
 import shutil
@@ -23,7 +30,15 @@ from pathlib import Path
 from arena.privacy.noise_store import cache_root
 
 SWITCH = "ARENA_KERNELS"
-"""``0``: never compile or load a kernel (the eager tensor passes run everywhere)."""
+"""``auto`` | ``off`` | ``on``: load what is built | never load a kernel | raise where one is not built."""
+FOLDER = "ARENA_KERNELS_DIR"
+"""Where the built libraries live (default: ``kernels/`` in the arena's cache folder)."""
+MODES = {"auto": "auto", "": "auto", "off": "off", "0": "off", "on": "on", "1": "on"}
+NOTICE = ("arena: the compiled CPU kernels are not built for this machine, so DP-SGD and batched training on the CPU "
+          "run in pure PyTorch (the same results, slower); build them with `arena kernels build` (needs a C "
+          "compiler), or set ARENA_KERNELS=off to run without them and without this notice")
+"""The one line a process logs (``arena.engine.native``'s logger) the first time a caller finds a kernel missing."""
+_noticed = False
 
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-shared", "-fPIC") + (
     ("-mprefer-vector-width=512",) if platform.machine() in ("x86_64", "AMD64") else ())
@@ -57,16 +72,45 @@ def _cpu() -> str:
     return "\n".join(sorted({ln for ln in lines if ln.split(":")[0].strip() in ("flags", "model name", "Features")}))
 
 
-def _build(target: Path, source: str, compiler: str) -> None:
-    """Compile ``source`` to ``target`` atomically (a unique temporary in its folder, then a rename), so that
-    processes building at once never load a half-written file."""
+def mode() -> str:
+    """``ARENA_KERNELS`` read: ``auto``, ``off`` or ``on``; another value is an error naming the variable."""
+    value = os.environ.get(SWITCH, "auto").strip().lower()
+    if value not in MODES:
+        raise ValueError(f"{SWITCH}={os.environ[SWITCH]!r}: expected auto, off or on (or 0 / 1)")
+    return MODES[value]
+
+
+def folder() -> Path:
+    """Where the built libraries live: ``$ARENA_KERNELS_DIR``, else ``kernels/`` in the arena's cache folder."""
+    return Path(os.environ[FOLDER]) if os.environ.get(FOLDER) else cache_root() / "kernels"
+
+
+def path(name: str, source: str) -> Path:
+    """The library of kernel ``name`` built from ``source`` with ``FLAGS`` for this CPU."""
+    digest = hashlib.sha256("\0".join([source, *FLAGS, platform.machine(), _cpu()]).encode()).hexdigest()[:16]
+    return folder() / f"{name}-{digest}.so"
+
+
+def build(name: str, source: str) -> Path:
+    """Compile kernel ``name`` for this CPU into ``folder()`` unless it is there already; its path. Atomic (a
+    unique temporary in the folder, then a rename), so processes building at once never load a half-written file.
+    Raises ``FileNotFoundError`` without a C compiler (``$CC``, else ``cc``) and ``subprocess.CalledProcessError``
+    (its ``stderr`` the compiler's) where the source does not compile."""
+    target = path(name, source)
+    if target.exists():
+        return target
+    compiler = shutil.which(os.environ.get("CC", "cc"))
+    if compiler is None:
+        raise FileNotFoundError(f"no C compiler: neither $CC nor cc is on the PATH ({os.environ.get('CC', 'cc')})")
     target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         src, out = Path(tmp) / "kernel.c", Path(tmp) / target.name
         src.write_text(source)
-        subprocess.run([compiler, *FLAGS, "-o", str(out), str(src)], check=True, capture_output=True, timeout=120)
+        subprocess.run([compiler, *FLAGS, "-o", str(out), str(src)], check=True, capture_output=True, text=True,
+                       timeout=300)
         out.chmod(0o755)  # whatever the umask: ``_trusted`` refuses a library others could write
         os.replace(out, target)
+    return target
 
 
 def _trusted(path: Path) -> bool:
@@ -81,20 +125,28 @@ def _trusted(path: Path) -> bool:
 
 
 def load(name: str, source: str, bind: Callable[[ctypes.CDLL], ctypes.CDLL]) -> ctypes.CDLL | None:
-    """Kernel ``name`` compiled from ``source`` (or loaded from the cache), its functions typed by ``bind``; None
-    where kernels are disabled or cannot be built. Callers cache the result for their process."""
-    if os.environ.get(SWITCH, "1") == "0":
+    """Kernel ``name``'s library built from ``source``, its functions typed by ``bind``; None where kernels are
+    off, and where it is not built (``on``: an error) or not trusted, after the process's one notice. Never
+    compiles. Callers cache the result for their process."""
+    chosen = mode()
+    if chosen == "off":
         return None
-    digest = hashlib.sha256("\0".join([source, *FLAGS, platform.machine(), _cpu()]).encode()).hexdigest()[:16]
-    target = cache_root() / "kernels" / f"{name}-{digest}.so"
+    target = path(name, source)
+    if chosen == "on" and not target.exists():
+        raise RuntimeError(f"{SWITCH}=on but kernel {name!r} is not built for this CPU and source at {target}: "
+                           "run `arena kernels build`")
     try:
-        if not target.exists():
-            compiler = shutil.which(os.environ.get("CC", "cc"))
-            if compiler is None:
-                return None
-            _build(target, source, compiler)
-        if not _trusted(target):
-            return None
-        return bind(ctypes.CDLL(str(target)))
-    except (OSError, subprocess.SubprocessError):
-        return None
+        if target.exists() and _trusted(target):
+            return bind(ctypes.CDLL(str(target)))
+    except OSError:
+        pass  # unreadable or not a library for this process: the eager passes, as where it is not built
+    _notice()  # also a library another user owns (a sandboxed attack's process): never loaded, even with ``on``
+    return None
+
+
+def _notice() -> None:
+    """Log ``NOTICE`` once per process."""
+    global _noticed
+    if not _noticed:
+        _noticed = True
+        logging.getLogger(__name__).warning(NOTICE)

@@ -8,7 +8,8 @@ each rounded once, no fused multiply-adds: ``arena.engine.box_muller``'s formula
 with or without the kernel (tests/engine/test_rng_kernel.py); a sum the noise is added to rounds once per element,
 as torch's addition does.
 
-Built and cached by ``arena.engine.native`` (``ARENA_KERNELS=0``: never); where ``library()`` is None the eager
+Built by ``arena kernels build`` (never at run time) and loaded by ``arena.engine.native``
+(``ARENA_KERNELS=off``: never); where ``library()`` is None the eager
 tensor passes run instead.
 """
 
@@ -185,7 +186,7 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
 
 @functools.cache
 def library() -> ctypes.CDLL | None:
-    """The compiled kernels, built or loaded once per process (``native.load``); None where they are unavailable
+    """The compiled kernels, loaded once per process if built (``native.load``); None where they are not built
     or disabled."""
     return native.load("rng", SOURCE, _bind)
 

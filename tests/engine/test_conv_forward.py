@@ -12,7 +12,7 @@ from arena.engine.recipe import DPNoise, Recipe
 from arena.engine.trainer import train
 from tests.conftest import architecture
 
-needs_kernel = pytest.mark.skipif(conv_forward.library() is None, reason="no C compiler or cache folder here")
+needs_kernel = pytest.mark.skipif(conv_forward.library() is None, reason="kernels off or not built")
 
 GEOMETRIES = {  # (O, H, W, kernel, stride, dilation, padding)
     "digits-first-layer": (16, 8, 8, 3, 1, 1, 1),
@@ -84,7 +84,7 @@ def test_it_steps_aside_for_what_torch_runs_faster_or_it_cannot_read(monkeypatch
 
 
 @pytest.mark.skipif(conv_forward.library() is None or conv_kernel.library() is None or conv_sum.library() is None,
-                    reason="no C compiler or cache folder here")
+                    reason="kernels off or not built")
 @pytest.mark.parametrize("dp", [None, DPNoise(1.0, 1.1)], ids=["non-private", "dp-sgd"])
 def test_a_grey_cnn_trains_alone_through_the_kernel_as_in_a_batch_and_without_it(dp, monkeypatch):
     cnn = architecture("cnn", (1, 8, 8), 3, channels=[4, 8], hidden=8)

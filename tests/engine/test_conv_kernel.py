@@ -10,7 +10,7 @@ from torch import nn
 from arena.engine import conv_kernel
 from tests.engine import test_conv_ghost
 
-needs_kernel = pytest.mark.skipif(conv_kernel.library() is None, reason="no C compiler or cache folder here")
+needs_kernel = pytest.mark.skipif(conv_kernel.library() is None, reason="kernels off or not built")
 
 GEOMETRIES = {  # (C, O, H, W, kernel, stride, dilation, padding): the eager ghost norm's, and
     **test_conv_ghost.GEOMETRIES,

@@ -9,7 +9,7 @@ from torch import nn
 from arena.engine import conv_kernel, conv_sum
 from tests.engine.test_conv_kernel import GEOMETRIES, _formed, _maps
 
-needs_kernel = pytest.mark.skipif(conv_sum.library() is None, reason="no C compiler or cache folder here")
+needs_kernel = pytest.mark.skipif(conv_sum.library() is None, reason="kernels off or not built")
 
 
 WEIGHT_SUM_GEOMETRIES = {

@@ -7,7 +7,7 @@ import torch
 from arena.engine import dense_kernel, dpsgd
 from arena.engine.dense import sum_gradients
 
-needs_kernel = pytest.mark.skipif(dense_kernel.library() is None, reason="no C compiler or cache folder here")
+needs_kernel = pytest.mark.skipif(dense_kernel.library() is None, reason="kernels off or not built")
 
 
 def _layers(K: int, B: int, widths: list[int], seed: int = 0) -> tuple[list[torch.Tensor], list[torch.Tensor]]:

@@ -184,7 +184,7 @@ def test_both_norm_strategies_on_odd_layers_equal_per_example_gradients(name, fl
                 torch.testing.assert_close(ours[n][k], torch.einsum("b,b...->...", factor[k], g), **TOL, msg=n)
 
 
-@pytest.mark.skipif(dense_kernel.library() is None, reason="no C compiler or cache folder here")
+@pytest.mark.skipif(dense_kernel.library() is None, reason="kernels off or not built")
 @pytest.mark.parametrize("name", ["cnn", "sequence"])
 def test_the_dense_tail_through_the_kernel_gives_the_eager_float32_sums(name, monkeypatch):
     """The linear layers of one position (a CNN's head; a sequence stack's last layer after others over positions)

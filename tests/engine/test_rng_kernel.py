@@ -9,7 +9,7 @@ from arena.engine import rng, rng_kernel
 SEEDS = torch.tensor([0, 1, 2**40 + 7, -5, 2**63 - 1, -(2**63)], dtype=torch.int64)
 STREAMS = [rng.stream(rng.Purpose.NOISE, t) for t in (0, 3, 2**20)]
 
-needs_kernel = pytest.mark.skipif(rng_kernel.library() is None, reason="no C compiler or cache folder here")
+needs_kernel = pytest.mark.skipif(rng_kernel.library() is None, reason="kernels off or not built")
 
 
 def _eager(monkeypatch, draw):
@@ -50,26 +50,6 @@ def test_kernel_coins_are_the_eager_coins(monkeypatch, p):
     assert torch.equal(coins, _eager(monkeypatch, draw))
 
 
-def test_disabled_or_without_a_compiler_the_kernel_is_absent(monkeypatch, tmp_path):
-    monkeypatch.setenv("ARENA_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("ARENA_KERNELS", "0")
-    assert rng_kernel.library.__wrapped__() is None
-    monkeypatch.delenv("ARENA_KERNELS")
-    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
-    assert rng_kernel.library.__wrapped__() is None
-    assert not (tmp_path / "kernels").exists() or not any((tmp_path / "kernels").iterdir())
-
-
-@needs_kernel
-def test_the_kernel_is_built_once_into_the_cache_and_loaded_from_it(monkeypatch, tmp_path):
-    monkeypatch.setenv("ARENA_CACHE_DIR", str(tmp_path))
-    assert rng_kernel.library.__wrapped__() is not None
-    built = list((tmp_path / "kernels").iterdir())
-    assert len(built) == 1 and built[0].suffix == ".so"
-    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))  # a cached library needs no compiler
-    assert rng_kernel.library.__wrapped__() is not None
-
-
 @needs_kernel
 @pytest.mark.parametrize("with_present", [False, True])
 def test_kernel_sampled_rows_are_the_rows_of_the_eager_coins(monkeypatch, with_present):
@@ -86,18 +66,6 @@ def test_kernel_sampled_rows_are_the_rows_of_the_eager_coins(monkeypatch, with_p
         rows = coins[s, k].nonzero().squeeze(1)
         most = int(counts[s].max())
         assert torch.equal(idx[s, k, : len(rows)], rows) and not idx[s, k, len(rows) : most].any()
-
-
-@needs_kernel
-def test_a_cached_library_others_could_write_is_not_loaded(monkeypatch, tmp_path):
-    monkeypatch.setenv("ARENA_CACHE_DIR", str(tmp_path))
-    assert rng_kernel.library.__wrapped__() is not None
-    (built,) = (tmp_path / "kernels").iterdir()
-    built.chmod(0o777)
-    assert rng_kernel.library.__wrapped__() is None
-    built.chmod(0o755)
-    (tmp_path / "kernels").chmod(0o777)
-    assert rng_kernel.library.__wrapped__() is None
 
 
 def _adder_case(n: int, K: int):

@@ -51,7 +51,7 @@ def test_batched_training_equals_one_model_at_a_time(arch, mode):
     assert not torch.allclose(first[0], first[1])
 
 
-@pytest.mark.skipif(rng_kernel.library() is None, reason="no C compiler or cache folder here")
+@pytest.mark.skipif(rng_kernel.library() is None, reason="kernels off or not built")
 @pytest.mark.parametrize("engine", ["dense", "functional"])
 def test_float32_dp_training_through_the_kernels_is_the_same_alone_batched_or_without_them(engine, monkeypatch):
     """In float32 on the CPU the noise is added into the sums by the kernel (and the dense path's clip factors come
@@ -77,7 +77,7 @@ def test_float32_dp_training_through_the_kernels_is_the_same_alone_batched_or_wi
         torch.testing.assert_close(batched[name], pe, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.skipif(conv_kernel.library() is None, reason="no C compiler or cache folder here")
+@pytest.mark.skipif(conv_kernel.library() is None, reason="kernels off or not built")
 def test_float32_dp_training_of_a_cnn_through_the_conv_kernel_is_the_same_alone_batched_or_without_it(monkeypatch):
     """The convolutions' per-example norms come from the C kernel in float32 (one layer's gradients formed, the
     other's ghost norm), the dense head's clipping from the dense kernel: a CNN trains the same alone or in a batch,
@@ -268,7 +268,7 @@ def test_training_in_passes_changes_no_model(dp, monkeypatch):
         torch.testing.assert_close(split[name], whole[name], rtol=1e-9, atol=1e-9)
 
 
-@pytest.mark.skipif(rng_kernel.library() is None, reason="no C compiler or cache folder here")
+@pytest.mark.skipif(rng_kernel.library() is None, reason="kernels off or not built")
 @pytest.mark.parametrize("ema", [0.0, 0.9])
 def test_a_noisy_step_through_the_kernel_is_the_eager_noisy_step(ema, monkeypatch):
     """HeavyBall.step with a step's noise: in the kernel's one pass, or the noise added first and then the eager
