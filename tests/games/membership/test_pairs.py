@@ -27,7 +27,7 @@ class Fixed(Attack):
     game = "membership"
     threat_model = frozenset({"query"})
 
-    def run(self, view):  # noqa: ANN001, ANN201 - never played: the test scores guesses directly
+    def run(self, view):  # never played: the test scores guesses directly
         raise AssertionError("not played")
 
 
