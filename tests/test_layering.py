@@ -41,7 +41,9 @@ them names no game and reaches games only through the registry."""
 
 MAX_LINES = 450
 LONG_MODULES: dict[str, str] = {
-    # "arena/some/module.py": "why it must stay over the limit",   (none today; keep it that way)
+    # "arena/some/module.py": "why it must stay over the limit",
+    "arena/cli.py": "459 lines after the `kernels` command and `report --formats` were merged (2026-12-06); "
+                    "to be split into one module per subcommand",
 }
 """Modules allowed over ``MAX_LINES``, each with its reason."""
 

@@ -253,7 +253,7 @@ def test_the_query_interface_has_no_parameters_behind_it(released) -> None:
     (Exits, "bye", r"^plugin raised SystemExit: bye$"),
     (HardExit, None, r"^worker died: exit code 3$"),
     (Raises, None, r"^ValueError: no luck$"),
-    (NotAGuess, None, r"returned dict, not one of CanaryGuess, MembershipGuess, ReconstructionGuess$"),
+    (NotAGuess, None, r"returned dict, not one of CanaryGuess, GradientsGuess, MembershipGuess, ReconstructionGuess$"),
 ])
 def test_exits_and_exceptions_in_the_attack_are_its_failure(attack, how, message) -> None:
     a = attack
