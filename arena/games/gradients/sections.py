@@ -16,6 +16,7 @@ from markupsafe import Markup
 
 from arena.games.gradients.grids import GRID_FILE, VECTOR_FORMATS
 from arena.games.reconstruction.rule import describe_reconstruction
+from arena.games.reconstruction.sections import audit_rows
 
 STRENGTHS = {"client-dpsgd": ("ε (client DP-SGD)", "epsilons"), "gradient-pruning": ("pruned share", "rates")}
 """Defense → (axis label, the parameter holding its one value per configuration)."""
@@ -99,9 +100,6 @@ def audit_section(audit: Any, page: Any) -> Markup:
     """Every gradients matchup against a claim: the targets' success beside both bounds."""
     fmt = page.fmt
     records = audit.records if audit is not None else ()
-    rows = [[r.track, r.defense_label, r.attack, r.seed, fmt(r.claimed_epsilon), f"{r.delta:g}",
-             f"{fmt(r.kappa)} ({'exact' if r.kappa_exact else 'estimate'})", fmt(r.allowed), fmt(r.bound),
-             r.bound_how, fmt(r.success_rate), r.n_targets, fmt(r.success_low),
-             "ABOVE THE BOUND" if r.exceeds else "within"] for r in records]
+    rows = audit_rows(records, fmt)
     return page.render("gradients-audit.html.j2", grad_rows=rows,
                        grad_lines=[describe_reconstruction(r) for r in records if r.exceeds])

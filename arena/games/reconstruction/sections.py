@@ -38,13 +38,19 @@ def section(ctx: Any) -> Markup:
     return ctx.render("reconstruction.html.j2", track=ctx.board.track, figures=figures)
 
 
+def audit_rows(records: Any, fmt: Any) -> list[list[Any]]:
+    """One table row per audited reconstruction record (this game's and the gradients game's): the claim, κ, the
+    allowed success and the bound beside the measured success and its verdict."""
+    return [[r.track, r.defense_label, r.attack, r.seed, fmt(r.claimed_epsilon), f"{r.delta:g}",
+             f"{fmt(r.kappa)} ({'exact' if r.kappa_exact else 'estimate'})", fmt(r.allowed), fmt(r.bound),
+             r.bound_how, fmt(r.success_rate), r.n_targets, fmt(r.success_low),
+             "ABOVE THE BOUND" if r.exceeds else "within"] for r in records]
+
+
 def audit_section(audit: Any, page: Any) -> Markup:
     """Every reconstruction matchup against a claim: the measured success beside both bounds."""
     fmt = page.fmt
     records = audit.records if audit is not None else ()
-    rows = [[r.track, r.defense_label, r.attack, r.seed, fmt(r.claimed_epsilon), f"{r.delta:g}",
-             f"{fmt(r.kappa)} ({'exact' if r.kappa_exact else 'estimate'})", fmt(r.allowed), fmt(r.bound),
-             r.bound_how, fmt(r.success_rate), r.n_targets, fmt(r.success_low),
-             "ABOVE THE BOUND" if r.exceeds else "within"] for r in records]
+    rows = audit_rows(records, fmt)
     return page.render("reconstruction-audit.html.j2", recon_rows=rows,
                        recon_lines=[describe_reconstruction(r) for r in records if r.exceeds])
