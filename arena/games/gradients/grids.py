@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from arena.games.reconstruction.grids import write_figure
+
 GRID_FILE = "grid.png"
-VECTOR_FORMATS = ("svg", "pdf")
 ROWS = ("record", "reconstruction")
 
 
@@ -55,10 +56,4 @@ def save_grid(path: Path, arrays: dict[str, Any], *, kind: str, shape: tuple[int
                 ax.set_title(f"{psnr[c]:.1f} dB", fontsize=7)
             if c == 0:
                 ax.set_ylabel(label, fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", dpi=110)
-    for fmt in VECTOR_FORMATS:
-        fig.savefig(path.with_suffix(f".{fmt}"), format=fmt)
-    return path
+    return write_figure(fig, path)

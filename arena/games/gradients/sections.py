@@ -14,7 +14,8 @@ from typing import Any
 
 from markupsafe import Markup
 
-from arena.games.gradients.grids import GRID_FILE, VECTOR_FORMATS
+from arena.games.gradients.grids import GRID_FILE
+from arena.games.reconstruction.grids import VECTOR_FORMATS
 from arena.games.reconstruction.rule import describe_reconstruction
 from arena.games.reconstruction.sections import audit_rows
 

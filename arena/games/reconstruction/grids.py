@@ -8,7 +8,7 @@ Drawn on matplotlib's Agg canvas directly (no pyplot, no global state, no displa
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -72,10 +72,16 @@ def save_grid(
                 ax.set_title(f"MSE {errors[c]:.2g}", fontsize=7)
             if c == 0:
                 ax.set_ylabel(label, fontsize=8)
+    return write_figure(fig, path)
+
+
+def write_figure(fig: Any, path: str | Path) -> Path:
+    """Lay out ``fig`` and write it to ``path`` as PNG, and beside it in each vector format (the report copies
+    these into report/figures/ for papers); the PNG's path."""
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png", dpi=110)
-    for fmt in VECTOR_FORMATS:  # the report copies these into report/figures/ for papers
+    for fmt in VECTOR_FORMATS:
         fig.savefig(path.with_suffix(f".{fmt}"), format=fmt)
     return path
