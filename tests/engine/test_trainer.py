@@ -303,21 +303,22 @@ from arena.engine import trainer
 if sys.argv[1] == "kept":
     trainer._keep_freed_memory()
 faults = []
-for _ in range(8):  # a 96 MiB block freed before the next is made: a big pass's temporaries, step after step
+for _ in range(16):  # a 96 MiB block freed before the next is made: a big pass's temporaries, step after step
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     block = torch.empty(24 << 20)
     block.fill_(1.0)
     del block
     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-print(*faults)
+print(*faults[8:])  # the steady state: the first few blocks can find the freed one split by small allocations
 """
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc", reason="glibc only")
 def test_training_keeps_freed_memory_so_a_steps_temporaries_do_not_fault_their_pages_in_again():
-    """A block freed and made again is mostly served without a page fault per page (24,576 pages): glibc's default
-    maps it afresh every time, and so does ``ARENA_MALLOC=0``. (With the setting glibc still maps afresh now and
-    then, the first time and about one time in eight after it, so the test counts the times.)"""
+    """Step after step, a block freed and made again is served without a page fault per page (24,576 pages):
+    glibc's default maps it afresh every time, and so does ``ARENA_MALLOC=0``. Counted over blocks 9-16: in the
+    first few, small allocations made between steps can split the freed block so the next one extends the heap
+    (seen: up to 4 of the first 8 faulted in, none after)."""
     def afresh(mode: str, **env: str) -> int:  # of the 8 blocks, how many faulted in every page
         environ = {k: v for k, v in os.environ.items() if k != "ARENA_MALLOC"} | env
         run = subprocess.run([sys.executable, "-c", _REUSE, mode], capture_output=True, text=True, check=True,
@@ -325,5 +326,5 @@ def test_training_keeps_freed_memory_so_a_steps_temporaries_do_not_fault_their_p
         return sum(int(f) > 20_000 for f in run.stdout.split())
 
     assert afresh("default") >= 7
-    assert afresh("kept") <= 4
+    assert afresh("kept") <= 1
     assert afresh("kept", ARENA_MALLOC="0") >= 7
