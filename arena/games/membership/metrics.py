@@ -151,24 +151,35 @@ def weighted_rates(scores: np.ndarray, is_member: np.ndarray, weights: np.ndarra
     """AUC, advantage and TPR at each FPR in ``levels`` of the scores [N] (members where ``is_member``), each point
     counted ``weights[b, i]`` times in row b of ``weights`` [B, N], each an array [B]: the metrics of B resamples
     given as multiplicities, from ONE sort of the scores (a resample only reweights the sorted points). As
-    ``score_metrics``: AUC by Mann–Whitney with ties counting one half, a threshold only between distinct scores."""
+    ``score_metrics``: AUC by Mann–Whitney with ties counting one half, a threshold only between distinct scores.
+
+    Everything is computed per group of equal scores (the thresholds fall between groups), in descending order:
+    the member and non-member weight of each group, their running sums (the TPR and FPR at each threshold), and,
+    as both rise along a row, the TPR at an FPR level is the one at the last threshold within it. Integer weights
+    (``multiplicities``) stay integers until the rates."""
     order = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")
-    s = np.asarray(scores, dtype=np.float64)[order]
-    lab = np.asarray(is_member, dtype=bool)[order]
-    W = np.asarray(weights, dtype=np.float64)[:, order]
-    Wm, Wn = W * lab, W * ~lab
-    m, n = Wm.sum(axis=1), Wn.sum(axis=1)
-    tpr = np.cumsum(Wm, axis=1) / np.maximum(m, 1e-300)[:, None]
-    fpr = np.cumsum(Wn, axis=1) / np.maximum(n, 1e-300)[:, None]
-    cut = np.ones(len(s), dtype=bool)  # a threshold can fall after position i only between distinct scores
-    cut[:-1] = s[:-1] != s[1:]
-    starts = np.flatnonzero(np.r_[True, cut[:-1]] if len(s) else np.zeros(0, bool))  # first of each group
-    Mg, Ng = np.add.reduceat(Wm, starts, axis=1), np.add.reduceat(Wn, starts, axis=1)  # per group of equal scores
-    below = n[:, None] - np.cumsum(Ng, axis=1)  # non-member weight strictly below each group (descending order)
+    return _sorted_rates(np.asarray(scores, dtype=np.float64)[order], np.asarray(is_member, dtype=bool)[order],
+                         np.asarray(weights)[:, order], levels)
+
+
+def _sorted_rates(s: np.ndarray, lab: np.ndarray, W: np.ndarray, levels: Sequence[float]) -> dict[str, np.ndarray]:
+    """``weighted_rates`` of scores ``s`` already in descending order (labels and weights in the same order)."""
+    starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]]) if len(s) else np.zeros(0, np.intp)  # first of a group
+    Mg = np.where(lab, W, 0)  # per group: member weight, non-member weight
+    Ng = W - Mg
+    if len(starts) < len(s):  # ties: sum each group of equal scores
+        Mg, Ng = np.add.reduceat(Mg, starts, axis=1), np.add.reduceat(Ng, starts, axis=1)
+    cum_m, cum_n = np.cumsum(Mg, axis=1), np.cumsum(Ng, axis=1)
+    m, n = cum_m[:, -1].astype(np.float64), cum_n[:, -1].astype(np.float64)
+    tpr = cum_m / np.maximum(m, 1e-300)[:, None]
+    fpr = cum_n / np.maximum(n, 1e-300)[:, None]
+    below = n[:, None] - cum_n  # non-member weight strictly below each group (descending order)
     out = {"auc": (Mg * (below + 0.5 * Ng)).sum(axis=1) / np.maximum(m * n, 1e-300),
-           "advantage": np.maximum(np.where(cut, tpr - fpr, -np.inf).max(axis=1), 0.0)}
+           "advantage": np.maximum((tpr - fpr).max(axis=1), 0.0)}
+    rows = np.arange(len(W))
     for level in levels:
-        out[tpr_key(level)] = np.where(cut & (fpr <= level + 1e-12), tpr, 0.0).max(axis=1)
+        within = (fpr <= level + 1e-12).sum(axis=1)  # thresholds within the level: a prefix of each row
+        out[tpr_key(level)] = np.where(within > 0, tpr[rows, np.maximum(within - 1, 0)], 0.0)
     return out
 
 
@@ -190,13 +201,15 @@ def bootstrap_metrics(scores: np.ndarray, is_member: np.ndarray, metrics: Sequen
     out: dict[str, list[np.ndarray]] = {}
     levels = tuple(sorted({level for m in metrics if (level := fpr_level(m)) is not None}))
     chunk = max(1, min(resamples, RESAMPLE_BATCH // max(1, len(scores))))
+    order = np.argsort(-scores, kind="stable")  # the one sort; each resample's multiplicities follow it
+    s, lab = scores[order], lab[order]
     done = 0
     while done < resamples:
         b = min(chunk, resamples - done)
-        W = np.empty((b, len(scores)))
+        W = np.empty((b, len(s)), np.int32)
         W[:, lab] = multiplicities(rng, b, int(lab.sum()))
         W[:, ~lab] = multiplicities(rng, b, int((~lab).sum()))
-        for k, v in weighted_rates(scores, lab, W, levels).items():
+        for k, v in _sorted_rates(s, lab, W, levels).items():
             out.setdefault(k, []).append(v)
         done += b
     return {k: np.concatenate(v) for k, v in out.items() if k in metrics}

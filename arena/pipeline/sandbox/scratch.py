@@ -73,20 +73,36 @@ def private_mounts(tmp_bytes: int) -> str:
     return f"private /dev/shm of {tmp_bytes} bytes; Ray's folders hidden"
 
 
-def sweep_files(uid: int, roots: tuple[str, ...] = SCRATCH_DIRS) -> None:
+MTIME_SLACK = 2.0
+"""Seconds a folder's modification time may lag the clock an attack's start was read from (the kernel stamps
+with a coarse clock)."""
+
+
+def sweep_files(uid: int, roots: tuple[str, ...] = SCRATCH_DIRS, since: float | None = None) -> None:
     """Remove whatever the user ``uid`` owns under ``roots``, at any depth, descending only into folders a user
     without groups could enter (others may search them) and never following a link: the only places it could
-    have written."""
+    have written.
+
+    With ``since`` (the attack's start, ``time.time()``), a folder last modified before it is not listed beyond
+    its subfolders: every entry made in a folder (made, linked or renamed there) stamps the folder's modification
+    time with the present, and a user who does not own a folder cannot set that time back, so such a folder holds
+    nothing of ``uid``'s. A ``/tmp`` of many files is then swept by a stat of its folders only."""
     for root in roots:
-        _sweep_dir(root, uid, depth=0)
+        _sweep_dir(root, uid, 0, None if since is None else since - MTIME_SLACK)
 
 
-def _sweep_dir(path: str, uid: int, depth: int) -> None:
+def _sweep_dir(path: str, uid: int, depth: int, since: float | None) -> None:
     if depth > 64:
         return
+    changed = True
+    if since is not None:
+        with contextlib.suppress(OSError):
+            changed = os.stat(path, follow_symlinks=False).st_mtime >= since
     with contextlib.suppress(OSError), os.scandir(path) as entries:
         for entry in list(entries):
             with contextlib.suppress(OSError):
+                if not changed and not entry.is_dir(follow_symlinks=False):
+                    continue
                 info = entry.stat(follow_symlinks=False)
                 if info.st_uid == uid:
                     if stat.S_ISDIR(info.st_mode):
@@ -94,7 +110,7 @@ def _sweep_dir(path: str, uid: int, depth: int) -> None:
                     else:
                         os.unlink(entry.path)
                 elif stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_IXOTH:
-                    _sweep_dir(entry.path, uid, depth + 1)
+                    _sweep_dir(entry.path, uid, depth + 1, since)
 
 
 def close_sockets(session_dir: str | None) -> None:

@@ -37,6 +37,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 from arena.pipeline.sandbox import child, scratch
@@ -82,10 +83,11 @@ def attack_uid(uid_base: int, pid: int) -> int | None:
     return uid_base + pid if uid_base and hasattr(os, "geteuid") and os.geteuid() == 0 else None
 
 
-def sweep(uid: int | None, pgid: int | None = None) -> None:
+def sweep(uid: int | None, pgid: int | None = None, since: float | None = None) -> None:
     """Kill the process group ``pgid`` and every process of the user ``uid`` (a helper takes the user and sends
     ``SIGKILL`` to all it may signal: ``kill(-1)`` reaches every one of them at once, so a fork bomb cannot outrun
-    it), then remove what that user left in the scratch directories."""
+    it), then remove what that user left in the scratch directories (made since ``since``, the attack's start,
+    where it is known: ``scratch.sweep_files``)."""
     if pgid is not None:
         with contextlib.suppress(OSError):
             os.killpg(pgid, signal.SIGKILL)
@@ -103,7 +105,7 @@ def sweep(uid: int | None, pgid: int | None = None) -> None:
             os._exit(0)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(helper, 0)
-    scratch.sweep_files(uid)  # at any depth of /tmp, /var/tmp, /dev/shm: Ray's session folders included
+    scratch.sweep_files(uid, since=since)  # at any depth of /tmp, /var/tmp, /dev/shm: Ray's session folders too
 
 
 # --- the arena's side ---
@@ -124,6 +126,7 @@ class _Exec:
     server_died = False
 
     def __init__(self, theirs: socket.socket, env: dict[str, str], output: int, uid_base: int) -> None:
+        self.started = time.time()
         self.process = subprocess.Popen(
             [sys.executable, "-c", f"from arena.pipeline.sandbox.child import main; main({theirs.fileno()})"],
             pass_fds=(theirs.fileno(),), env=env, cwd="/", stdin=subprocess.DEVNULL, stdout=output, stderr=output,
@@ -144,7 +147,7 @@ class _Exec:
                     return None
             except ChildProcessError:
                 pass
-            sweep(self.uid, self.pid)
+            sweep(self.uid, self.pid, self.started)
             self.process.wait()
         return self.process.returncode
 
@@ -156,7 +159,7 @@ class _Exec:
 
     def kill(self) -> None:
         if self.process.returncode is None:
-            sweep(self.uid, self.pid)
+            sweep(self.uid, self.pid, self.started)
 
 
 class _Server:
@@ -287,11 +290,13 @@ def _children_of(pid: int) -> list[int]:
 
 
 class _Running:
-    """One attack's process in the fork server: its status socket and user."""
+    """One attack's process in the fork server: its status socket, user, and start (``time.time()`` before its
+    fork)."""
 
-    def __init__(self, status: socket.socket, uid: int | None) -> None:
+    def __init__(self, status: socket.socket, uid: int | None, started: float) -> None:
         self.status = status
         self.uid = uid
+        self.started = started
         self.open = True  # its arena end is open and not yet asked to kill
 
 
@@ -323,7 +328,7 @@ def main(fd: int) -> None:
     running: dict[int, _Running] = {}
 
     def end(pid: int) -> None:
-        sweep(running[pid].uid, pid)
+        sweep(running[pid].uid, pid, running[pid].started)
 
     def reap() -> None:
         while True:
@@ -391,6 +396,7 @@ def main(fd: int) -> None:
             with contextlib.suppress(Exception):
                 child.warm_reachable()
         conn, status_fd, output = fds
+        started = time.time()
         pid = os.fork()
         if pid == 0:
             try:
@@ -410,4 +416,4 @@ def main(fd: int) -> None:
         status = socket.socket(fileno=status_fd)
         with contextlib.suppress(OSError):
             status.send(b"P" + struct.pack("<i", pid))
-        running[pid] = _Running(status, attack_uid(uid_base, pid))
+        running[pid] = _Running(status, attack_uid(uid_base, pid), started)

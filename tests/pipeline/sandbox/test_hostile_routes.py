@@ -218,6 +218,40 @@ def test_the_sweep_removes_a_users_files_at_any_depth_and_nothing_else(tmp_path:
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give files another user")
+def test_a_sweep_since_the_attacks_start_lists_only_folders_changed_since_and_finds_what_it_made() -> None:
+    """With the attack's start, a folder modified before it is searched for subfolders only: a file of the user's
+    there (planted by root with a back-dated folder, which the user itself cannot do) is skipped, while one made
+    after the start, at any depth, is removed."""
+    import time
+
+    uid = 0x78000000 + 8
+    root = Path(tempfile.mkdtemp(prefix="arena-sweep-"))
+    try:
+        root.chmod(0o755)
+        old, new = root / "old", root / "old" / "open"
+        new.mkdir(parents=True)
+        for p in (old, new):
+            p.chmod(0o777)
+        planted = old / "planted"
+        planted.write_text("x")
+        os.chown(planted, uid, uid)
+        past = time.time() - 3600
+        os.utime(old, (past, past))
+        started = time.time()
+        made = new / "made"
+        made.write_text("y")
+        os.chown(made, uid, uid)
+        os.utime(old, (past, past))
+        sweep_files(uid, (str(root),), since=started)
+        assert not made.exists(), "made after the start, in a folder of an unchanged one: removed"
+        assert planted.exists(), "a folder unchanged since the start is not listed"
+        sweep_files(uid, (str(root),))
+        assert not planted.exists(), "without a start, every folder is listed"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def test_a_closed_sockets_folder_refuses_an_attacks_rename(tmp_path: Path) -> None:
     session = Path(tempfile.mkdtemp(prefix="arena-session-"))
     try:
