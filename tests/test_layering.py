@@ -30,7 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("arena.pipeline",),
     ("arena.results",),
     ("arena.games",),
-    ("arena.api", "arena.cli"),
+    ("arena.api", "arena.cli", "arena.commands"),
     ("arena",),  # the facade (arena/__init__.py), which may import anything lazily
 )
 """Lowest first. A module may import modules of its own layer and of lower ones. The contracts sit below the engine:
@@ -42,8 +42,6 @@ them names no game and reaches games only through the registry."""
 MAX_LINES = 450
 LONG_MODULES: dict[str, str] = {
     # "arena/some/module.py": "why it must stay over the limit",
-    "arena/cli.py": "459 lines after the `kernels` command and `report --formats` were merged (2026-12-06); "
-                    "to be split into one module per subcommand",
 }
 """Modules allowed over ``MAX_LINES``, each with its reason."""
 
