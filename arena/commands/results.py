@@ -15,9 +15,9 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     from arena.results import leaderboard
     from arena.results.merge import check_runs
 
-    problems = check_runs(args.run_dirs)
-    if problems:
-        return problems(problems)
+    found = check_runs(args.run_dirs)
+    if found:
+        return problems(found)
     if args.history:
         return history(args)
     try:
@@ -104,13 +104,13 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from arena.pipeline.store import RunDirError
     from arena.results.merge import check_runs
 
-    problems = check_runs(args.run_dirs)
+    found = check_runs(args.run_dirs)
     if args.out.exists() and not args.out.is_dir():
-        problems.append(f"--out: {args.out}: not a directory")
+        found.append(f"--out: {args.out}: not a directory")
     if any(args.out.resolve() == d.resolve() for d in args.run_dirs):
-        problems.append(f"--out: {args.out} is a run directory given; choose another folder for the site")
-    if problems:
-        return problems(problems)
+        found.append(f"--out: {args.out} is a run directory given; choose another folder for the site")
+    if found:
+        return problems(found)
     try:
         results = api.load(args.run_dirs)
         page = results.publish(args.out)

@@ -89,3 +89,13 @@ def test_the_game_metrics_come_from_the_rows_and_the_registry_only_for_rows_with
     written = [{**r, "game": "gone", "primary_metric": "p", "rank_metric": None} for r in ROWS]
     assert leaderboard.game_metrics(written) == leaderboard.GameMetrics("p", "p")
     assert leaderboard.game_metrics([{**r, "game": "gone"} for r in ROWS]) == leaderboard.GameMetrics(None, None)
+
+
+def test_arena_leaderboard_of_a_folder_without_results_is_exit_2_naming_it(tmp_path, capsys) -> None:
+    from arena.cli import EXIT_INPUT, main
+
+    (tmp_path / "empty").mkdir()
+    assert main(["leaderboard", str(tmp_path / "absent"), str(tmp_path / "empty")]) == EXIT_INPUT
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'absent'}: no results.jsonl here (not a directory)" in err
+    assert f"{tmp_path / 'empty'}: no results.jsonl here" in err
