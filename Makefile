@@ -30,13 +30,13 @@ kernels: setup
 run: setup
 	$(VENV)/bin/arena run scenarios/quickstart.yaml --out $(RUN_DIR)
 
-# Everything, what CI runs (< 8 min on a quiet 2-core machine): three pytest-xdist workers (the suite waits on
-# subprocesses, Ray and timeouts: two workers kept 1.14 cores busy of 2), a test file to each in
-# turn, longest first (a file's module fixtures are built once); each worker's sandboxed attacks take users of
-# their own. Bytecode is written even where the environment says not to (PYTHONDONTWRITEBYTECODE): the suite's
+# Everything, what CI runs (< 8 min on a quiet 2-core machine): four pytest-xdist workers (the suite waits on
+# subprocesses, Ray and timeouts: two workers kept 1.14 cores busy of 2; four took 502 s where three took 553 s),
+# a test file to each in turn, longest first (a file's module fixtures are built once); each worker's sandboxed
+# attacks take users of their own. Bytecode is written even where the environment says not to (PYTHONDONTWRITEBYTECODE): the suite's
 # dozens of arena processes then compile the package once, and pytest keeps its rewritten test modules.
 test: setup
-	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n 3 --dist loadfile
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n 4 --dist loadfile
 
 # The whole suite again with the compiled kernels off (ARENA_KERNELS=off), as on a machine without a C compiler or
 # on a GPU: every path in pure PyTorch, the tests that compare a kernel with its eager pass skipped. Not yet in
