@@ -38,11 +38,13 @@ run: setup
 test: setup
 	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n 4 --dist loadfile
 
-# The whole suite again with the compiled kernels off (ARENA_KERNELS=off), as on a machine without a C compiler or
-# on a GPU: every path in pure PyTorch, the tests that compare a kernel with its eager pass skipped. Not yet in
-# .ci/run: it has not passed whole (one failure seen under load, not yet identified), nor been timed quietly.
+# The suite again with the compiled kernels off (ARENA_KERNELS=off), as on a machine without a C compiler or on a
+# GPU: every path in pure PyTorch, the tests that compare a kernel with its eager pass skipped. Whole by default
+# (2026-12-06: 1,678 passed, 137 skipped, 429 s beside two other jobs); CI runs it on the tests that train
+# (KERNELS_OFF_TESTS), where the kernels change what runs.
+KERNELS_OFF_TESTS ?=
 test-kernels-off: setup
-	ARENA_KERNELS=off PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n 3 --dist loadfile
+	ARENA_KERNELS=off PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n 4 --dist loadfile $(KERNELS_OFF_TESTS)
 
 # The inner loop: tests that need no Ray cluster, no subprocess of the arena and are not slow (< 1 min), in two
 # xdist workers.
