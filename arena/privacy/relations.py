@@ -16,12 +16,16 @@ from typing import Any
 
 from arena.privacy.accounting import Relation, epsilon_under
 
+VACUOUS = 1.0
+"""A δ of 1: the (ε, δ) inequality holds for every mechanism, so no experiment can refute the claim."""
+
 
 def group_replace_one(epsilon: float, delta: float) -> tuple[float, float]:
     """(ε, δ) under add/remove ⇒ (2ε, (1 + e^ε)·δ) under replace-one (group privacy: remove x, then add x').
 
-    P[M(D) ∈ S] ≤ e^ε·P[M(D∖x) ∈ S] + δ ≤ e^ε·(e^ε·P[M(D∖x ∪ x') ∈ S] + δ) + δ. For pure ε-DP: 2ε."""
-    return 2.0 * epsilon, (1.0 + math.exp(min(epsilon, 700.0))) * delta if delta else 0.0
+    P[M(D) ∈ S] ≤ e^ε·P[M(D∖x) ∈ S] + δ ≤ e^ε·(e^ε·P[M(D∖x ∪ x') ∈ S] + δ) + δ. For pure ε-DP: 2ε. The δ is
+    capped at 1 (``VACUOUS``): a large ε with δ > 0 restates to a claim that allows anything."""
+    return 2.0 * epsilon, min(VACUOUS, (1.0 + math.exp(min(epsilon, 700.0))) * delta) if delta else 0.0
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ many pairs a refutation of its claim needs at the least (``arena.games.membershi
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ from arena.games.membership.power import MAX_PAIRS, pairs_to_refute
 from arena.privacy.binomial import ALPHA
 from arena.privacy.heldout import HeldOutBound, heldout_epsilon
 from arena.privacy.one_run import OneRunBound, one_run_epsilon, paired_canaries
-from arena.privacy.relations import RelationClaim, replace_one_claim
+from arena.privacy.relations import VACUOUS, RelationClaim, replace_one_claim
 from arena.results.audit import ArrayLoader, AuditedMatchup, GameAudit, claimed, identity, scaled, split_seed
 
 
@@ -118,6 +119,8 @@ def audit_membership(row: dict[str, Any], arrays: Mapping[str, Any]) -> Membersh
     when saved, ``pair``: the id of each point's member/non-member pair, for the one-run bound)."""
     eps, delta = claimed(row)
     rel: RelationClaim = replace_one_claim(row["claim"])
+    if rel.delta >= VACUOUS:  # nothing to refute: the estimators take δ < 1; just below it they bound ε by 0
+        rel = dataclasses.replace(rel, delta=math.nextafter(VACUOUS, 0.0))
     metrics = row.get("metrics") or {}
     scores = np.asarray(arrays["scores"], dtype=np.float64).reshape(-1)
     is_member = np.asarray(arrays["is_member"]).astype(bool).reshape(-1)
