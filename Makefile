@@ -40,8 +40,8 @@ test: setup
 
 # The suite again with the compiled kernels off (ARENA_KERNELS=off), as on a machine without a C compiler or on a
 # GPU: every path in pure PyTorch, the tests that compare a kernel with its eager pass skipped. Whole by default
-# (2026-12-06: 1,678 passed, 137 skipped, 429 s beside two other jobs); CI runs it on the tests that train
-# (KERNELS_OFF_TESTS), where the kernels change what runs.
+# (2026-12-06: 1,678 passed, 137 skipped, 429 s beside two other jobs), as CI runs it; KERNELS_OFF_TESTS narrows
+# it to some test paths.
 KERNELS_OFF_TESTS ?=
 test-kernels-off: setup
 	ARENA_KERNELS=off PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n 4 --dist loadfile $(KERNELS_OFF_TESTS)
