@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     # Plugin contracts: what a plugin subclasses or returns
     from arena.contracts.architecture import Architecture, ModelStack
     from arena.contracts.attack import Attack, Capability
-    from arena.contracts.dataset import Dataset, DatasetLoader
+    from arena.contracts.dataset import PAD, Dataset, DatasetLoader, TextDataset
     from arena.contracts.defense import RECIPE_FIELDS, Claim, Defense, Fit, FitTask
     from arena.contracts.game import Game, Outcome
     from arena.contracts.metric import Metric
@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     from arena.contracts.recipe import DPNoise, Recipe
     from arena.engine.batching import steps_and_rate
     from arena.engine.laplace import l1_from_l2, laplace, laplace_scale
+    from arena.engine.lm import LoRA, example_nll, token_logprobs, train_lm
     from arena.engine.multiplicity import train_augmult
     from arena.engine.newton import design, fit_logreg
     from arena.engine.newton import gradient as logreg_gradient
@@ -114,6 +115,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "NoParams": ("arena.contracts.params", "NoParams"),
     "Dataset": ("arena.contracts.dataset", "Dataset"),
     "DatasetLoader": ("arena.contracts.dataset", "DatasetLoader"),
+    "TextDataset": ("arena.contracts.dataset", "TextDataset"),
+    "PAD": ("arena.contracts.dataset", "PAD"),
     "Model": ("arena.contracts.model", "Model"),
     "Architecture": ("arena.contracts.architecture", "Architecture"),
     "ModelStack": ("arena.contracts.architecture", "ModelStack"),
@@ -168,6 +171,10 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     # Helpers plugins need: training, privacy accounting, data, shadow pools, canaries
     "train": ("arena.engine.trainer", "train"),
     "train_augmult": ("arena.engine.multiplicity", "train_augmult"),
+    "train_lm": ("arena.engine.lm", "train_lm"),
+    "LoRA": ("arena.engine.lm", "LoRA"),
+    "example_nll": ("arena.engine.lm", "example_nll"),
+    "token_logprobs": ("arena.engine.lm", "token_logprobs"),
     "Recipe": ("arena.contracts.recipe", "Recipe"),
     "DPNoise": ("arena.contracts.recipe", "DPNoise"),
     "steps_and_rate": ("arena.engine.batching", "steps_and_rate"),
