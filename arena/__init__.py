@@ -58,6 +58,8 @@ if TYPE_CHECKING:
     # The built-in games, their views and guesses
     from arena.games.audit import AuditGame, AuditView, CanaryGuess
     from arena.games.gradients import GradientsGame, GradientsGuess, GradientsView, UpdateDefense
+    from arena.games.language import LanguageGame, LanguageView
+    from arena.games.language.query import TextBlackBox, lm_log_proba, lm_loss
     from arena.games.membership import MembershipGame, MembershipGuess, MembershipView
     from arena.games.membership.spec import TrainedElsewhere
     from arena.games.reconstruction import ReconstructionGame, ReconstructionGuess, ReconstructionView
@@ -144,6 +146,11 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "GameAudit": ("arena.results.audit", "GameAudit"),
     # The built-in games, their views and guesses
     "MembershipGame": ("arena.games.membership", "MembershipGame"),
+    "LanguageGame": ("arena.games.language", "LanguageGame"),
+    "LanguageView": ("arena.games.language", "LanguageView"),
+    "TextBlackBox": ("arena.games.language.query", "TextBlackBox"),
+    "lm_log_proba": ("arena.games.language.query", "lm_log_proba"),
+    "lm_loss": ("arena.games.language.query", "lm_loss"),
     "MembershipView": ("arena.games.membership", "MembershipView"),
     "MembershipGuess": ("arena.games.membership", "MembershipGuess"),
     "TrainedElsewhere": ("arena.games.membership.spec", "TrainedElsewhere"),
