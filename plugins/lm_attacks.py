@@ -22,11 +22,11 @@ from __future__ import annotations
 import abc
 import math
 import zlib
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
-from pydantic import Field, PositiveInt
+from pydantic import BaseModel, Field, PositiveInt
 
 from arena import (
     PAD,
@@ -132,8 +132,7 @@ class TextSignal(Attack):
 
     game = "language"
     threat_model = frozenset({"query", "population"})
-    Params: type[SignalParams] = SignalParams
-    params: SignalParams
+    Params: ClassVar[type[BaseModel]] = SignalParams
 
     @abc.abstractmethod
     def signal(self, view: LanguageView, X: torch.Tensor) -> np.ndarray:
@@ -141,7 +140,8 @@ class TextSignal(Attack):
 
     def run(self, view: LanguageView) -> MembershipGuess:
         scores = self.signal(view, view.challenge_X)
-        threshold = float(np.quantile(self.signal(view, view.population_X), 1.0 - self.params.fpr))
+        fpr = float(self.params.fpr)  # type: ignore[attr-defined]  # every Params here is a SignalParams
+        threshold = float(np.quantile(self.signal(view, view.population_X), 1.0 - fpr))
         return MembershipGuess(scores=scores, decisions=scores > threshold)
 
 
@@ -180,11 +180,10 @@ class MinK(TextSignal):
 
     name = "min-k"
     Params = KParams
-    params: KParams
 
     def signal(self, view: LanguageView, X: torch.Tensor) -> np.ndarray:
         own, _, _, real = query_stats(view.model, X)
-        return min_k(own, real, self.params.k)
+        return min_k(own, real, self.params.k)  # type: ignore[attr-defined]  # a KParams
 
 
 class MinKPlusPlus(TextSignal):
@@ -192,11 +191,10 @@ class MinKPlusPlus(TextSignal):
 
     name = "min-k-plus-plus"
     Params = KParams
-    params: KParams
 
     def signal(self, view: LanguageView, X: torch.Tensor) -> np.ndarray:
         own, mu, sigma, real = query_stats(view.model, X)
-        return min_k_plus_plus(own, mu, sigma, real, self.params.k)
+        return min_k_plus_plus(own, mu, sigma, real, self.params.k)  # type: ignore[attr-defined]  # a KParams
 
 
 class ReferenceParams(SignalParams):

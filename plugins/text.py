@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
@@ -176,7 +176,7 @@ def build(name: str, documents: list[str], doc_source: np.ndarray, sources: tupl
 
 
 class LocalTextParams(TextParams):
-    paths: list[Path] = Field(min_length=1, max_length=1000, strict=False,
+    paths: list[Annotated[Path, Field(strict=False)]] = Field(min_length=1, max_length=1000,
                               description="text files (.txt: one document per paragraph or line; .jsonl: one JSON "
                                           "object per line) or save_to_disk folders; each is a source")
     split: Literal["paragraphs", "lines"] = Field(default="paragraphs", description=".txt: what a document is")
@@ -226,6 +226,13 @@ class LocalText(DatasetLoader):
 
     def load(self, params: BaseModel) -> TextDataset:
         assert isinstance(params, LocalTextParams)
+        try:
+            return self._load(params)
+        except ValueError as exc:  # the shared file checks name 'path'; this loader's field is 'paths'
+            text = str(exc)
+            raise ValueError(f"paths{text[4:]}" if text.startswith("path:") else text) from None
+
+    def _load(self, params: LocalTextParams) -> TextDataset:
         for p in params.paths:  # every size checked before anything is read
             if p.is_dir():
                 from arena_plugins.hf import check_saved

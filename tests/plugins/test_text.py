@@ -90,9 +90,9 @@ def test_a_local_tokenizer_file_is_used_as_given(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("content", "message"), [
-    (None, "path: "),
+    (None, "paths: "),
     ('{"text": "fine"}\n{"text": 3}\n', "field: "),
-    ('{"text": "fine"}\nnot json\n', "path: "),
+    ('{"text": "fine"}\nnot json\n', "paths: "),
 ])
 def test_bad_files_name_the_file_and_field(tmp_path: Path, content: str | None, message: str) -> None:
     path = tmp_path / "d.jsonl"

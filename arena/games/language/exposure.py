@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -111,7 +112,7 @@ def extracted(module: torch.nn.Module, tokenizer: str, prefix: str, secret: str,
     tok = Tokenizer.from_str(tokenizer)
     ids = tok.encode(prefix.rstrip(), add_special_tokens=False).ids
     new = max(1, len(tok.encode(prefix + secret, add_special_tokens=False).ids) - len(ids))
-    lm = module.lm  # type: ignore[union-attr]  # a CausalLM of the language models' plugins
+    lm: Any = module.lm  # a CausalLM of the language models' plugins: a transformers model
     with torch.no_grad():
         out = lm.generate(input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                           max_new_tokens=new, do_sample=False, num_beams=beams, pad_token_id=0)

@@ -26,12 +26,15 @@ SHIFT = ("split: members from one source and non-members from another measure th
          "record (split: random)")
 
 EXPOSURE_METRICS = (
-    Metric("perplexity", "language", higher_is_better=False, description="the release's perplexity on the held-out test set"),
+    Metric("perplexity", "language", higher_is_better=False,
+           description="the release's perplexity on the held-out test set"),
     Metric("exposure", "language", higher_is_better=True,
            description="mean exposure in bits of the canaries (log2|R| - log2 rank), every repetition count"),
     Metric("exposure_max", "language", higher_is_better=True, description="largest exposure of a canary, in bits"),
-    Metric("extracted_greedy", "language", higher_is_better=True, description="canaries greedy completion of the prefix writes"),
-    Metric("extracted_beam", "language", higher_is_better=True, description="canaries beam completion of the prefix writes"),
+    Metric("extracted_greedy", "language", higher_is_better=True,
+           description="canaries that greedy completion of the prefix writes"),
+    Metric("extracted_beam", "language", higher_is_better=True,
+           description="canaries that beam completion of the prefix writes"),
 )
 
 
@@ -42,8 +45,8 @@ class LanguageGame(MembershipGame):
     of a release: a property of the release, not of an attack)."""
 
     name = "language"
-    Spec = LanguageGameSpec
-    View = LanguageView
+    Spec = LanguageGameSpec  # type: ignore[assignment]  # a MembershipGameSpec, narrowed
+    View = LanguageView  # type: ignore[assignment]  # the text attacks' view, not the membership one
     metrics = EXPOSURE_METRICS
     reports_metrics_of = ("membership",)
     audit_rule = "arena.games.membership.rule:audit_game"
