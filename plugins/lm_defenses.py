@@ -80,6 +80,8 @@ class LMDPSGD(EpsilonSweep):
     Params = LMDPSGDParams
     per_example_gradients = True
     honours = HONOURS
+    row_note = ("DP-SGD by arena.train_lm: each sampled record's gradient by torch.func.vmap(grad), clipped and "
+                "noised in plain PyTorch (not Opacus), one model at a time")
     params: LMDPSGDParams
 
     def target_delta(self) -> float:
