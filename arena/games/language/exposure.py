@@ -105,8 +105,7 @@ def exposure(true_nll: float, candidate_nll: np.ndarray) -> tuple[int, float]:
 
 def extracted(module: torch.nn.Module, tokenizer: str, prefix: str, secret: str, beams: int) -> bool:
     """Whether completing ``prefix`` (its trailing spaces removed, so that its tokens begin the canary's; greedy when
-    ``beams`` is 1, else beam search of that width) writes the secret next: the decoded continuation, its leading
-    spaces removed, starts with it."""
+    ``beams`` is 1, else beam search of that width) writes exactly the secret next (``written_secret``)."""
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_str(tokenizer)
@@ -116,7 +115,15 @@ def extracted(module: torch.nn.Module, tokenizer: str, prefix: str, secret: str,
     with torch.no_grad():
         out = lm.generate(input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                           max_new_tokens=new, do_sample=False, num_beams=beams, pad_token_id=0)
-    return bool(tok.decode(out[0, len(ids):].tolist(), skip_special_tokens=True).lstrip().startswith(secret))
+    return written_secret(tok.decode(out[0, len(ids):].tolist(), skip_special_tokens=True)) == secret
+
+
+def written_secret(continuation: str) -> str:
+    """The digits a completion writes first: its leading spaces removed, up to the first character that is not a
+    digit ("  042 is" → "042"; " 0421" → "0421", which is not the secret "042")."""
+    text = continuation.lstrip()
+    end = next((i for i, ch in enumerate(text) if not ch.isdigit()), len(text))
+    return text[:end]
 
 
 def measure(models: Models, canaries: Canaries, spec: CanarySpec, tokenizer: str, length: int) -> dict[str, list]:

@@ -17,6 +17,7 @@ from arena.games.language.exposure import (
     make_canaries,
     sequence_nll,
     training_rows,
+    written_secret,
 )
 from arena_plugins.text import train_bpe
 
@@ -62,3 +63,9 @@ def test_canaries_are_distinct_secrets_of_the_format_inserted_as_often_as_asked(
     assert rows.shape == (8, 16)
     assert torch.equal(rows[4], canaries.X[2]) and torch.equal(rows[6], canaries.X[3])
     assert make_canaries(spec, tok, 16, seed=5).secrets == canaries.secrets
+
+
+def test_a_completion_extracts_the_secret_only_when_it_writes_exactly_its_digits() -> None:
+    assert written_secret(" 042 is the number") == "042"
+    assert written_secret("0421") == "0421"  # more digits: another number, not the secret 042
+    assert written_secret(" x042") == ""
