@@ -65,6 +65,7 @@ def _data() -> torch.Tensor:
     return torch.randint(0, V, (1, 24, L), generator=torch.Generator().manual_seed(1)).float()
 
 
+@pytest.mark.slow
 def test_training_is_seeded_and_lowers_the_loss(arch: Architecture) -> None:
     X = _data()
     recipe = Recipe(epochs=8, lr=0.02, batch_size=8)

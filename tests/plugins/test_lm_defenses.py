@@ -21,6 +21,7 @@ def _task(n: int = 40, k: int = 1, recipe: Recipe | None = None) -> FitTask:
                    torch.arange(k) + 1, torch.arange(k) + 7)
 
 
+@pytest.mark.slow
 def test_dp_finetuning_claims_what_the_accountant_says() -> None:
     task = _task()
     fit = LMDPSGD(LMDPSGDParams(epsilons=[2.0], delta=1e-3, clip=0.5, lora=2)).fit(task)

@@ -40,6 +40,7 @@ def test_a_split_by_source_is_refused_as_measuring_a_shift() -> None:
     assert LanguageGame.problems(LanguageGameSpec(name="language", members=20, test=10), ds) == []
 
 
+@pytest.mark.slow
 def test_a_shifted_split_exits_2_at_validation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _write(tmp_path, "{name: pydoc-topics, length: 16, limit: 100}",
                   "{name: language, members: 20, test: 10, split: by-source}")
