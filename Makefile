@@ -8,7 +8,7 @@ RUN_DIR ?= runs/quickstart
 # e.g. `make setup TORCH="torch==2.5.1"`, or install torch themselves before `pip install -e .`.
 TORCH ?= torch==2.13.0
 
-.PHONY: setup kernels run test test-kernels-off test-fast lint docs bench report-check gpu-check clean
+.PHONY: setup kernels run test test-kernels-off test-fast lint docs bench report-check gpu-check gpu-check-lm clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -81,6 +81,12 @@ bench: setup
 gpu-check: setup
 	$(PY) -m pip install --quiet -e '.[bench,test]'
 	$(PY) -m benchmarks --only k --threads 0 --carry benchmarks/results.md
+
+# On a machine with a GPU: the language track's ~124M-parameter GPT-2 (seconds per step and peak memory of
+# non-private, DP-SGD LoRA and DP-SGD full fine-tuning) and a tiny GPT-2 CPU vs CUDA to tolerance (pair n).
+gpu-check-lm: setup
+	$(PY) -m pip install --quiet -e '.[bench,test,language]'
+	$(PY) -m benchmarks --only n --threads 0 --carry benchmarks/results.md
 
 clean:
 	rm -rf runs .pytest_cache

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     # Plugin contracts: what a plugin subclasses or returns
     from arena.contracts.architecture import Architecture, ModelStack
     from arena.contracts.attack import Attack, Capability
-    from arena.contracts.dataset import Dataset, DatasetLoader
+    from arena.contracts.dataset import PAD, Dataset, DatasetLoader, TextDataset
     from arena.contracts.defense import RECIPE_FIELDS, Claim, Defense, Fit, FitTask
     from arena.contracts.game import Game, Outcome
     from arena.contracts.metric import Metric
@@ -58,6 +58,8 @@ if TYPE_CHECKING:
     # The built-in games, their views and guesses
     from arena.games.audit import AuditGame, AuditView, CanaryGuess
     from arena.games.gradients import GradientsGame, GradientsGuess, GradientsView, UpdateDefense
+    from arena.games.language import LanguageGame, LanguageView
+    from arena.games.language.query import TextBlackBox, lm_log_proba, lm_loss
     from arena.games.membership import MembershipGame, MembershipGuess, MembershipView
     from arena.games.membership.spec import TrainedElsewhere
     from arena.games.reconstruction import ReconstructionGame, ReconstructionGuess, ReconstructionView
@@ -76,6 +78,7 @@ if TYPE_CHECKING:
     from arena.contracts.recipe import DPNoise, Recipe
     from arena.engine.batching import steps_and_rate
     from arena.engine.laplace import l1_from_l2, laplace, laplace_scale
+    from arena.engine.lm import LoRA, example_nll, token_logprobs, train_lm
     from arena.engine.multiplicity import train_augmult
     from arena.engine.newton import design, fit_logreg
     from arena.engine.newton import gradient as logreg_gradient
@@ -114,6 +117,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "NoParams": ("arena.contracts.params", "NoParams"),
     "Dataset": ("arena.contracts.dataset", "Dataset"),
     "DatasetLoader": ("arena.contracts.dataset", "DatasetLoader"),
+    "TextDataset": ("arena.contracts.dataset", "TextDataset"),
+    "PAD": ("arena.contracts.dataset", "PAD"),
     "Model": ("arena.contracts.model", "Model"),
     "Architecture": ("arena.contracts.architecture", "Architecture"),
     "ModelStack": ("arena.contracts.architecture", "ModelStack"),
@@ -141,6 +146,11 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "GameAudit": ("arena.results.audit", "GameAudit"),
     # The built-in games, their views and guesses
     "MembershipGame": ("arena.games.membership", "MembershipGame"),
+    "LanguageGame": ("arena.games.language", "LanguageGame"),
+    "LanguageView": ("arena.games.language", "LanguageView"),
+    "TextBlackBox": ("arena.games.language.query", "TextBlackBox"),
+    "lm_log_proba": ("arena.games.language.query", "lm_log_proba"),
+    "lm_loss": ("arena.games.language.query", "lm_loss"),
     "MembershipView": ("arena.games.membership", "MembershipView"),
     "MembershipGuess": ("arena.games.membership", "MembershipGuess"),
     "TrainedElsewhere": ("arena.games.membership.spec", "TrainedElsewhere"),
@@ -168,6 +178,10 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     # Helpers plugins need: training, privacy accounting, data, shadow pools, canaries
     "train": ("arena.engine.trainer", "train"),
     "train_augmult": ("arena.engine.multiplicity", "train_augmult"),
+    "train_lm": ("arena.engine.lm", "train_lm"),
+    "LoRA": ("arena.engine.lm", "LoRA"),
+    "example_nll": ("arena.engine.lm", "example_nll"),
+    "token_logprobs": ("arena.engine.lm", "token_logprobs"),
     "Recipe": ("arena.contracts.recipe", "Recipe"),
     "DPNoise": ("arena.contracts.recipe", "DPNoise"),
     "steps_and_rate": ("arena.engine.batching", "steps_and_rate"),

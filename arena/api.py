@@ -298,6 +298,8 @@ def rank_by_problems(parsed: Sequence[tuple[Path, Any]]) -> list[str]:
         if wanted is None:
             continue
         games = {t.game.name for t in scenario.tracks}
+        games |= {g for name in set(games) if name in registries().games.names()
+                  for g in getattr(registries().games.get(name), "reports_metrics_of", ())}
         fitting = sorted(e.name for e in metrics if e.obj.game in games)
         if wanted not in fitting:
             problems.append(f"{path}: rank_by: unknown metric {wanted!r} for the games of this scenario "

@@ -29,9 +29,12 @@ PAIRS = {
     "k": "benchmarks.gpu_check",
     "l": "benchmarks.bench_audit",
     "p": "benchmarks.bench_rows",
+    "m": "benchmarks.bench_lm_dpsgd",
+    "n": "benchmarks.gpu_check_lm",
 }
-ON_REQUEST = {"k"}
-"""Pairs a plain ``python -m benchmarks`` leaves out (``--only`` names them): k needs a GPU (``make gpu-check``)."""
+ON_REQUEST = {"k", "n"}
+"""Pairs a plain ``python -m benchmarks`` leaves out (``--only`` names them): k and n need a GPU (``make gpu-check``,
+``make gpu-check-lm``)."""
 PACKAGES = ("torch", "numpy", "scipy", "scikit-learn", "opacus", "adversarial-robustness-toolbox", "ray")
 PROTOCOL = (
     "Contenders of a pair run side by side in one process (the tournament: one child process per command), "

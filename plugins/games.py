@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from arena import AuditGame, GradientsGame, MembershipGame, ReconstructionGame, hookimpl
+from arena import AuditGame, GradientsGame, LanguageGame, MembershipGame, ReconstructionGame, hookimpl
 
 
 @hookimpl
@@ -11,3 +11,4 @@ def register_games(register) -> None:  # noqa: ANN001 - the registry's callback
     register(ReconstructionGame)
     register(AuditGame)
     register(GradientsGame)
+    register(LanguageGame)

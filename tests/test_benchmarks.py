@@ -153,8 +153,8 @@ def test_the_engines_pair_sets_the_loop_engine_beside_the_batched_engine_and_opa
         assert rng_kernel.library() is None
 
 
-def test_a_plain_run_leaves_the_gpu_check_to_make_gpu_check():
+def test_a_plain_run_leaves_the_gpu_checks_to_make_gpu_check():
     from benchmarks.__main__ import PAIRS, _parser
 
     default = _parser().parse_args([]).only.split(",")
-    assert "k" in PAIRS and "k" not in default and set(default) == set(PAIRS) - {"k"}
+    assert {"k", "n"} <= set(PAIRS) and set(default) == set(PAIRS) - {"k", "n"}  # n: make gpu-check-lm

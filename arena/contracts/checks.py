@@ -58,7 +58,8 @@ def contract_problem(cls: type, base: type, *, methods: bool = True) -> str | No
 
 def game_problem(cls: type[Game]) -> str | None:
     """A game meets ``Game``'s contract (``release``, ``view`` and ``score``; ``name`` and ``Spec``), declares its
-    metrics (at least one, its ``primary_metric``, where it names one, among them), and its ``View`` is a ``View``
+    metrics (at least one, its ``primary_metric``, where it names one, among them or, for a game that
+    ``reports_metrics_of`` other games, among theirs, checked when its rows are written), and its ``View`` is a ``View``
     subclass whose declared items can be read."""
     problem = contract_problem(cls, Game)
     if problem is not None:
@@ -67,7 +68,8 @@ def game_problem(cls: type[Game]) -> str | None:
     if not metrics:
         return "declares no metrics: set its class attribute metrics (arena.Metric declarations of its scores)"
     primary = getattr(cls, "primary_metric", None)
-    if primary is not None and primary not in {getattr(m, "name", None) for m in metrics}:
+    if (primary is not None and primary not in {getattr(m, "name", None) for m in metrics}
+            and not getattr(cls, "reports_metrics_of", ())):
         return f"declares primary_metric = {primary!r}, which is not one of its metrics"
     if not (isinstance(cls.View, type) and issubclass(cls.View, View)):
         return f"declares View = {cls.View!r}, which is not a subclass of arena.View"

@@ -23,7 +23,7 @@ class Dataset:
     X: np.ndarray
     y: np.ndarray
     n_classes: int
-    kind: Literal["image", "tabular"]
+    kind: Literal["image", "tabular", "text"]
     shape: tuple[int, ...]
 
     def __post_init__(self) -> None:
@@ -43,6 +43,36 @@ class Dataset:
         h = hashlib.sha256()
         h.update(np.ascontiguousarray(self.X).tobytes())
         h.update(np.ascontiguousarray(self.y).tobytes())
+        return h.hexdigest()[:16]
+
+
+PAD = -1
+"""The token id of padding in a text record (``TextDataset``): no token; a model's loss and scores skip it."""
+
+
+@dataclass(frozen=True)
+class TextDataset(Dataset):
+    """Text records as token ids: ``X`` [n, length] holds each record's ids as float32 (exact below 2^24), padded
+    with ``PAD`` after its last token; ``y`` is all zeros (a language model predicts the next token, not a label);
+    ``n_classes`` is the vocabulary's size. ``tokenizer`` is the ``tokenizers`` JSON that produced the ids (part of
+    the model as released: attacks that re-encode text need it), ``source`` [n] the index in ``sources`` of the file
+    or corpus each record came from (a split whose members and non-members come from different sources measures
+    that shift, not membership)."""
+
+    tokenizer: str = ""
+    sources: tuple[str, ...] = ()
+    source: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.source is None or len(self.source) != self.n or not self.sources:
+            raise ValueError(f"dataset {self.name!r}: a text dataset names the source of every record")
+
+    def fingerprint(self) -> str:
+        """Content hash of the ids, the sources and the tokenizer."""
+        h = hashlib.sha256(super().fingerprint().encode())
+        h.update(self.tokenizer.encode())
+        h.update(np.ascontiguousarray(self.source).tobytes())
         return h.hexdigest()[:16]
 
 

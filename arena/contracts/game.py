@@ -71,6 +71,9 @@ class Game(abc.ABC):
     """The dataclass an attack of this game returns: the only class its guess is rebuilt as when it comes back
     from the attack's process (``object``: none declared, and the dataclasses of the game's module are taken)."""
     metrics: ClassVar[tuple[Metric, ...]] = ()
+    reports_metrics_of: ClassVar[tuple[str, ...]] = ()
+    """Other games whose registered metrics this game's rows carry too (the language game scores membership with
+    the membership game's metrics, registered once, by that game)."""
     template_dir: ClassVar[Path | None] = None
     audit_rule: ClassVar[str | None] = None
     """``"module:function"``: the game's audit rule ``function(rows, arrays) -> GameAudit | None`` over its ok rows

@@ -141,13 +141,15 @@ def _finite(v: float) -> float | None:
 def metric_info(game: str) -> dict[str, dict[str, Any]]:
     """Each registered metric of ``game``: its direction and range (None for an infinite end), and for a proportion
     the metric counting its trials, written into every row so that a leaderboard of the run never needs the
-    plugins to know how to read its numbers."""
+    plugins to know how to read its numbers. A game's metrics include those of the games it
+    ``reports_metrics_of``."""
+    games = {game, *getattr(registries().games.get(game), "reports_metrics_of", ())}
     return {
         e.name: {"higher_is_better": bool(e.obj.higher_is_better),
                  "bounds": [_finite(e.obj.bounds[0]), _finite(e.obj.bounds[1])],
                  **({"trials": e.obj.trials} if getattr(e.obj, "trials", None) else {})}
         for e in registries().metrics
-        if e.obj.game == game
+        if e.obj.game in games
     }
 
 
