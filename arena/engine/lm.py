@@ -70,7 +70,8 @@ def with_lora(module: torch.nn.Module, lora: LoRA) -> torch.nn.Module:
     targets = [t for t in LORA_TARGETS if t in names]
     if not targets:
         raise ValueError(f"lora: the model has none of the projections LoRA adapts ({', '.join(LORA_TARGETS)})")
-    config = peft.LoraConfig(r=lora.rank, lora_alpha=lora.alpha, target_modules=targets, lora_dropout=0.0,
+    config = peft.LoraConfig(r=lora.rank, lora_alpha=lora.alpha,  # type: ignore[arg-type]  # peft annotates int;
+                             target_modules=targets, lora_dropout=0.0,  # it only divides by r: a float is honoured
                              fan_in_fan_out="c_attn" in targets, bias="none")
     lm: Any = module.lm
     with warnings.catch_warnings():  # peft asks transformers a deprecated question (is_gradient_checkpointing)
