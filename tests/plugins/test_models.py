@@ -80,7 +80,7 @@ def test_arena_plugins_lists_the_models(capsys):
     out = capsys.readouterr().out
     section = out.split("models:\n")[1].split("defenses:")[0]
     names = {line.split()[0] for line in section.splitlines() if line.strip()}
-    assert names == {"logreg", "mlp", "cnn", "wrn", "torchvision", "timm"}
+    assert names == {"logreg", "mlp", "cnn", "wrn", "torchvision", "timm", "gpt2", "llama", "hf-local"}
     assert "from privacy-arena" in section
 
 

@@ -46,7 +46,10 @@ CONFIG = {  # small, valid configurations of the defenses whose parameters have 
     "gradient-pruning": {"rates": [0.5]},
 }
 TRAINERS = ("train", "train_augmult", "fit_logreg", "fit_penalised")
-SKIP = {"checkpoint": "trains nothing: its model was trained elsewhere on the game's members"}
+LANGUAGE = ("trains language models on token records (no reference or validation set; lm-dedup's kept records: "
+            "tests/plugins/test_lm_defenses.py)")
+SKIP = {"checkpoint": "trains nothing: its model was trained elsewhere on the game's members"} | dict.fromkeys(
+    ("lm-dedup", "lm-dpsgd", "lm-finetune"), LANGUAGE)
 
 
 @functools.cache
