@@ -89,9 +89,9 @@ def test_kill_9_then_resume_gives_uninterrupted_results_without_retraining(tmp_p
 
 HANGING_ARENA = """
 import time
-from arena.pipeline import tournament
-tournament.play_matchup = lambda matchup, run_dir: time.sleep(120)  # a matchup that plays on for two minutes
-tournament.play_in_child(None, "unused", 300)
+from arena.pipeline import serial
+serial.play_matchup = lambda matchup, run_dir: time.sleep(120)  # a matchup that plays on for two minutes
+serial.Worker("unused").play(None, 300)
 """
 
 
