@@ -1,0 +1,98 @@
+"""s. The fixed cost of a tournament: the quickstart with every epoch count cut to one, against the quickstart.
+
+Cutting every ``epochs`` to 1 (the tracks', the DP-SGD recipe's, the reconstruction attack's) leaves what a
+matchup costs whatever it trains: the processes (the arena, its matchup worker, the sandbox's fork server and one
+attack process per matchup), imports, planning, building each game and its views, querying, scoring with its
+bootstrap draws, and the leaderboard, DP audit and report. Its CPU over the real quickstart's is the share of the
+quickstart's CPU that is fixed cost. CPU time (user + system of every process the command started,
+``benchmarks.cpu``) rather than wall time, so a busy machine hardly moves it. Run alone:
+``python -m benchmarks --only s``.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmarks.cpu import cpu_of
+from benchmarks.processes import ROOT
+from benchmarks.timing import Section, Table, Timings, compare, ratio
+
+SCENARIO = ROOT / "scenarios" / "quickstart.yaml"
+TARGET = 0.25
+WHY_MISSED = (
+    "What a matchup costs whatever it trains is most of what the quickstart's 28 matchups cost: each builds its game "
+    "(the vulnerable-record or membership split, the reconstruction game's 600 shadow targets), answers the "
+    "attack's queries, scores with 1,000 bootstrap draws and writes its arrays, artifacts and row, and each runs "
+    "its attack in a process of its own (required: see docs/reliability.md); the reconstruction track's shadow "
+    "targets are hundreds of small models trained whatever the epoch count. Beside these the run pays once for "
+    "imports, planning, the leaderboard, the DP audit and the report (the re-run figure). The quickstart's own "
+    "training is small (an MLP of 64 tanh units on 650 digits, 16 shadows), so the fixed share stays large."
+)
+
+
+def _one_epoch(node: Any) -> Any:
+    """``node`` with every ``epochs`` value, at any depth, set to 1."""
+    if isinstance(node, dict):
+        return {k: (1 if k == "epochs" else _one_epoch(v)) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_one_epoch(v) for v in node]
+    return node
+
+
+def scenarios(quick: bool, folder: Path) -> tuple[Path, Path]:
+    """The quickstart (quick mode: one seed, 4 shadows, 3 epochs) and its 1-epoch copy."""
+    spec = yaml.safe_load(SCENARIO.read_text())
+    if quick:
+        spec["seeds"] = spec["seeds"][:1]
+        for track in spec["tracks"]:
+            track["training"]["epochs"] = 3
+            for attack in track["attacks"]:
+                if "shadows" in attack:
+                    attack["shadows"] = 4
+    real, one = folder / "quickstart.yaml", folder / "quickstart-1-epoch.yaml"
+    real.write_text(yaml.safe_dump(spec, sort_keys=False))
+    one.write_text(yaml.safe_dump({**_one_epoch(spec), "name": "quickstart-1-epoch"}, sort_keys=False))
+    return real, one
+
+
+def _arena(*args: str) -> list[str]:
+    return [sys.executable, "-m", "arena.cli", *args]
+
+
+def run(quick: bool, repeats: int) -> Section:
+    section = Section(
+        "s",
+        "Fixed cost: the quickstart cut to 1 epoch vs the quickstart, CPU of the whole command",
+        "CPU seconds (user + system, every process the command started) of `arena run FILE --out DIR --serial` "
+        "from a fresh run directory, FILE the quickstart and a copy of it with every `epochs` set to 1 (tracks, "
+        "DP-SGD's recipe, the reconstruction attack). The figure is the 1-epoch copy's CPU over the quickstart's: "
+        "the share of the quickstart's CPU that does not depend on how long it trains. The re-run (the same "
+        "command again on the finished 1-epoch directory: nothing is played) is the part any run pays once."
+        + (" Quick mode: one seed, 3 epochs, 4 shadows." if quick else ""),
+    )
+    with tempfile.TemporaryDirectory(prefix="arena-bench-fixed-") as tmp:
+        folder = Path(tmp)
+        real, one = scenarios(quick, folder)
+        labels = {"1 epoch": one, "quickstart": real}
+        ran = compare({label: (lambda r, path=path, label=label: cpu_of(_arena(
+            "run", str(path), "--out", str(folder / f"{label}-{r}"), "--serial"))) for label, path in labels.items()},
+                      repeats, warmup=False)
+        rerun = cpu_of(_arena("run", str(one), "--out", str(folder / "1 epoch-0"), "--serial"))
+    cpu = Timings({label: [c.cpu for c in ran.results[label]] for label in labels}, {})
+    t = Timings({label: [c.wall for c in ran.results[label]] for label in labels}, {})
+    section.tables += [Table("whole command, CPU seconds", cpu), Table("whole command, wall seconds", t)]
+    section.checks.append(ratio("fixed-cost share: CPU(1 epoch) / CPU(quickstart)", cpu, "1 epoch", "quickstart",
+                                TARGET, "<=", WHY_MISSED))
+    matchups = 14 if quick else 28
+    section.figures.update({
+        "re-run of the finished 1-epoch directory (imports, planning, leaderboard, audit; report kept), CPU":
+            f"{rerun.cpu:.1f} s",
+        f"1 epoch, per matchup beyond the re-run ({matchups} matchups), CPU":
+            f"{(cpu.median('1 epoch') - rerun.cpu) / matchups:.2f} s",
+    })
+    return section
