@@ -39,15 +39,25 @@ def _subreaper() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def _reap_all(deadline: float) -> None:
-    """Wait for every child of this process (the orphans re-parented here included) until none is left."""
+def _children() -> set[int]:
+    """This process's children now (Linux's /proc)."""
+    found: set[int] = set()
+    with contextlib.suppress(OSError):
+        for task in Path("/proc/self/task").iterdir():
+            found |= {int(c) for c in (task / "children").read_text().split()}
+    return found
+
+
+def reap_all(deadline: float, keep: frozenset[int] = frozenset()) -> None:
+    """Wait for every child of this process (the orphans re-parented here included) until none is left but those
+    in ``keep`` (processes that outlive the command by design: a cluster it joined)."""
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or _children() <= keep:
                 return
             time.sleep(0.05)
 
@@ -57,17 +67,18 @@ def _used() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def cpu_of(command: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT) -> Cost:
+def cpu_of(command: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT,
+           keep: frozenset[int] = frozenset()) -> Cost:
     """Run ``command`` to completion and return the CPU of every process it started and its wall time; raise
-    with its output if it failed. Call it with no other child of this process running."""
+    with its output if it failed. Call it with no other child of this process running but those in ``keep``."""
     _subreaper()
-    _reap_all(time.monotonic())
+    reap_all(time.monotonic(), keep)
     before, start = _used(), time.perf_counter()
     proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, **(env or {})})
     output, _ = proc.communicate()
     wall = time.perf_counter() - start
-    _reap_all(time.monotonic() + ORPHANS_SECONDS)
+    reap_all(time.monotonic() + ORPHANS_SECONDS, keep)
     if proc.returncode not in OK_EXIT:
         raise RuntimeError(f"{' '.join(command)} exited {proc.returncode}:\n{output[-3000:]}")
     return Cost(_used() - before, wall)

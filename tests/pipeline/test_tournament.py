@@ -127,3 +127,27 @@ def test_a_module_only_some_matchups_need_is_imported_for_the_next_worker_never_
     assert seen == [False] and "colorsys" not in sys.modules, "nothing is imported after the last matchup"
     serial.run_serial(["needs it", "next", "exits", "last"], "unused", rows.append, lambda n: None, lambda m: 60)
     assert seen == [False, False, True] and len(rows) == 6
+
+
+def _matchup(release: str, threat: frozenset[str] | None):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(release_key=release, attack=SimpleNamespace(threat_model=threat))
+
+
+def test_tasks_hold_the_cpus_they_use_and_matchups_sharing_a_pool_never_run_at_once() -> None:
+    from arena.pipeline.tournament import LIGHT_CPUS, TRAIN_CPUS, cpus, next_matchup
+
+    light, trains = frozenset({"query"}), frozenset({"query", "training"})
+    score_a, pool_a, pool_a2 = _matchup("a", light), _matchup("a", trains), _matchup("a", trains)
+    score_b, pool_b, unknown = _matchup("b", light), _matchup("b", trains), _matchup("c", None)
+    assert (cpus(score_a), cpus(pool_a), cpus(unknown)) == (LIGHT_CPUS, TRAIN_CPUS, TRAIN_CPUS) == (0.5, 1.0, 1.0)
+    # the second trainer of a's pool waits for the first; b's scoring and b's pool fill the cores meanwhile
+    assert next_matchup([pool_a2, score_b, pool_b], [pool_a], capacity=2.0) == 1
+    assert next_matchup([pool_a2, pool_b], [pool_a], capacity=2.0) == 1
+    assert next_matchup([pool_a2, pool_b], [pool_a, score_a, score_b], capacity=2.0) is None, "no CPU left"
+    assert next_matchup([pool_a2], [pool_a], capacity=4.0) is None, "never beside its pool's trainer"
+    assert next_matchup([pool_a2], [score_a], capacity=2.0) == 0, "scoring shares no pool"
+    assert next_matchup([score_a, score_b], [pool_b, score_a], capacity=2.0) == 0, "half a CPU fits"
+    assert next_matchup([pool_b], [], capacity=0.5) == 0, "with nothing running the first starts, whatever its size"
+    assert next_matchup([], [pool_a], capacity=2.0) is None
