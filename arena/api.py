@@ -372,14 +372,17 @@ def run(
     holds), ``OSError`` (an unwritable directory) and ``KeyboardInterrupt`` (finished matchups are kept; run again
     to resume).
     """
-    from arena.pipeline import cluster
+    from arena.pipeline import cluster, sandbox
     from arena.pipeline.store import RunStore
 
     if workers is not None and workers < 1:
         raise ScenarioError(["workers: must be at least 1"])
     store = RunStore(out)
-    if not serial and address is None and not store.results_path.exists():  # a new run: it will play
-        cluster.start_early(workers, verbose=verbose)  # Ray's processes start while the scenario is planned
+    if not store.results_path.exists():  # a new run, which will play: what it plays on starts while it plans
+        if serial:
+            sandbox.start()  # the fork server, importing torch in its own process
+        elif address is None:
+            cluster.start_early(workers, verbose=verbose)  # Ray's processes
     try:
         return _run(store, path_or_scenario, serial, workers, address, verbose, report, progress, fresh)
     finally:
