@@ -136,7 +136,7 @@ def _matchup(release: str, threat: frozenset[str] | None):
 
 
 def test_tasks_hold_the_cpus_they_use_and_matchups_sharing_a_pool_never_run_at_once() -> None:
-    from arena.pipeline.tournament import LIGHT_CPUS, TRAIN_CPUS, cpus, next_matchup
+    from arena.pipeline.tournament import LIGHT_CPUS, LOOKAHEAD, TRAIN_CPUS, cpus, next_matchup
 
     light, trains = frozenset({"query"}), frozenset({"query", "training"})
     score_a, pool_a, pool_a2 = _matchup("a", light), _matchup("a", trains), _matchup("a", trains)
@@ -151,3 +151,6 @@ def test_tasks_hold_the_cpus_they_use_and_matchups_sharing_a_pool_never_run_at_o
     assert next_matchup([score_a, score_b], [pool_b, score_a], capacity=2.0) == 0, "half a CPU fits"
     assert next_matchup([pool_b], [], capacity=0.5) == 0, "with nothing running the first starts, whatever its size"
     assert next_matchup([], [pool_a], capacity=2.0) is None
+    far = [pool_a2] * LOOKAHEAD + [score_b]
+    assert next_matchup(far, [pool_a], capacity=2.0) is None, "the driver looks only so far ahead"
+    assert next_matchup(far[1:], [pool_a], capacity=2.0) == LOOKAHEAD - 1
