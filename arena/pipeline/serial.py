@@ -72,7 +72,7 @@ def run_serial(
             on_row(row)
     finally:
         if worker is not None:
-            worker.close()
+            worker.close(wait=5.0)
 
 
 def warm_for_workers(names: Iterable[str] = WARM) -> None:
@@ -134,11 +134,14 @@ class Worker:
             return failed_row(matchup, f"worker died: {payload}", seconds), True, imported
         return (payload if kind == "row" else failed_row(matchup, payload, seconds)), False, imported
 
-    def close(self) -> None:
-        """End the worker for good and reap it."""
+    def close(self, wait: float = 0.0) -> None:
+        """End the worker for good and reap it: its end of the pipe closes, so an idle worker exits by itself within
+        ``wait`` seconds; then it is killed."""
         if self.conn is not None:
             self.conn.close()
             self.conn = None
+        if wait:
+            self.process.join(wait)
         if self.process.is_alive():
             self.process.kill()
         self.process.join()
