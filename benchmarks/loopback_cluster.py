@@ -101,12 +101,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nodes", type=int, default=2)
     p.add_argument("--cpus", type=int, default=1, help="CPUs of each node (default 1)")
     p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--serial-seconds", type=float,
+                   help="the serial run's wall time, measured elsewhere (e.g. pair r's): the serial run is skipped")
     args = p.parse_args(argv)
     total = args.nodes * args.cpus
     with tempfile.TemporaryDirectory(prefix="arena-loopback-runs-") as tmp:
         for r in range(args.repeats):
             figures: dict[str, float] = {}
-            for mode in (["serial", "cluster"] if r % 2 == 0 else ["cluster", "serial"]):
+            modes = ["serial", "cluster"] if r % 2 == 0 else ["cluster", "serial"]
+            if args.serial_seconds:
+                modes, figures["serial_wall"] = ["cluster"], args.serial_seconds
+            for mode in modes:
                 out = str(Path(tmp) / f"{mode}-{r}")
                 command = [sys.executable, "-m", "arena.cli", "run", str(args.scenario), "--out", out]
                 load = os.getloadavg()[0]
