@@ -110,7 +110,9 @@ def run_ray(
     A release is submitted with the first of its matchups to start, so no more releases train than matchups are
     in flight, each under a running clock. When a matchup times out before its release is done (a defense
     catching every exception while it trains), the release is stopped with it (``ray.cancel(force=True)`` kills
-    its worker, freeing the CPU for the rest of the run) and its other matchups fail at once.
+    its worker, freeing the CPU for the rest of the run) and its other matchups fail at once. Each task holds the
+    CPUs it uses (``cpus``), and the matchups in flight hold at most ``workers`` CPUs (default: the cluster's),
+    chosen in queue order by ``next_matchup``.
 
     The cluster is ``arena.pipeline.cluster.session``'s: the one at ``address`` (joined by ``cluster.connect``
     before the run directory was touched), else a new local one (never one found running on this machine); Ray's
