@@ -32,8 +32,9 @@ from benchmarks.processes import ROOT
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _ray() -> str:
-    return str(Path(sys.executable).with_name("ray"))
+def _ray() -> list[str]:
+    """Ray's command line, run by this interpreter (a console script's shebang may name another)."""
+    return [sys.executable, "-c", "import sys; from ray.scripts.scripts import main; sys.argv[0] = 'ray'; main()"]
 
 
 def _cluster_pids(marks: tuple[str, ...]) -> list[int]:
@@ -75,7 +76,7 @@ class Cluster:
             self._start(["--address", self.address, "--resources", json.dumps({f"node_{i}": 1}), *common])
 
     def _start(self, args: list[str]) -> None:
-        done = subprocess.run([_ray(), "start", *args], env=self.env, capture_output=True, text=True)
+        done = subprocess.run([*_ray(), "start", *args], env=self.env, capture_output=True, text=True)
         if done.returncode != 0:
             self.stop()
             raise RuntimeError(f"ray start {' '.join(args)} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
