@@ -97,7 +97,7 @@ class Worker:
 
     def __init__(self, run_dir: str) -> None:
         ours, theirs = _context().Pipe(duplex=True)
-        self.process = _context().Process(target=_serve, args=(run_dir, theirs))
+        self.process = _context().Process(target=_serve, args=(run_dir, theirs, os.getpid()))
         with _sigint_held():
             self.process.start()
         theirs.close()
@@ -162,11 +162,12 @@ def _sigint_held() -> Iterator[None]:
         mask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
-def _serve(run_dir: str, conn: Any) -> None:
+def _serve(run_dir: str, conn: Any, arena: int) -> None:
     """The worker's side: for each matchup received, play it and send ('row', row), ('error', message) for an exit
     or interrupt a plugin raised, or ('died', message) when the fork server died under the attack, each with the
-    ``LEARNED`` modules imported so far; end after anything but a row, or when the arena's end closes."""
-    die_with_parent(os.getppid())  # a SIGKILLed arena leaves no matchup playing on, holding its run directory
+    ``LEARNED`` modules imported so far; end after anything but a row, or when the arena's end closes. ``arena``
+    is the arena's pid, taken before the fork: an arena killed before this line runs is noticed too."""
+    die_with_parent(arena)  # a SIGKILLed arena leaves no matchup playing on, holding its run directory
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the arena answers the user's Ctrl-C
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # held back by the arena while forking

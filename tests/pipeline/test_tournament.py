@@ -117,7 +117,7 @@ def test_a_module_only_some_matchups_need_is_imported_for_the_next_worker_never_
         def alive(self) -> bool:
             return self.live
 
-        def close(self) -> None:
+        def close(self, wait: float = 0.0) -> None:
             self.live = False
 
     monkeypatch.setattr(serial, "Worker", Fake)
