@@ -372,21 +372,15 @@ def run(
     holds), ``OSError`` (an unwritable directory) and ``KeyboardInterrupt`` (finished matchups are kept; run again
     to resume).
     """
-    from arena.pipeline import cluster, sandbox
+    from arena.pipeline import sandbox
     from arena.pipeline.store import RunStore
 
     if workers is not None and workers < 1:
         raise ScenarioError(["workers: must be at least 1"])
     store = RunStore(out)
-    if not store.results_path.exists():  # a new run, which will play: what it plays on starts while it plans
-        if serial:
-            sandbox.start()  # the fork server, importing torch in its own process
-        elif address is None:
-            cluster.start_early(workers, verbose=verbose)  # Ray's processes
-    try:
-        return _run(store, path_or_scenario, serial, workers, address, verbose, report, progress, fresh)
-    finally:
-        cluster.stop_early()  # a cluster started early that the run never took (bad input): shut down
+    if serial and not store.results_path.exists():  # a new serial run will play: its fork server (importing
+        sandbox.start()  # torch in a process of its own) starts while the scenario is planned
+    return _run(store, path_or_scenario, serial, workers, address, verbose, report, progress, fresh)
 
 
 def _run(store: Any, path_or_scenario: str | Path | Mapping[str, Any] | Sequence[str | Path], serial: bool,

@@ -7,10 +7,7 @@ client), is a ``ScenarioError`` worded as such (``arena run`` exits 2). (A port 
 no Ray cluster is left to Ray, which retries for a while before it fails.)
 
 ``session`` gives the run its cluster: the one ``connect`` joined, else a new local one (never one found running),
-shut down at the end. A new run starts its local cluster early (``start_early``, in a background thread while the
-driver imports and plans), so that Ray's start and the planning overlap; ``session`` takes that one.
-
-A local cluster's workers run at the arena's own priority (``worker_niceness`` 0 rather
+shut down at the end. A local cluster's workers run at the arena's own priority (``worker_niceness`` 0 rather
 than Ray's 15, unless ``RAY_worker_niceness`` says otherwise): a matchup's timeout is wall-clock time, so workers
 that every other process on the machine may starve would fail matchups that ``--serial`` plays in time (Ray's job
 supervisor does the same for its jobs).
@@ -88,96 +85,30 @@ def connect(address: str, *, verbose: bool = False) -> None:
 
 @contextlib.contextmanager
 def session(address: str | None, workers: int | None, *, verbose: bool = False) -> Iterator[None]:
-    """The run's cluster: the one ``connect`` joined (or that the caller started), else the local one
-    ``start_early`` is starting, else a new local one with ``workers`` CPUs (default: all); what was started or
-    joined here is shut down at the end."""
+    """The run's cluster: the one ``connect`` joined (or that the caller started), else a new local one with
+    ``workers`` CPUs (default: all); what was started or joined here is shut down at the end."""
     import ray
 
-    taken, watch = _take_early()
-    ours = bool(_joined) or taken
+    ours, watch = bool(_joined), None
     try:
         if not ray.is_initialized():
             ours = True
             if address:
                 connect(address, verbose=verbose)
             else:
-                watch = _start_local(workers, verbose)
+                level = logging.INFO if verbose else logging.ERROR
+                logging.getLogger("ray").setLevel(level)
+                system = {} if NICENESS_ENV in os.environ else {"worker_niceness": 0}
+                watch = reaper.start()
+                ray.init(address="local", num_cpus=workers or os.cpu_count(), include_dashboard=False,
+                         log_to_driver=verbose, logging_level=level, object_store_memory=128 * 1024 * 1024,
+                         _system_config=system)
+                _close_sockets()
         yield
     finally:
         if ours:
             _joined.clear()
             ray.shutdown()
-        reaper.stop(watch)
-
-
-def _start_local(workers: int | None, verbose: bool) -> tuple[Any, int] | None:
-    """A new local cluster of ``workers`` CPUs (default: all), with its reaper (returned)."""
-    import ray
-
-    level = logging.INFO if verbose else logging.ERROR
-    logging.getLogger("ray").setLevel(level)
-    system = {} if NICENESS_ENV in os.environ else {"worker_niceness": 0}
-    watch = reaper.start()
-    try:
-        ray.init(address="local", num_cpus=workers or os.cpu_count(), include_dashboard=False,
-                 log_to_driver=verbose, logging_level=level, object_store_memory=128 * 1024 * 1024,
-                 _system_config=system)
-    except BaseException:
-        reaper.stop(watch)
-        raise
-    _close_sockets()
-    return watch
-
-
-@dataclass
-class _Early:
-    """A local cluster being started in a background thread (``start_early``)."""
-
-    thread: threading.Thread
-    watch: tuple[Any, int] | None = None
-    failed: bool = False
-
-
-_early: list[_Early] = []
-
-
-def start_early(workers: int | None, *, verbose: bool = False) -> None:
-    """Start the local cluster a run is to play on now, in a background thread, so that Ray's processes start
-    while the caller imports and plans (the driver's thread mostly waits on them meanwhile). ``session`` then
-    takes it (waiting for it to be up); ``stop_early`` shuts down one no session took (the run stopped first, on
-    bad input). A start that fails leaves ``session`` to start one as it would have."""
-    loaded = sys.modules.get("ray")
-    if _early or (loaded is not None and loaded.is_initialized()):
-        return
-
-    def start() -> None:
-        try:
-            early.watch = _start_local(workers, verbose)
-        except BaseException:  # noqa: BLE001 - session starts its own, and says what fails then
-            early.failed = True
-
-    early = _Early(threading.Thread(target=start, name="arena-ray-start", daemon=True))
-    _early.append(early)
-    early.thread.start()
-
-
-def _take_early() -> tuple[bool, tuple[Any, int] | None]:
-    """Whether ``start_early`` started a cluster (once it is up; False when none was started or it failed), and
-    its reaper."""
-    if not _early:
-        return False, None
-    early = _early.pop()
-    early.thread.join()
-    return not early.failed, early.watch
-
-
-def stop_early() -> None:
-    """Shut down a cluster ``start_early`` started that no ``session`` took."""
-    taken, watch = _take_early()
-    if taken:
-        import ray
-
-        ray.shutdown()
         reaper.stop(watch)
 
 

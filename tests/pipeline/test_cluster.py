@@ -199,30 +199,3 @@ def test_arena_run_killed_under_ray_leaves_no_process_10_seconds_later(plugin_di
             os.killpg(driver.pid, signal.SIGKILL)
         shutil.rmtree(notes, ignore_errors=True)
 
-
-@pytest.mark.ray
-def test_a_new_run_starts_its_cluster_while_it_plans_and_shuts_down_one_it_never_used(tmp_path: Path,
-                                                                                      monkeypatch) -> None:
-    """``arena run`` without ``--serial`` starts its local cluster in the background before it plans; the run takes
-    that cluster and shuts it down at the end; a run refused on bad input shuts down the one it started."""
-    import ray
-
-    from arena import api
-    from arena.pipeline.scenario import ScenarioError
-
-    started: list[int | None] = []
-    real = cluster.start_early
-    monkeypatch.setattr(cluster, "start_early", lambda workers, **kw: (started.append(workers), real(workers, **kw)))
-    bad = tmp_path / "bad.yaml"
-    bad.write_text(SCENARIO.replace("threshold-mia", "no-such-attack"))
-    with pytest.raises(ScenarioError):
-        api.run(bad, tmp_path / "refused", workers=1, report=False)
-    assert started == [1] and not ray.is_initialized() and not cluster._early
-
-    good = tmp_path / "good.yaml"
-    good.write_text(SCENARIO)
-    results = api.run(good, tmp_path / "run", workers=1, report=False)
-    assert started == [1, 1] and not ray.is_initialized() and not cluster._early
-    assert [r["status"] for r in results.rows] == ["ok"]
-    api.run(good, tmp_path / "run", workers=1, report=False)  # a re-run: it has rows, so starts nothing early
-    assert started == [1, 1]
