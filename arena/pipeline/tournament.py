@@ -9,7 +9,7 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any, TextIO
 
 from arena.pipeline import cluster, sandbox
@@ -65,25 +65,35 @@ def cpus(m: Matchup) -> float:
     return TRAIN_CPUS if threat is None or "training" in threat else LIGHT_CPUS
 
 
+def held(m: Matchup, trained: Container[str]) -> float:
+    """The CPUs the driver counts for a matchup in flight: its task's (``cpus``) once its release is ``trained``
+    (a release key in it: done, failed or stopped), else ``TRAIN_CPUS``. Until then its release's task trains on a
+    whole CPU while the matchup's clock runs; a second matchup let in beside it on half of that CPU would keep the
+    release from starting, so the first matchup would time out waiting for a matchup it does not depend on."""
+    return cpus(m) if m.release_key in trained else TRAIN_CPUS
+
+
 LOOKAHEAD = 64
 """How far into the queue ``next_matchup`` looks for a matchup that fits."""
 
 
-def next_matchup(queue: list[Matchup], running: list[Matchup], capacity: float) -> int | None:
+def next_matchup(queue: list[Matchup], running: list[Matchup], capacity: float,
+                 trained: Container[str]) -> int | None:
     """Where in ``queue`` the next matchup to start is, or None for none now: the first whose CPUs fit beside
-    those ``running`` hold within ``capacity``, skipping a training matchup of a release whose training matchup
-    runs (the two would train the same cached shadow pool, and the second would hold its CPU waiting on the
-    first's lock; it starts once the first is done and finds the pool cached). With nothing running the first
-    one starts, whatever its size. Only the first ``LOOKAHEAD`` are looked at, so that a plan of 10,000
-    matchups costs the driver no more per start than one of 100."""
+    those ``running`` hold within ``capacity`` (``held``, given the release keys ``trained``), skipping a
+    training matchup of a release whose training matchup runs (the two would train the same cached shadow pool,
+    and the second would hold its CPU waiting on the first's lock; it starts once the first is done and finds
+    the pool cached). With nothing running the first one starts, whatever its size. Only the first
+    ``LOOKAHEAD`` are looked at, so that a plan of 10,000 matchups costs the driver no more per start than one of
+    100."""
     if not running:
         return 0 if queue else None
-    used = sum(cpus(m) for m in running)
+    used = sum(held(m, trained) for m in running)
     if used + LIGHT_CPUS > capacity + 1e-9:
         return None
     pools = {m.release_key for m in running if cpus(m) == TRAIN_CPUS}
     for i, m in enumerate(queue[:LOOKAHEAD]):
-        if used + cpus(m) <= capacity + 1e-9 and not (cpus(m) == TRAIN_CPUS and m.release_key in pools):
+        if used + held(m, trained) <= capacity + 1e-9 and not (cpus(m) == TRAIN_CPUS and m.release_key in pools):
             return i
     return None
 
@@ -111,8 +121,9 @@ def run_ray(
     in flight, each under a running clock. When a matchup times out before its release is done (a defense
     catching every exception while it trains), the release is stopped with it (``ray.cancel(force=True)`` kills
     its worker, freeing the CPU for the rest of the run) and its other matchups fail at once. Each task holds the
-    CPUs it uses (``cpus``), and the matchups in flight hold at most ``workers`` CPUs (default: the cluster's),
-    chosen in queue order by ``next_matchup``.
+    CPUs it uses (``cpus``), and the matchups in flight hold at most ``workers`` CPUs (default: the cluster's;
+    a light matchup counts as a whole CPU until its release is trained, ``held``), chosen in queue order by
+    ``next_matchup``.
 
     The cluster is ``arena.pipeline.cluster.session``'s: the one at ``address`` (joined by ``cluster.connect``
     before the run directory was touched), else a new local one (never one found running on this machine); Ray's
@@ -139,6 +150,13 @@ def _play_on_ray(todo: list[Matchup], store: RunStore, on_row: Callable[[dict], 
     queue = [m for group in _by_release(todo).values() for m in group]
     releases: dict[str, Any] = {}  # release key -> its task, submitted with its first matchup
     stopped: set[str] = set()  # releases stopped because a matchup timed out waiting for them
+    trained: set[str] = set()  # releases whose task has ended (trained, failed or stopped)
+
+    def look_for_trained() -> None:
+        waiting = {ref: key for key, ref in releases.items() if key not in trained}
+        if waiting:
+            done, _ = ray.wait(list(waiting), num_returns=len(waiting), timeout=0)
+            trained.update(waiting[ref] for ref in done)
 
     def release(m: Matchup) -> Any:
         if m.release_key not in releases:
@@ -163,7 +181,8 @@ def _play_on_ray(todo: list[Matchup], store: RunStore, on_row: Callable[[dict], 
 
     running: dict[Any, tuple[Matchup, float]] = {}
     while queue or running:
-        while (i := next_matchup(queue, [m for m, _ in running.values()], capacity)) is not None:
+        look_for_trained()
+        while (i := next_matchup(queue, [m for m, _ in running.values()], capacity, trained | stopped)) is not None:
             m = queue.pop(i)
             if m.release_key in stopped:
                 on_row(stopped_row(m, 0.0))

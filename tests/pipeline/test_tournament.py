@@ -142,15 +142,29 @@ def test_tasks_hold_the_cpus_they_use_and_matchups_sharing_a_pool_never_run_at_o
     score_a, pool_a, pool_a2 = _matchup("a", light), _matchup("a", trains), _matchup("a", trains)
     score_b, pool_b, unknown = _matchup("b", light), _matchup("b", trains), _matchup("c", None)
     assert (cpus(score_a), cpus(pool_a), cpus(unknown)) == (LIGHT_CPUS, TRAIN_CPUS, TRAIN_CPUS) == (0.5, 1.0, 1.0)
+    ab = {"a", "b"}  # both releases trained
     # the second trainer of a's pool waits for the first; b's scoring and b's pool fill the cores meanwhile
-    assert next_matchup([pool_a2, score_b, pool_b], [pool_a], capacity=2.0) == 1
-    assert next_matchup([pool_a2, pool_b], [pool_a], capacity=2.0) == 1
-    assert next_matchup([pool_a2, pool_b], [pool_a, score_a, score_b], capacity=2.0) is None, "no CPU left"
-    assert next_matchup([pool_a2], [pool_a], capacity=4.0) is None, "never beside its pool's trainer"
-    assert next_matchup([pool_a2], [score_a], capacity=2.0) == 0, "scoring shares no pool"
-    assert next_matchup([score_a, score_b], [pool_b, score_a], capacity=2.0) == 0, "half a CPU fits"
-    assert next_matchup([pool_b], [], capacity=0.5) == 0, "with nothing running the first starts, whatever its size"
-    assert next_matchup([], [pool_a], capacity=2.0) is None
+    assert next_matchup([pool_a2, score_b, pool_b], [pool_a], 2.0, ab) == 1
+    assert next_matchup([pool_a2, pool_b], [pool_a], 2.0, ab) == 1
+    assert next_matchup([pool_a2, pool_b], [pool_a, score_a, score_b], 2.0, ab) is None, "no CPU left"
+    assert next_matchup([pool_a2], [pool_a], 4.0, ab) is None, "never beside its pool's trainer"
+    assert next_matchup([pool_a2], [score_a], 2.0, ab) == 0, "scoring shares no pool"
+    assert next_matchup([score_a, score_b], [pool_b, score_a], 2.0, ab) == 0, "half a CPU fits"
+    assert next_matchup([pool_b], [], 0.5, ab) == 0, "with nothing running the first starts, whatever its size"
+    assert next_matchup([], [pool_a], 2.0, ab) is None
     far = [pool_a2] * LOOKAHEAD + [score_b]
-    assert next_matchup(far, [pool_a], capacity=2.0) is None, "the driver looks only so far ahead"
-    assert next_matchup(far[1:], [pool_a], capacity=2.0) == LOOKAHEAD - 1
+    assert next_matchup(far, [pool_a], 2.0, ab) is None, "the driver looks only so far ahead"
+    assert next_matchup(far[1:], [pool_a], 2.0, ab) == LOOKAHEAD - 1
+
+
+def test_a_light_matchup_holds_a_whole_cpu_until_its_release_is_trained() -> None:
+    """Its release's task takes a whole CPU while the matchup's clock runs: on one CPU, a second matchup let in
+    beside it would keep that release from starting (the Ray fault test's honest matchups timed out so)."""
+    from arena.pipeline.tournament import LIGHT_CPUS, TRAIN_CPUS, held, next_matchup
+
+    score_a, score_a2, score_b = (_matchup(k, frozenset({"query"})) for k in ("a", "a", "b"))
+    assert (held(score_a, set()), held(score_a, {"a"})) == (TRAIN_CPUS, LIGHT_CPUS)
+    assert next_matchup([score_a2, score_b], [score_a], 1.0, set()) is None, "a's release is not trained yet"
+    assert next_matchup([score_b, score_a2], [score_a], 1.0, {"a"}) == 1, "b's is not either; a's is"
+    assert next_matchup([score_b], [score_a], 1.0, {"a", "b"}) == 0
+    assert next_matchup([score_b], [score_a], 1.5, {"a"}) == 0, "a whole CPU is left for b's release"
