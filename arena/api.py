@@ -375,13 +375,25 @@ def run(
     holds), ``OSError`` (an unwritable directory) and ``KeyboardInterrupt`` (finished matchups are kept; run again
     to resume).
     """
-    from arena.pipeline import cluster, tournament
-    from arena.pipeline.plan import plan
-    from arena.pipeline.store import RunDirError, RunStore
+    from arena.pipeline import sandbox
+    from arena.pipeline.store import RunStore
 
     if workers is not None and workers < 1:
         raise ScenarioError(["workers: must be at least 1"])
     store = RunStore(out)
+    if serial and not store.results_path.exists():  # a new serial run will play: its fork server (importing
+        sandbox.start()  # torch in a process of its own) starts while the scenario is planned
+    return _run(store, path_or_scenario, serial, workers, address, verbose, report, progress, fresh)
+
+
+def _run(store: Any, path_or_scenario: str | Path | Mapping[str, Any] | Sequence[str | Path], serial: bool,
+         workers: int | None, address: str | None, verbose: bool, report: bool, progress: TextIO | None,
+         fresh: bool) -> Results:
+    """``run``'s work, in the run directory ``store``."""
+    from arena.pipeline import cluster, tournament
+    from arena.pipeline.plan import plan
+    from arena.pipeline.store import RunDirError
+
     is_dict = isinstance(path_or_scenario, Mapping)
     if is_dict:
         paths: list[Path] = []

@@ -158,3 +158,49 @@ def test_a_plain_run_leaves_the_gpu_checks_to_make_gpu_check():
 
     default = _parser().parse_args([]).only.split(",")
     assert {"k", "n"} <= set(PAIRS) and set(default) == set(PAIRS) - {"k", "n"}  # n: make gpu-check-lm
+
+
+ORPHAN_CPU = """
+import json, sys
+from benchmarks.cpu import cpu_of
+burn = "import time\\nt = time.process_time()\\nwhile time.process_time() - t < 0.4: pass"
+# the command exits at once; the child it started (in a session of its own, never waited for) burns 0.4 s of CPU
+command = [sys.executable, "-c", "import subprocess, sys; subprocess.Popen([sys.executable, '-c', %r], "
+           "start_new_session=True)" % burn]
+cost = cpu_of(command)
+print(json.dumps({"cpu": cost.cpu, "wall": cost.wall}))
+"""
+
+
+@pytest.mark.subprocess
+def test_cpu_of_counts_the_orphans_a_command_leaves_behind() -> None:
+    """``benchmarks.cpu.cpu_of`` counts every process a command started, one it left running included (Ray's
+    workers outlive their raylet so), by making the benchmark a child subreaper and waiting for them."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", ORPHAN_CPU], cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    cost = json.loads(done.stdout)
+    assert cost["cpu"] >= 0.4, "the orphan's CPU is counted"
+    assert cost["wall"] < cost["cpu"] + 5
+
+
+def test_the_fixed_cost_copy_of_the_quickstart_trains_one_epoch_everywhere(tmp_path) -> None:
+    import yaml
+
+    from benchmarks.bench_fixed_cost import scenarios
+
+    real, one = scenarios(False, tmp_path)
+    spec, cut = yaml.safe_load(real.read_text()), yaml.safe_load(one.read_text())
+
+    def epochs(node) -> list:
+        if isinstance(node, dict):
+            return [v for k, v in node.items() if k == "epochs"] + [e for v in node.values() for e in epochs(v)]
+        return [e for v in node for e in epochs(v)] if isinstance(node, list) else []
+
+    assert len(epochs(cut)) == len(epochs(spec)) >= 4 and set(epochs(cut)) == {1} and max(epochs(spec)) > 1
+    assert cut["tracks"][0]["attacks"] == spec["tracks"][0]["attacks"], "the same shadows, the same matchups"

@@ -180,9 +180,10 @@ def game_for(matchup: Matchup, dataset: Any, store: RunStore) -> Any:
     return registries().games.get(matchup.track.game.name)(matchup.track.game, dataset, seed)
 
 
-def train_release(matchup: Matchup, run_dir: str) -> dict[str, Any]:
-    """Train (or find in the cache) the released model shared by every attack on this defense and seed."""
-    torch.set_num_threads(1)
+def train_release(matchup: Matchup, run_dir: str, threads: int = 1) -> dict[str, Any]:
+    """Train (or find in the cache) the released model shared by every attack on this defense and seed, on
+    ``threads`` torch threads (the CPUs its task holds)."""
+    torch.set_num_threads(threads)
     start = time.perf_counter()
     store = RunStore(run_dir)
     procedure = procedure_for(matchup, store)
@@ -216,9 +217,10 @@ def bootstrap_draws(game_cls: type, outcome: Any, key: str) -> dict[str, np.ndar
     return dict(draws or {})
 
 
-def play_matchup(matchup: Matchup, run_dir: str) -> dict[str, Any]:
-    """Play one matchup and return its result row; a plugin's exception fails this matchup only."""
-    torch.set_num_threads(1)
+def play_matchup(matchup: Matchup, run_dir: str, threads: int = 1) -> dict[str, Any]:
+    """Play one matchup and return its result row, on ``threads`` torch threads (the CPUs its task holds); a
+    plugin's exception fails this matchup only."""
+    torch.set_num_threads(threads)
     start = time.perf_counter()
     row = base_row(matchup)
     row.update(status="ok", utility=None, metrics={}, operating_points={}, notes=[], claim=None, error=None,

@@ -5,26 +5,19 @@ Rows are appended to results.jsonl as matchups finish, so a killed run resumes w
 
 from __future__ import annotations
 
-import importlib
-import multiprocessing
-import multiprocessing.context
-import multiprocessing.process
-import os
 import re
 import shutil
-import signal
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Container
 from typing import Any, TextIO
 
 from arena.pipeline import cluster, sandbox
-from arena.pipeline.execute import base_row, play_matchup, train_release
+from arena.pipeline.execute import play_matchup, train_release
 from arena.pipeline.plan import Matchup, Plan
 from arena.pipeline.procedure import gpu_request
 from arena.pipeline.progress import Progress
-from arena.pipeline.sandbox.child import die_with_parent
+from arena.pipeline.serial import failed_row, run_serial
 from arena.pipeline.store import RunStore
 
 FINISHED = {"ok", "skipped"}
@@ -57,144 +50,56 @@ def _by_release(matchups: list[Matchup]) -> dict[str, list[Matchup]]:
     return groups
 
 
+TRAIN_CPUS = 1.0
+"""The CPUs of a task that trains (a release, a matchup whose attack is granted ``training`` and trains shadow
+models): its torch threads (``_threads``), one, as every task of a cluster runs."""
+LIGHT_CPUS = 0.5
+"""The CPU share of a matchup whose attack trains nothing: its release is trained by its own task, so what is left
+is the attack's process, answering its queries and scoring, with waits on each other in between."""
+
+
+def cpus(m: Matchup) -> float:
+    """The CPUs a matchup's task holds: ``TRAIN_CPUS`` when its attack is granted ``training`` (or the plan could
+    not say), else ``LIGHT_CPUS``."""
+    threat = m.attack.threat_model
+    return TRAIN_CPUS if threat is None or "training" in threat else LIGHT_CPUS
+
+
+def held(m: Matchup, trained: Container[str]) -> float:
+    """The CPUs the driver counts for a matchup in flight: its task's (``cpus``) once its release is ``trained``
+    (a release key in it: done, failed or stopped), else ``TRAIN_CPUS``. Until then its release's task trains on a
+    whole CPU while the matchup's clock runs; a second matchup let in beside it on half of that CPU would keep the
+    release from starting, so the first matchup would time out waiting for a matchup it does not depend on."""
+    return cpus(m) if m.release_key in trained else TRAIN_CPUS
+
+
+LOOKAHEAD = 64
+"""How far into the queue ``next_matchup`` looks for a matchup that fits."""
+
+
+def next_matchup(queue: list[Matchup], running: list[Matchup], capacity: float,
+                 trained: Container[str]) -> int | None:
+    """Where in ``queue`` the next matchup to start is, or None for none now: the first whose CPUs fit beside
+    those ``running`` hold within ``capacity`` (``held``, given the release keys ``trained``), skipping a
+    training matchup of a release whose training matchup runs (the two would train the same cached shadow pool,
+    and the second would hold its CPU waiting on the first's lock; it starts once the first is done and finds
+    the pool cached). With nothing running the first one starts, whatever its size. Only the first
+    ``LOOKAHEAD`` are looked at, so that a plan of 10,000 matchups costs the driver no more per start than one of
+    100."""
+    if not running:
+        return 0 if queue else None
+    used = sum(held(m, trained) for m in running)
+    if used + LIGHT_CPUS > capacity + 1e-9:
+        return None
+    pools = {m.release_key for m in running if cpus(m) == TRAIN_CPUS}
+    for i, m in enumerate(queue[:LOOKAHEAD]):
+        if used + held(m, trained) <= capacity + 1e-9 and not (cpus(m) == TRAIN_CPUS and m.release_key in pools):
+            return i
+    return None
+
+
 _RAY_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 """The colour codes Ray writes into its errors' texts (``\x1b[36mray::task()\x1b[39m``): dropped, not escaped."""
-
-
-def run_serial(
-    todo: list[Matchup],
-    store: RunStore,
-    on_row: Callable[[dict], None],
-    on_start: Callable[[int], None],
-    timeout: Callable[[Matchup], float],
-    retries: int = 0,
-) -> None:
-    """One matchup after another, each in its own child process; releases come from the shared cache.
-
-    A child that exits (``sys.exit``, ``os._exit``, a signal), raises ``KeyboardInterrupt`` or outlives its
-    timeout fails its own matchup and the run goes on; a child that died is played again up to ``retries`` times,
-    as Ray does, and so is one whose sandbox's fork server died under its attack. ``on_start(n)`` is told how many
-    matchups are in flight (here always one) before each starts.
-    """
-    _warm_for_children()
-    learned: list[str] = []
-    for group in _by_release(todo).values():
-        for m in group:
-            on_start(1)
-            for _ in range(retries + 1):
-                _warm_for_children(learned)  # what an earlier child needed, for this one (never after the last)
-                sandbox.start()  # the matchups' processes, forked from here, share this fork server (again if it died)
-                row, died, learned = play_in_child(m, str(store.root), timeout(m))
-                if not died:
-                    break
-            on_row(row)
-
-
-WARM = ("scipy.stats", "dp_accounting.pld", "dp_accounting.rdp")
-"""What the forked matchups would each import again, imported once before the first fork: the membership metrics
-rank with ``scipy.stats``, a DP-SGD defense calibrates its noise with dp_accounting; about 0.8 and 1.5 s of CPU a
-process."""
-LEARNED = ("torch._dynamo",)
-"""What only some matchups import, imported in the parent once a child has (for the matchups after it):
-``torch.func.grad`` (the ``vmap`` path of a module that is neither a dense stack nor a plain layer stack) imports
-Dynamo, ~2 s of CPU that most runs never need."""
-
-
-def _warm_for_children(names: Iterable[str] = WARM) -> None:
-    """Import ``names`` in the process the matchups fork from."""
-    for name in names:
-        importlib.import_module(name)
-
-
-def _context() -> multiprocessing.context.ForkContext | multiprocessing.context.SpawnContext:
-    """Fork where the platform has it (the child starts at once with everything imported), else spawn."""
-    if "fork" in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("fork")
-    return multiprocessing.get_context("spawn")
-
-
-def play_in_child(matchup: Matchup, run_dir: str, limit: float) -> tuple[dict[str, Any], bool, list[str]]:
-    """Play one matchup in a child process; return its row, whether the child died without answering, and which of
-    ``LEARNED`` it imported.
-
-    The parent enforces ``limit`` by killing the child, so a plugin that catches every ``BaseException`` cannot
-    outlive it. A Ctrl-C of the user reaches the parent (the child ignores SIGINT): the child is killed and the
-    ``KeyboardInterrupt`` goes on up.
-    """
-    t0 = time.monotonic()
-    reader, writer = _context().Pipe(duplex=False)
-    child = _context().Process(target=_child, args=(matchup, run_dir, writer))
-    with _sigint_held():
-        child.start()
-    writer.close()
-    try:
-        answered = reader.poll(limit)
-        message = reader.recv() if answered else None
-    except EOFError:
-        message = None
-    except BaseException:
-        _kill(child)
-        raise
-    finally:
-        reader.close()
-    seconds = time.monotonic() - t0
-    if message is None:
-        timed_out = not answered
-        _kill(child)
-        if timed_out:
-            return failed_row(matchup, f"timeout: exceeded {limit:g}s", seconds), False, []
-        return failed_row(matchup, f"worker died: exit code {child.exitcode}", seconds), True, []
-    child.join(5.0)
-    _kill(child)
-    kind, payload, imported = message
-    if kind == "died":  # the fork server died under the attack: no fault of the attack's, played again
-        return failed_row(matchup, f"worker died: {payload}", seconds), True, imported
-    return (payload if kind == "row" else failed_row(matchup, payload, seconds)), False, imported
-
-
-@contextmanager
-def _sigint_held() -> Iterator[None]:
-    """Hold a Ctrl-C back while forking: one landing during the fork would be raised inside an at-fork hook, which
-    Python ignores. It is delivered, as KeyboardInterrupt, once the child exists."""
-    mask = getattr(signal, "pthread_sigmask", None)
-    if mask is None:
-        yield
-        return
-    mask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        mask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
-def _kill(child: multiprocessing.process.BaseProcess) -> None:
-    """Stop a child for good and reap it."""
-    if child.is_alive():
-        child.kill()
-    child.join()
-
-
-def _child(matchup: Matchup, run_dir: str, writer: Any) -> None:
-    """The child's side: play, send ('row', row) or ('error', message) for an exit or interrupt a plugin raised."""
-    die_with_parent(os.getppid())  # a SIGKILLed arena leaves no matchup playing on, holding its run directory
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent answers the user's Ctrl-C
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # held back by the parent while forking
-    try:
-        message: tuple[str, Any] = ("row", play_matchup(matchup, run_dir))
-    except sandbox.ServerDied as exc:
-        message = ("died", str(exc))
-    except BaseException as exc:  # noqa: BLE001 - sys.exit or KeyboardInterrupt raised by plugin code
-        message = ("error", f"plugin raised {type(exc).__name__}: {exc}")
-    writer.send((*message, [m for m in LEARNED if m in sys.modules]))
-    writer.close()
-
-
-def failed_row(matchup: Matchup, error: str, seconds: float) -> dict[str, Any]:
-    row = base_row(matchup)
-    row.update(status="failed", utility=None, metrics={}, operating_points={}, notes=[], claim=None, traceback=None,
-               error=sandbox.clip_text(error, sandbox.ERROR_CHARS), seconds=round(seconds, 4))  # capped, printable
-    return row
 
 
 def run_ray(
@@ -215,7 +120,10 @@ def run_ray(
     A release is submitted with the first of its matchups to start, so no more releases train than matchups are
     in flight, each under a running clock. When a matchup times out before its release is done (a defense
     catching every exception while it trains), the release is stopped with it (``ray.cancel(force=True)`` kills
-    its worker, freeing the CPU for the rest of the run) and its other matchups fail at once.
+    its worker, freeing the CPU for the rest of the run) and its other matchups fail at once. Each task holds the
+    CPUs it uses (``cpus``), and the matchups in flight hold at most ``workers`` CPUs (default: the cluster's;
+    a light matchup counts as a whole CPU until its release is trained, ``held``), chosen in queue order by
+    ``next_matchup``.
 
     The cluster is ``arena.pipeline.cluster.session``'s: the one at ``address`` (joined by ``cluster.connect``
     before the run directory was touched), else a new local one (never one found running on this machine); Ray's
@@ -231,22 +139,29 @@ def _play_on_ray(todo: list[Matchup], store: RunStore, on_row: Callable[[dict], 
     """``run_ray``'s scheduling, on the cluster it joined or started."""
     import ray
 
-    release_task = ray.remote(num_cpus=1, max_retries=retries)(_release_or_error)
+    release_task = ray.remote(num_cpus=TRAIN_CPUS, max_retries=retries)(_release_or_error)
     # (ray's stubs type retry_exceptions as a bool; its documented list of exception classes is accepted)
-    matchup_task = ray.remote(num_cpus=1, max_retries=retries,  # a fork server's death is a worker's
+    matchup_task = ray.remote(num_cpus=TRAIN_CPUS, max_retries=retries,  # a fork server's death is a worker's
                               retry_exceptions=[sandbox.ServerDied])(_play_after)  # type: ignore[call-overload]
     gpus = {m.track.device: gpu_request(m.track.device) for m in todo}
-    limit = workers or int(ray.available_resources().get("CPU", 1)) or 1
+    capacity = float(workers or ray.available_resources().get("CPU", 1) or 1)
     run_dir = str(store.root)
     driver = cluster.this_driver()  # each worker ends its process when this one ends
     queue = [m for group in _by_release(todo).values() for m in group]
     releases: dict[str, Any] = {}  # release key -> its task, submitted with its first matchup
     stopped: set[str] = set()  # releases stopped because a matchup timed out waiting for them
+    trained: set[str] = set()  # releases whose task has ended (trained, failed or stopped)
+
+    def look_for_trained() -> None:
+        waiting = {ref: key for key, ref in releases.items() if key not in trained}
+        if waiting:
+            done, _ = ray.wait(list(waiting), num_returns=len(waiting), timeout=0)
+            trained.update(waiting[ref] for ref in done)
 
     def release(m: Matchup) -> Any:
         if m.release_key not in releases:
             task = release_task.options(num_gpus=gpus[m.track.device])
-            releases[m.release_key] = task.remote(m, run_dir, driver)
+            releases[m.release_key] = task.remote(m, run_dir, driver, TRAIN_CPUS)
         return releases[m.release_key]
 
     def prefetch(waiting: list[Matchup], ahead: int) -> None:
@@ -266,14 +181,15 @@ def _play_on_ray(todo: list[Matchup], store: RunStore, on_row: Callable[[dict], 
 
     running: dict[Any, tuple[Matchup, float]] = {}
     while queue or running:
-        while queue and len(running) < limit:
-            m = queue.pop(0)
+        look_for_trained()
+        while (i := next_matchup(queue, [m for m, _ in running.values()], capacity, trained | stopped)) is not None:
+            m = queue.pop(i)
             if m.release_key in stopped:
                 on_row(stopped_row(m, 0.0))
                 continue
-            task = matchup_task.options(num_gpus=gpus[m.track.device])
-            running[task.remote(m, run_dir, release(m), driver)] = (m, time.monotonic())
-        prefetch(queue, limit)
+            task = matchup_task.options(num_cpus=cpus(m), num_gpus=gpus[m.track.device])
+            running[task.remote(m, run_dir, release(m), driver, cpus(m))] = (m, time.monotonic())
+        prefetch(queue, max(1, int(capacity)))
         if not running:
             continue
         on_start(len(running))
@@ -299,19 +215,25 @@ def _play_on_ray(todo: list[Matchup], store: RunStore, on_row: Callable[[dict], 
                 on_row(failed_row(m, f"timeout: exceeded {timeout(m):g}s", now - t0))
 
 
-def _release_or_error(matchup: Matchup, run_dir: str, driver: cluster.Driver | None) -> dict[str, Any]:
+def _release_or_error(matchup: Matchup, run_dir: str, driver: cluster.Driver | None,
+                      threads: float) -> dict[str, Any]:
     """Prefetch the release; an exception is left for the matchups to report as their own failure."""
     cluster.watch_driver(driver)
     try:
-        return train_release(matchup, run_dir)
+        return train_release(matchup, run_dir, threads=_threads(threads))
     except Exception as exc:  # noqa: BLE001
         return {"error": repr(exc)}
 
 
 def _play_after(matchup: Matchup, run_dir: str, release: dict[str, Any],
-                driver: cluster.Driver | None) -> dict[str, Any]:
+                driver: cluster.Driver | None, threads: float) -> dict[str, Any]:
     cluster.watch_driver(driver)
-    return play_matchup(matchup, run_dir)
+    return play_matchup(matchup, run_dir, threads=_threads(threads))
+
+
+def _threads(cpus: float) -> int:
+    """The torch threads of a task holding ``cpus`` CPUs: as many as it holds whole ones, at least one."""
+    return max(1, int(cpus))
 
 
 def run(
@@ -353,7 +275,8 @@ def run(
 
     retries = max(s.retries for _, s in plan.scenarios)
     if serial:
-        run_serial(todo, store, on_row, meter.started, timeout, retries)
+        run_serial([m for group in _by_release(todo).values() for m in group], str(store.root), on_row,
+                   meter.started, timeout, retries)
     else:
         run_ray(todo, store, on_row, on_start=meter.started, workers=workers, address=address, timeout=timeout,
                 retries=retries, verbose=verbose)

@@ -198,3 +198,4 @@ def test_arena_run_killed_under_ray_leaves_no_process_10_seconds_later(plugin_di
         with contextlib.suppress(OSError):
             os.killpg(driver.pid, signal.SIGKILL)
         shutil.rmtree(notes, ignore_errors=True)
+

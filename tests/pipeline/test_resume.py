@@ -62,7 +62,13 @@ def snapshot(cache: Path) -> dict[str, int]:
 
 
 @pytest.mark.subprocess
-def test_kill_9_then_resume_gives_uninterrupted_results_without_retraining(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("mode", [["--serial"], pytest.param(["--workers", "2"], marks=[pytest.mark.ray,
+                                                                                      pytest.mark.slow])],
+                         ids=["serial", "ray"])
+def test_kill_9_then_resume_gives_uninterrupted_results_without_retraining(tmp_path: Path, monkeypatch,
+                                                                           mode: list[str]) -> None:
+    """Serially and under Ray (the killed driver's cluster, workers and attacks end with it): the resumed run's rows
+    are the uninterrupted serial run's."""
     monkeypatch.setenv(SECRET_ENV, "5e" * 32)  # two run directories compared: one secret
     from arena.cli import main
 
@@ -71,15 +77,15 @@ def test_kill_9_then_resume_gives_uninterrupted_results_without_retraining(tmp_p
     assert main(["run", str(scenario), "--out", str(whole.root), "--serial", "--no-report"]) in (0, 1)
 
     killed = RunStore(tmp_path / "killed")
-    proc = arena("run", str(scenario), "--out", str(killed.root), "--serial", "--no-report")
-    wait_for_rows(killed, 3, proc)
+    proc = arena("run", str(scenario), "--out", str(killed.root), *mode, "--no-report")
+    wait_for_rows(killed, 3, proc, limit=900.0)  # Ray's start on a loaded machine
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     before = comparable(killed)
     assert 3 <= len(before) < len(comparable(whole))
     cached = snapshot(killed.root / "cache")
 
-    assert main(["run", str(scenario), "--out", str(killed.root), "--serial", "--no-report"]) in (0, 1)
+    assert main(["run", str(scenario), "--out", str(killed.root), *mode, "--no-report"]) in (0, 1)
     after = comparable(killed)
     assert after == comparable(whole)
     assert len(killed.results()) == len(after), "no finished matchup was played twice"
@@ -89,9 +95,9 @@ def test_kill_9_then_resume_gives_uninterrupted_results_without_retraining(tmp_p
 
 HANGING_ARENA = """
 import time
-from arena.pipeline import tournament
-tournament.play_matchup = lambda matchup, run_dir: time.sleep(120)  # a matchup that plays on for two minutes
-tournament.play_in_child(None, "unused", 300)
+from arena.pipeline import serial
+serial.play_matchup = lambda matchup, run_dir: time.sleep(120)  # a matchup that plays on for two minutes
+serial.Worker("unused").play(None, 300)
 """
 
 

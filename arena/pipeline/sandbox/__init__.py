@@ -12,8 +12,8 @@ The attack's process is never a ``fork`` of the arena, which would copy its memo
 the run secret) into it. On Linux it is forked from the arena's *fork server*: an interpreter exec'd from the
 arena with the arena's environment less ``ARENA_RUN_SECRET``, working directory ``/``, that imports torch, NumPy
 and the arena's own modules (``arena.*``, ``arena_plugins.*``, never a third party's) and otherwise only
-receives descriptors. The arena starts it on first use, or with ``start()`` (the serial tournament, before
-forking its matchups, which share it). Elsewhere, or with ``ARENA_SANDBOX_EXEC`` set, each attack gets a fresh
+receives descriptors. The arena starts it on first use, or with ``start()`` (a serial run, while it plans;
+its worker processes share it). Elsewhere, or with ``ARENA_SANDBOX_EXEC`` set, each attack gets a fresh
 interpreter instead. Either way the process takes the arena's environment less the secret, its import path, the
 random states of a fresh interpreter, and:
 

@@ -6,7 +6,7 @@ arena's own modules (``arena.*``, ``arena_plugins.*``: never a third party's, so
 otherwise only receives descriptors: per attack, the attack's pipe, a status socket and the write end of the pipe
 that is to be its standard output and error. It never sees a view, a store or a secret, so neither does what it
 forks; the fork only spares each attack the ~2.5 s of a fresh interpreter importing torch. The arena starts it on
-first use, or with ``start()`` (the serial tournament, before forking its matchups, which share it); it exits
+first use, or with ``start()`` (a serial run, while it plans; its worker processes share it); it exits
 when every arena end of its socket is closed, killing what runs.
 
 Each attack's process is a session and process group of its own (``setsid``), and, run as root, takes a user of
@@ -260,7 +260,7 @@ def _fork_child(theirs: socket.socket, modules: list[str], output: int, uid_base
 
 def start() -> None:
     """Start this process's fork server now, or again if it died (it loads in the background): the processes
-    forked from here (the serial tournament's matchups) then share it instead of each starting its own."""
+    forked from here (a serial run's worker processes) then share it instead of each starting its own."""
     global _server
     if _may_serve():
         with _server_lock:
