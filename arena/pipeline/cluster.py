@@ -103,7 +103,7 @@ def session(address: str | None, workers: int | None, *, verbose: bool = False) 
                 ray.init(address="local", num_cpus=workers or os.cpu_count(), include_dashboard=False,
                          log_to_driver=verbose, logging_level=level, object_store_memory=128 * 1024 * 1024,
                          _system_config=system)
-                _close_sockets()
+                close_session_sockets()
         yield
     finally:
         if ours:
@@ -112,8 +112,10 @@ def session(address: str | None, workers: int | None, *, verbose: bool = False) 
         reaper.stop(watch)
 
 
-def _close_sockets() -> None:
-    """The sockets folder of the Ray session this arena started, closed to other users (attacks' users)."""
+def close_session_sockets() -> None:
+    """The sockets folder of this process's Ray session, closed to other users (attacks' users). Called when the
+    arena starts Ray and again on every pass of the driver's loop: a Ray worker started later (a light matchup's
+    half CPU starts more of them) makes the folder world-writable again."""
     from arena.pipeline.sandbox.scratch import close_sockets
 
     with contextlib.suppress(Exception):

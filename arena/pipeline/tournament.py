@@ -181,6 +181,7 @@ def _play_on_ray(todo: list[Matchup], store: RunStore, on_row: Callable[[dict], 
 
     running: dict[Any, tuple[Matchup, float]] = {}
     while queue or running:
+        cluster.close_session_sockets()  # Ray's later workers open it again (see there)
         look_for_trained()
         while (i := next_matchup(queue, [m for m, _ in running.values()], capacity, trained | stopped)) is not None:
             m = queue.pop(i)
