@@ -70,6 +70,13 @@ Epsilon = Annotated[float, Field(strict=True, ge=1e-3, le=1e3, allow_inf_nan=Fal
 """A target ε: finite, in [0.001, 1000] (outside it no accountant or noise scale is meaningful)."""
 
 
+def delta_problems(delta: float, n_train: int) -> list[tuple[str, str]]:
+    """A DP claim's δ must be below 1/N: at 1/N a mechanism may publish one record outright and still claim it."""
+    if delta >= 1.0 / n_train:
+        return [("delta", f"must be below 1/N = {1.0 / n_train:.3g} for a training set of {n_train} records")]
+    return []
+
+
 class DPSGDParams(PluginParams):
     epsilons: list[Epsilon] = Field(min_length=1, description="one configuration per target ε, each in [1e-3, 1e3]")
     delta: float = Field(strict=True, ge=1e-12, lt=1.0, allow_inf_nan=False, description="in [1e-12, 1/N)")
@@ -89,9 +96,7 @@ class DPSGD(EpsilonSweep):
         return self.params.delta
 
     def validate_for(self, n_train: int) -> list[tuple[str, str]]:
-        if self.params.delta >= 1.0 / n_train:
-            return [("delta", f"must be below 1/N = {1.0 / n_train:.3g} for a training set of {n_train} records")]
-        return []
+        return delta_problems(self.params.delta, n_train)
 
     def fit(self, task: FitTask) -> Fit:
         if task.solver == "newton":

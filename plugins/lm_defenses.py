@@ -30,7 +30,7 @@ from arena import (
     steps_and_rate,
     train_lm,
 )
-from arena_plugins.defenses import Epsilon, EpsilonSweep
+from arena_plugins.defenses import Epsilon, EpsilonSweep, delta_problems
 
 HONOURS = frozenset({"epochs", "lr", "batch_size", "momentum"})
 
@@ -88,9 +88,7 @@ class LMDPSGD(EpsilonSweep):
         return self.params.delta
 
     def validate_for(self, n_train: int) -> list[tuple[str, str]]:
-        if self.params.delta >= 1.0 / n_train:
-            return [("delta", f"must be below 1/N = {1.0 / n_train:.3g} for a training set of {n_train} records")]
-        return []
+        return delta_problems(self.params.delta, n_train)
 
     def fit(self, task: FitTask) -> Fit:
         _check_text(task, self.name)
