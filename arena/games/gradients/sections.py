@@ -8,16 +8,14 @@ board of each track, side by side (``docs/results.md`` shows it for ``scenarios/
 
 from __future__ import annotations
 
-import shutil
 from collections import defaultdict
 from typing import Any
 
 from markupsafe import Markup
 
 from arena.games.gradients.grids import GRID_FILE
-from arena.games.reconstruction.grids import VECTOR_FORMATS
 from arena.games.reconstruction.rule import describe_reconstruction
-from arena.games.reconstruction.sections import audit_rows
+from arena.games.reconstruction.sections import audit_rows, grid_figures
 
 STRENGTHS = {"client-dpsgd": ("ε (client DP-SGD)", "epsilons"), "gradient-pruning": ("pruned share", "rates")}
 """Defense → (axis label, the parameter holding its one value per configuration)."""
@@ -77,23 +75,13 @@ def section(ctx: Any) -> Markup:
         if any(len(p) > 1 for p in points.values()):
             png = ctx.figures.save(_curve(points, label, param == "epsilons"), slug(f"{ctx.board.track}-{defense}"))
             curves.append((png, f"{ctx.board.track}: success against {label}, pooled over seeds"))
-    figures = []
-    for r in ctx.rows:
-        path = ctx.store.artifact_dir(r["key"]) / GRID_FILE
-        if r.get("status") != "ok" or not path.is_file():
-            continue
+
+    def caption(r: dict[str, Any]) -> str:
         m = r.get("metrics") or {}
-        caption = (f"{r['track']}: {r['defense_label']} vs {r['attack_label']}, seed {r['seed']}; success "
-                   f"{fmt(m.get('success_rate'))}, target PSNR {fmt(m.get('target_psnr_mean'))} dB")
-        stem = slug(f"{r['track']}-grid-{r['defense_label']}-{r['attack_label']}-seed{r['seed']}")
-        ctx.figures.directory.mkdir(parents=True, exist_ok=True)
-        for suffix in (".png", *(f".{f}" for f in VECTOR_FORMATS)):
-            source = path.with_suffix(suffix)
-            if source.is_file():
-                target = ctx.figures.directory / f"{stem}{suffix}"
-                shutil.copyfile(source, target)
-                target.chmod(0o644)
-        figures.append((path.read_bytes(), caption))
+        return (f"{r['track']}: {r['defense_label']} vs {r['attack_label']}, seed {r['seed']}; success "
+                f"{fmt(m.get('success_rate'))}, target PSNR {fmt(m.get('target_psnr_mean'))} dB")
+
+    figures = grid_figures(ctx, caption, GRID_FILE)
     return ctx.render("gradients.html.j2", track=ctx.board.track, figures=figures, curves=curves)
 
 

@@ -8,6 +8,7 @@ where the game wrote them) into ``report/figures/``.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from typing import Any
 
 from markupsafe import Markup
@@ -16,17 +17,16 @@ from arena.games.reconstruction.grids import GRID_FILE, VECTOR_FORMATS
 from arena.games.reconstruction.rule import describe_reconstruction
 
 
-def section(ctx: Any) -> Markup:
-    """Every saved grid of the track, copied into the report's figures (the report passes ``ctx``)."""
-    fmt, slug = ctx.fmt, ctx.slug
+def grid_figures(ctx: Any, caption: Callable[[dict[str, Any]], str],
+                 grid_file: str = GRID_FILE) -> list[tuple[bytes, str]]:
+    """(PNG bytes, ``caption(row)``) of every ok row's saved grid (``grid_file`` in its artifacts), each copied
+    with its vector formats into the report's figures as ``<track>-grid-<defense>-<attack>-seed<seed>``."""
     figures = []
     for r in ctx.rows:
-        path = ctx.store.artifact_dir(r["key"]) / GRID_FILE
+        path = ctx.store.artifact_dir(r["key"]) / grid_file
         if r.get("status") != "ok" or not path.is_file():
             continue
-        rate = (r.get("metrics") or {}).get("success_rate")
-        caption = f"{r['track']}: {r['defense_label']} vs {r['attack']}, seed {r['seed']}; success rate {fmt(rate)}"
-        stem = slug(f"{r['track']}-grid-{r['defense_label']}-{r['attack_label']}-seed{r['seed']}")
+        stem = ctx.slug(f"{r['track']}-grid-{r['defense_label']}-{r['attack_label']}-seed{r['seed']}")
         ctx.figures.directory.mkdir(parents=True, exist_ok=True)
         for suffix in (".png", *(f".{f}" for f in VECTOR_FORMATS)):
             source = path.with_suffix(suffix)
@@ -34,7 +34,15 @@ def section(ctx: Any) -> Markup:
                 target = ctx.figures.directory / f"{stem}{suffix}"
                 shutil.copyfile(source, target)
                 target.chmod(0o644)
-        figures.append((path.read_bytes(), caption))
+        figures.append((path.read_bytes(), caption(r)))
+    return figures
+
+
+def section(ctx: Any) -> Markup:
+    """Every saved grid of the track, copied into the report's figures (the report passes ``ctx``)."""
+    fmt = ctx.fmt
+    figures = grid_figures(ctx, lambda r: f"{r['track']}: {r['defense_label']} vs {r['attack']}, seed {r['seed']}; "
+                                          f"success rate {fmt((r.get('metrics') or {}).get('success_rate'))}")
     return ctx.render("reconstruction.html.j2", track=ctx.board.track, figures=figures)
 
 
