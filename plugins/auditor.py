@@ -8,11 +8,17 @@ in every model, the canary only in its own. The scores are then a post-processin
 the one-run analysis allows (its guesses may be any function of the whole output of a mechanism that is (ε, δ)-DP
 in each canary's bit; changing one bit changes the training of one model only).
 
-Black-box input canaries (capability ``query``): −(each model's cross-entropy loss on each canary record),
-asked through that model's black box only.
+Black-box input canaries (capability ``query``): −(each model's loss on each canary record), asked through that
+model's black box (cross-entropy for a classifier, mean next-token NLL for a language model's token-sequence
+canaries). With ``input_reference: init`` (needs the published initialisation) the score is the loss reduction
+against the model's own initialisation; with ``centre_inputs``, each canary's score is taken against its mean
+score in the other models (every model is offered the same canary records), the language audit's setting:
+random token strings differ in how hard they are, and that is the same in every model.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import Field
 
@@ -22,6 +28,11 @@ from arena import Attack, AuditView, CanaryGuess, PluginParams, gradient_canary_
 class CanaryAuditorParams(PluginParams):
     centre: bool = Field(default=True, description="score a gradient canary's coordinate against its mean movement "
                                                    "in the other models")
+    input_reference: Literal["none", "init"] = Field(
+        default="none", description="init: score an input canary by the loss reduction against the model's "
+                                    "published initialisation (needs init: known)")
+    centre_inputs: bool = Field(default=False, description="score an input canary against its mean score in the "
+                                                           "other models")
 
 
 class CanaryAuditor(Attack):
@@ -46,7 +57,12 @@ class CanaryAuditor(Attack):
 
             assert view.canary_X is not None and view.canary_y is not None  # granted with the kind
             losses = torch.stack([box.loss(view.canary_X, view.canary_y) for box in view.models])
-            scores["input"] = input_canary_scores(losses)
+            start = None
+            if self.params.input_reference == "init":
+                if view.init_models is None:
+                    raise ValueError("input_reference: init needs the published initialisation (game init: known)")
+                start = torch.stack([box.loss(view.canary_X, view.canary_y) for box in view.init_models])
+            scores["input"] = input_canary_scores(losses, start, self.params.centre_inputs)
         return CanaryGuess(scores)
 
 

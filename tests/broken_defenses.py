@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from arena.contracts.defense import Claim, Fit, FitTask
 from arena.engine.batching import steps_and_rate
+from arena.engine.lm import train_lm
 from arena.engine.recipe import DPNoise
 from arena.engine.trainer import train
 from arena.privacy.accounting import accountant_label, calibrate_noise
 from arena_plugins.defenses import DPSGD
+from arena_plugins.lm_defenses import LMDPSGD
 
 
 class _Broken(DPSGD):
@@ -78,3 +80,22 @@ class NoNoise(_Broken):
 
 
 BROKEN = (NoClipping, QuarterNoise, NoiseOnMean, HalfSteps, NoNoise)
+
+
+
+class LMNoNoise(LMDPSGD):
+    """DP-SGD fine-tuning of a language model (every weight) that clips but adds no noise, and claims the correct
+    algorithm's ε, σ, q and steps: the language track's broken defense for the canary audit."""
+
+    name = "broken-lm-no-noise"
+
+    def fit(self, task: FitTask) -> Fit:
+        steps, q = steps_and_rate(task.n, task.recipe)
+        sigma, achieved = calibrate_noise(self.target_epsilon(), q, steps, self.params.delta, self.params.accountant)
+        state = train_lm(task.arch, task.X, task.init_seeds, task.train_seeds, task.recipe,
+                         dp=DPNoise(clip=self.params.clip, noise_multiplier=0.0), optimizer=self.params.optimizer)
+        return Fit(state, Claim(epsilon=achieved, delta=self.params.delta,
+                                accountant=accountant_label(self.params.accountant),
+                                target_epsilon=self.target_epsilon(), noise_multiplier=sigma, sample_rate=q,
+                                steps=steps, mechanism="DP-SGD fine-tuning (every weight), Poisson-subsampled "
+                                                       "Gaussian, add/remove"))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from arena.contracts.recipe import DPNoise, Recipe
 from arena.engine import rng
 
 
@@ -153,6 +154,41 @@ def instrumented(instruments: AuditInstruments) -> Iterator[AuditInstruments]:
 def active() -> AuditInstruments | None:
     """The instruments of the enclosing ``instrumented`` block, or None."""
     return _INSTRUMENTS.get()
+
+
+def arm(dp: DPNoise | None, X: torch.Tensor, y: torch.Tensor, recipe: Recipe) -> DPNoise | None:
+    """The DP-SGD settings a ``train`` call on X [K, n, ...], y [K, n] runs with inside an armed ``instrumented``
+    block: ``dp`` with the audit's gradient canaries and its presence mask (restricted to the call's rows, in their
+    order), the call's mechanism recorded in ``runs``; ``dp`` itself outside such a block. Every trainer that
+    honours audits (the image engine's ``train``, the language models' ``train_lm``) arms its call here, so the
+    claim check reads one record of what each ran. A call without noise inside an armed block is a ValueError."""
+    from arena.engine.batching import steps_and_rate
+
+    K, n = y.shape
+    inst = active()
+    if inst is None or not inst.armed:
+        return dp
+    if dp is None:
+        raise ValueError("audit canaries need DP-SGD training (train(..., dp=...)); this call trains without noise")
+    if inst.canaries is not None and inst.canaries.index.shape[0] != K:
+        raise ValueError(f"the audit has canaries for {inst.canaries.index.shape[0]} models, train got {K}")
+    rows = inst.locate(X, y)
+    cover = inst.cover(rows)
+    present = inst.present
+    if present is not None and rows is not None:
+        present = present[:, torch.as_tensor(rows, device=present.device)]  # the call's rows, in its order
+    if present is not None and present.shape != (K, n):
+        raise ValueError(f"the audit's presence mask is {tuple(present.shape)}, train got data for ({K}, {n})")
+    canaries = inst.canaries
+    if canaries is not None and cover.startswith("cell:"):
+        # a call on one cell of a data-independent partition: canary j belongs to cell j mod P, like a record
+        parts, cell = map(int, cover.split(":")[1:])
+        mine = (torch.arange(canaries.index.shape[1]) % parts == cell).unsqueeze(0)
+        canaries = GradientCanaries(canaries.index, canaries.sign, canaries.included & mine)
+    inst.calls += 1
+    steps, rate = steps_and_rate(n, recipe)
+    inst.runs.append(Mechanism(dp.clip, dp.noise_multiplier, rate, steps, cover))
+    return DPNoise(dp.clip, dp.noise_multiplier, canaries, present)
 
 
 def state_digest(state: dict[str, torch.Tensor]) -> str:

@@ -25,6 +25,7 @@ from torch.func import functional_call, grad, vmap
 from arena.contracts.architecture import Architecture, State
 from arena.contracts.dataset import PAD
 from arena.contracts.recipe import DPNoise, Recipe
+from arena.engine import instruments
 from arena.engine.batching import steps_and_rate
 from arena.engine.seeds import derive_seed
 
@@ -136,9 +137,10 @@ def clipped_sum(module: torch.nn.Module, params: dict[str, torch.Tensor], X: tor
 
 def train_one(arch: Architecture, X: torch.Tensor, init_seed: int, train_seed: int, recipe: Recipe, *,
               dp: DPNoise | None = None, lora: LoRA | None = None,
-              optimizer: Literal["adam", "sgd"] = "adam") -> State:
+              optimizer: Literal["adam", "sgd"] = "adam", present: torch.Tensor | None = None) -> State:
     """One model trained on records X [n, L]: non-private (mean loss over shuffled batches) or DP-SGD with ``dp``;
-    its full state, LoRA merged."""
+    its full state, LoRA merged. Under DP-SGD a row whose ``present`` [n] is False is never sampled (an audit's
+    absent canary) while the expected batch size q·n still counts it, as in the image engine."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(init_seed)
         module = arch.build()
@@ -160,6 +162,8 @@ def train_one(arch: Architecture, X: torch.Tensor, init_seed: int, train_seed: i
         else:
             _, q = steps_and_rate(n, recipe)
             for idx in _poisson(n, recipe, gen):
+                if present is not None:
+                    idx = idx[present[idx.to(present.device)].cpu()]
                 params = {k: v.detach() for k, v in named.items()}
                 total, _ = clipped_sum(module, params, X[idx.to(X.device)], dp.clip)
                 for k, p in named.items():
@@ -175,10 +179,24 @@ def train_one(arch: Architecture, X: torch.Tensor, init_seed: int, train_seed: i
 def train_lm(arch: Architecture, X: torch.Tensor, init_seeds: torch.Tensor, train_seeds: torch.Tensor,
              recipe: Recipe, *, dp: DPNoise | None = None, lora: LoRA | None = None,
              optimizer: Literal["adam", "sgd"] = "adam") -> State:
-    """K models, model k trained on X[k] [n, L] from its own seeds (``train_one``), stacked by tensor name."""
+    """K models, model k trained on X[k] [n, L] from its own seeds (``train_one``), stacked by tensor name.
+
+    Inside an audit's ``instrumented`` block (``arena.engine.instruments``) a DP-SGD call is armed like the image
+    engine's: the audit's presence mask decides which rows exist in which model (its input canaries: token
+    sequences in or out of each model's data), the mechanism run and the state returned are recorded for the claim
+    check. White-box gradient canaries are the image engine's only: a language model's audit uses input canaries."""
+    K, n = X.shape[:2]
+    dp = instruments.arm(dp, X, torch.zeros(K, n, dtype=torch.long, device=X.device), recipe)
+    if dp is not None and dp.canaries is not None:
+        raise ValueError("white-box gradient canaries are not inserted by the language models' trainer; audit a "
+                         "language model with input canaries (kind: input, input_kind: sequence)")
+    present = dp.present if dp is not None else None
     states = [train_one(arch, X[k], int(init_seeds[k]), int(train_seeds[k]), recipe, dp=dp, lora=lora,
-                        optimizer=optimizer) for k in range(X.shape[0])]
-    return {name: torch.stack([s[name] for s in states]) for name in states[0]}
+                        optimizer=optimizer, present=None if present is None else present[k])
+              for k in range(K)]
+    out = {name: torch.stack([s[name] for s in states]) for name in states[0]}
+    instruments.record_return(out)
+    return out
 
 
 def models_nll(module_of: Any, k: int, X: torch.Tensor, batch: int = 256) -> torch.Tensor:

@@ -42,34 +42,6 @@ __all__ = ["MEMORY_BUDGET", "NOISE_BLOCK", "HeavyBall", "Noise", "StepNoise", "c
 
 Engine = Literal["auto", "functional", "dense", "loop"]
 
-def _with_instruments(dp: DPNoise | None, X: torch.Tensor, y: torch.Tensor, recipe: Recipe) -> DPNoise | None:
-    K, n = y.shape
-    inst = instruments.active()
-    if inst is None or not inst.armed:
-        return dp
-    if dp is None:
-        raise ValueError("audit canaries need DP-SGD training (train(..., dp=...)); this call trains without noise")
-    if inst.canaries is not None and inst.canaries.index.shape[0] != K:
-        raise ValueError(f"the audit has canaries for {inst.canaries.index.shape[0]} models, train got {K}")
-    rows = inst.locate(X, y)
-    cover = inst.cover(rows)
-    present = inst.present
-    if present is not None and rows is not None:
-        present = present[:, torch.as_tensor(rows, device=present.device)]  # the call's rows, in its order
-    if present is not None and present.shape != (K, n):
-        raise ValueError(f"the audit's presence mask is {tuple(present.shape)}, train got data for ({K}, {n})")
-    canaries = inst.canaries
-    if canaries is not None and cover.startswith("cell:"):
-        # a call on one cell of a data-independent partition: canary j belongs to cell j mod P, like a record
-        parts, cell = map(int, cover.split(":")[1:])
-        mine = (torch.arange(canaries.index.shape[1]) % parts == cell).unsqueeze(0)
-        canaries = instruments.GradientCanaries(canaries.index, canaries.sign, canaries.included & mine)
-    inst.calls += 1
-    steps, rate = steps_and_rate(n, recipe)
-    inst.runs.append(instruments.Mechanism(dp.clip, dp.noise_multiplier, rate, steps, cover))
-    return DPNoise(dp.clip, dp.noise_multiplier, canaries, present)
-
-
 def choose_engine(arch: Architecture, engine: Engine = "auto") -> Literal["functional", "dense", "loop"]:
     """The loop engine for a module the batched engine cannot train as written (``loop_reason``) or whose track
     asks for it (``arch.engine == "loop"``), else the hand path for dense models (faster, see
@@ -144,7 +116,7 @@ def train(
         raise ValueError(f"need y [K,n] and seeds [K] for X of shape {tuple(X.shape)}")
     if d != arch.n_features:
         raise ValueError(f"X has {d} features, the model expects {arch.n_features} (input shape {arch.input_shape})")
-    dp = _with_instruments(dp, X, y, recipe)
+    dp = instruments.arm(dp, X, y, recipe)
     _keep_freed_memory()
     if state is None:
         state = init_state(arch, init_seeds, X.dtype, X.device)

@@ -54,11 +54,13 @@ import torch
 import torch.nn.functional as F
 
 from arena.contracts.defense import Claim, Defense, Fit, FitTask
+from arena.contracts.release import Models
 from arena.engine.architecture import Architecture, State
 from arena.engine.digests import record_digests
 from arena.engine.ensemble import init_state, logits
 from arena.engine.functional import mean_gradient
 from arena.engine.instruments import AuditInstruments, GradientCanaries, instrumented
+from arena.engine.lm import models_nll
 from arena.engine.recipe import Recipe
 from arena.games.audit.claim_check import ClaimCheck, check_claim
 from arena.games.audit.verdict import CanaryAudit, KindResult, analyse, flag_batch
@@ -67,7 +69,7 @@ from arena.privacy.binomial import ALPHA
 __all__ = ["CanaryAudit", "CanaryRun", "CanarySpec", "ClaimCheck", "KindResult", "analyse", "audit", "flag_batch",
            "train_with_canaries"]  # the statistics live in arena.games.audit.verdict; re-exported for callers
 
-InputKind = Literal["mislabelled", "ood"]
+InputKind = Literal["mislabelled", "ood", "sequence"]
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,8 @@ def _coordinates(arch: Architecture, init: State, X: torch.Tensor, y: torch.Tens
 def _input_canaries(X: np.ndarray, y: np.ndarray, n_classes: int, spec: CanarySpec, g: np.random.Generator
                     ) -> tuple[np.ndarray, np.ndarray]:
     m = spec.inputs
+    if spec.input_kind == "sequence":  # token records [n, L]: random ids, every position a token, no label
+        return g.integers(1, n_classes, (m, X.shape[1])).astype(X.dtype), np.zeros(m, dtype=np.int64)
     if spec.input_kind == "mislabelled":
         if m > len(X):
             raise ValueError(f"{m} mislabelled canaries need as many records; the data has {len(X)}")
@@ -230,9 +234,24 @@ def _others_mean(moved: np.ndarray, index: np.ndarray) -> np.ndarray:
     return np.where(others > 0, (total[index] - moved) / np.maximum(others, 1.0), 0.0)
 
 
-def input_canary_scores(losses: torch.Tensor | np.ndarray) -> np.ndarray:
-    """[K, m] black-box scores of input canaries: −(each model's cross-entropy loss on each canary)."""
-    return -np.asarray(losses.detach().cpu().numpy() if isinstance(losses, torch.Tensor) else losses, np.float64)
+def input_canary_scores(losses: torch.Tensor | np.ndarray, reference: torch.Tensor | np.ndarray | None = None,
+                        centre: bool = False) -> np.ndarray:
+    """[K, m] black-box scores of input canaries from each model's loss on each canary ``losses`` [K, m]:
+    −loss, or the loss reduction ``reference`` − loss against each model's loss at its published initialisation
+    ``reference`` [K, m] (what training on the canary changed, not how easy the canary was to begin with); with
+    ``centre``, each score taken against the canary's mean score in the other K − 1 models (every model is offered
+    the same canary records, included in each independently, so what is common to all is the canary's difficulty
+    and what stands out is inclusion: a post-processing of all K releases, which the one-run analysis allows)."""
+    score = -_numpy(losses)
+    if reference is not None:
+        score = score + _numpy(reference)
+    if centre and score.shape[0] > 1:
+        score = score - _others_mean(score, np.broadcast_to(np.arange(score.shape[1]), score.shape))
+    return score
+
+
+def _numpy(a: torch.Tensor | np.ndarray) -> np.ndarray:
+    return np.asarray(a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else a, np.float64)
 
 
 def run_scores(arch: Architecture, run: CanaryRun, spec: CanarySpec) -> dict[str, np.ndarray]:
@@ -245,8 +264,19 @@ def run_scores(arch: Architecture, run: CanaryRun, spec: CanarySpec) -> dict[str
     if run.inputs_X is not None:
         assert run.inputs_y is not None  # set together with inputs_X
         K = run.models
-        out[f"input_{run.input_kind}"] = input_canary_scores(_losses(arch, run.state, run.inputs_X, run.inputs_y, K))
+        if run.input_kind == "sequence":  # the loss reduction against the published initialisation
+            start = _sequence_losses(arch, run.init, run.inputs_X) if spec.init == "known" else None
+            out["input_sequence"] = input_canary_scores(_sequence_losses(arch, run.state, run.inputs_X), start)
+        else:
+            out[f"input_{run.input_kind}"] = input_canary_scores(_losses(arch, run.state, run.inputs_X, run.inputs_y,
+                                                                         K))
     return out
+
+
+def _sequence_losses(arch: Architecture, state: State, X: torch.Tensor) -> torch.Tensor:
+    """[K, m] each language model's mean next-token NLL on each token record of X [m, L]."""
+    models = Models(arch, state)
+    return torch.stack([models_nll(models.module, k, X) for k in range(models.k)])
 
 
 def _losses(arch: Architecture, state: State, X: torch.Tensor, y: torch.Tensor, K: int) -> torch.Tensor:

@@ -33,7 +33,7 @@ import torch
 from pydantic import ConfigDict, Field, NonNegativeInt, PositiveInt
 
 from arena.contracts.attack import Attack
-from arena.contracts.dataset import Dataset
+from arena.contracts.dataset import Dataset, TextDataset
 from arena.contracts.defense import Claim
 from arena.contracts.game import Game, Outcome
 from arena.contracts.metric import NON_NEGATIVE, Metric
@@ -51,6 +51,7 @@ from arena.games.audit.canaries import (
     train_with_canaries,
 )
 from arena.games.audit.claim_check import ClaimCheck
+from arena.games.language.query import TextBlackBox, next_token_accuracy
 from arena.pipeline.procedure import TrainingProcedure
 from arena.pipeline.store import content_key, tensor_digest
 
@@ -69,7 +70,9 @@ class AuditGameSpec(GameSpec):
     kind: Literal["gradient", "input", "both"] = "gradient"
     canaries: NonNegativeInt = Field(default=256, le=1_000_000, description="white-box gradient canaries per model")
     input_canaries: NonNegativeInt = Field(default=64, le=100_000, description="black-box input canaries per model")
-    input_kind: Literal["mislabelled", "ood"] = "mislabelled"
+    input_kind: Literal["mislabelled", "ood", "sequence"] = Field(
+        default="mislabelled", description="mislabelled or ood (images, tables); sequence: random token strings "
+        "(text datasets and language models, the only kind they play)")
     init: Literal["known", "unknown"] = Field(
         default="known", description="known: the challenger publishes each model's initialisation to the auditor")
     coordinates: Literal["quiet", "random"] = "quiet"
@@ -115,7 +118,11 @@ class AuditView(View):
     init: Annotated[Models | None, Grant("parameters")]
     """their initialisation, when the challenger publishes it (init: known)"""
     models: Annotated[list[BlackBox], Grant("query")]
-    """one black box per released model"""
+    """one black box per released model (``TextBlackBox`` for language models: ``loss`` is the mean next-token NLL
+    of each token record)"""
+    init_models: Annotated[list[BlackBox] | None, Grant("parameters")]
+    """one black box per published initialisation (init: known), of the same kind as ``models``: what a canary's
+    loss was before training"""
 
 
 METRICS = (
@@ -256,6 +263,14 @@ class AuditGame(Game):
             out.append(("input_canaries", f"kind {spec.kind!r} needs input canaries (input_canaries >= 1)"))
         if spec.kind in ("input", "both") and spec.input_kind == "mislabelled" and spec.input_canaries > spec.members:
             out.append(("input_canaries", f"{spec.input_canaries} mislabelled canaries need as many members"))
+        text = isinstance(dataset, TextDataset)
+        if text and (spec.kind != "input" or spec.input_kind != "sequence"):
+            out.append(("kind", "a language model is audited with token-sequence input canaries (kind: input, "
+                                "input_kind: sequence); white-box gradient canaries, mislabelled and ood records are "
+                                "the image and table tracks'"))
+        elif not text and spec.input_kind == "sequence" and spec.kind != "gradient":
+            out.append(("input_kind", f"sequence canaries are token records of a text dataset; {dataset.name!r} is "
+                                      f"{dataset.kind}"))
         return out
 
     @classmethod
@@ -283,7 +298,11 @@ class AuditGame(Game):
                            init={k: self.run.init[k] for k in order if k in self.run.init})
         models = Models(procedure.arch, self.run.state)
         Xt, yt = self.records(self.test)
-        return Release(models=models, utility=float(models.accuracy(Xt, yt).mean()), claim=self.run.claim)
+        if isinstance(self.dataset, TextDataset):  # next-token accuracy on held-out text, the language track's
+            utility = float(np.mean([next_token_accuracy(models, Xt, k)[0] for k in range(models.k)]))
+        else:
+            utility = float(models.accuracy(Xt, yt).mean())
+        return Release(models=models, utility=utility, claim=self.run.claim)
 
     def _train(self, procedure: TrainingProcedure, X: torch.Tensor, y: torch.Tensor) -> CanaryRun:
         from arena.pipeline.procedure import resolve_device
@@ -306,6 +325,7 @@ class AuditGame(Game):
         g = run.gradient
         models = release.models
         init = Models(procedure.arch, run.init) if self.spec.init == "known" else None
+        box = TextBlackBox if isinstance(self.dataset, TextDataset) else BlackBox
         return AuditView(attack.name, attack.threat_model, {
             "n_models": models.k, "kinds": self._kinds(), "n_classes": self.dataset.n_classes,
             "seed": derive_seed(self.seed, "attack", attack.name),
@@ -315,7 +335,8 @@ class AuditGame(Game):
             "canary_y": None if run.inputs_y is None else run.inputs_y.clone(),
             "parameters": models,
             "init": init,
-            "models": [BlackBox(models.select(k)) for k in range(models.k)],
+            "models": [box(models.select(k)) for k in range(models.k)],
+            "init_models": None if init is None else [box(init.select(k)) for k in range(init.k)],
         })
 
     def _require_run(self) -> CanaryRun:
