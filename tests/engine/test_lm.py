@@ -8,8 +8,10 @@ import math
 import pytest
 import torch
 
-from arena import PAD, Architecture
+from arena import PAD, Architecture, Model, ModelParams
 from arena.contracts.recipe import DPNoise, Recipe
+from arena.engine.digests import record_digests
+from arena.engine.instruments import AuditInstruments, GradientCanaries, Mechanism, instrumented, state_digest
 from arena.engine.lm import LoRA, clipped_sum, example_nll, perplexity, token_logprobs, train_lm
 from arena_plugins.lm_models import GPT2, Llama, TinyLMParams
 
@@ -105,3 +107,39 @@ def test_dp_training_without_noise_and_with_a_huge_clip_is_the_mean_gradient_ste
                   optimizer="sgd")
     plain = train_lm(arch, X, torch.tensor([3]), torch.tensor([4]), recipe, optimizer="sgd")
     assert all(torch.allclose(dp[k], plain[k], atol=1e-5) for k in plain)
+
+
+class _TableModel(Model):
+    """``Table`` as a model plugin (a causal language model the engine can build and train)."""
+
+    name = "table"
+    Params = ModelParams
+
+    def build(self, input_shape: tuple[int, ...], n_classes: int) -> torch.nn.Module:
+        return Table()
+
+
+def test_an_audits_absent_rows_are_never_trained_on_and_the_call_is_recorded() -> None:
+    """q = 1, σ = 0, SGD: a row the audit marks absent contributes nothing, and the step still divides by the public
+    q·n (every row counted): the same as training on the present rows alone at lr·15/20. The mechanism run and the
+    state returned are recorded for the claim check; non-private training and gradient canaries are refused."""
+    arch = Architecture(_TableModel(ModelParams()), (L,), V)
+    X = torch.randint(0, V, (1, 20, L), generator=torch.Generator().manual_seed(2)).float()
+    present = torch.ones(1, 20, dtype=torch.bool)
+    present[0, 15:] = False
+    seeds = (torch.tensor([1]), torch.tensor([2]))
+    dp = DPNoise(clip=0.5, noise_multiplier=0.0)
+    inst = AuditInstruments(present=present, records=record_digests(X[0], torch.zeros(20, dtype=torch.long)))
+    with instrumented(inst):
+        masked = train_lm(arch, X, *seeds, Recipe(epochs=3, lr=0.2), dp=dp, optimizer="sgd")
+        with pytest.raises(ValueError, match="need DP-SGD"):
+            train_lm(arch, X, *seeds, Recipe(epochs=3, lr=0.2))
+    short = train_lm(arch, X[:, :15], *seeds, Recipe(epochs=3, lr=0.2 * 15 / 20), dp=dp, optimizer="sgd")
+    torch.testing.assert_close(masked["table"], short["table"], rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(masked["table"], train_lm(arch, X, *seeds, Recipe(epochs=3, lr=0.2), dp=dp,
+                                                        optimizer="sgd")["table"])  # the absent rows did matter
+    assert inst.calls == 1 and inst.runs == [Mechanism(0.5, 0.0, 1.0, 3, "all")]
+    assert inst.returned == [state_digest(masked)]
+    canaries = GradientCanaries(torch.zeros(1, 1, dtype=torch.long), torch.ones(1, 1), torch.ones(1, 1, dtype=torch.bool))
+    with instrumented(AuditInstruments(canaries)), pytest.raises(ValueError, match="input canaries"):
+        train_lm(arch, X, *seeds, Recipe(epochs=1, lr=0.2), dp=dp)

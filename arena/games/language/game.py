@@ -15,7 +15,14 @@ from arena.contracts.metric import Metric
 from arena.contracts.release import Release
 from arena.contracts.spec import GameSpec
 from arena.engine.seeds import derive_seed
-from arena.games.language.exposure import Canaries, make_canaries, measure, training_rows
+from arena.games.language.exposure import (
+    Canaries,
+    make_canaries,
+    measure,
+    records,
+    secret_tokens,
+    training_rows,
+)
 from arena.games.language.query import TextBlackBox, next_token_accuracy
 from arena.games.language.spec import LanguageGameSpec, LanguageView
 from arena.games.membership.game import MembershipGame
@@ -72,6 +79,14 @@ class LanguageGame(MembershipGame):
                          f"{dataset.kind}")]
         if getattr(spec, "split", "random") != "random":
             return [("split", SHIFT)]
+        exposure = getattr(spec, "exposure", None)
+        if exposure is not None:
+            try:
+                records([secret_tokens(dataset.tokenizer, exposure.prefix).ids("0" * exposure.digits)],
+                        dataset.shape[0])
+            except ValueError as exc:
+                field, _, why = str(exc).partition(": ")
+                return [(field, why)]
         return super().problems(spec, dataset)
 
     @classmethod

@@ -1,5 +1,6 @@
-"""Canary exposure: rank and bits on hand-made losses, a toy model's candidate losses summed by hand, and the
-canaries' records and copies."""
+"""Canary exposure: rank and bits on hand-made losses, a toy model's candidate losses summed by hand, the canaries'
+records and copies (one token per digit, whatever the tokenizer merges), and what greedy extraction implies for the
+rank on toy models."""
 
 from __future__ import annotations
 
@@ -12,12 +13,16 @@ import torch
 from arena import PAD
 from arena.games.language.exposure import (
     CanarySpec,
+    SecretTokens,
     candidates,
+    complete,
     exposure,
+    extracted,
     make_canaries,
+    records,
+    secret_tokens,
     sequence_nll,
     training_rows,
-    written_secret,
 )
 from arena_plugins.text import train_bpe
 
@@ -65,7 +70,76 @@ def test_canaries_are_distinct_secrets_of_the_format_inserted_as_often_as_asked(
     assert make_canaries(spec, tok, 16, seed=5).secrets == canaries.secrets
 
 
-def test_a_completion_extracts_the_secret_only_when_it_writes_exactly_its_digits() -> None:
-    assert written_secret(" 042 is the number") == "042"
-    assert written_secret("0421") == "0421"  # more digits: another number, not the secret 042
-    assert written_secret(" x042") == ""
+def test_every_candidate_is_the_prefix_then_one_token_per_digit_even_where_the_tokenizer_merges_digits() -> None:
+    tok = train_bpe(["my secret number is 33", "333 33 3 31 311 3"] * 20 + ["0 1 2 4 5 6 7 8 9"], 300)
+    from tokenizers import Tokenizer
+
+    merged = Tokenizer.from_str(tok).encode("my secret number is 311", add_special_tokens=False).ids
+    plain = Tokenizer.from_str(tok).encode("my secret number is 011", add_special_tokens=False).ids
+    assert len(merged) < len(plain)  # the tokenizer's own encoding: "311" is a token shorter
+    write = secret_tokens(tok, "my secret number is ")
+    assert len(write.ids("311")) == len(write.ids("011")) == len(write.prefix) + 3
+    assert write.ids("311")[-3:] == [write.digit["3"], write.digit["1"], write.digit["1"]]
+    X = records([write.ids(c) for c in candidates(3)], 32)
+    assert bool(((X != PAD).sum(1) == len(write.prefix) + 3).all())  # every candidate: one length
+    with pytest.raises(ValueError, match="exposure.prefix"):
+        records([write.ids("311")], len(write.prefix) + 2)
+
+
+DIGITS, SPACE, PREFIX = 10, 10, 11  # a toy vocabulary: ids 0-9 the digits, 10 the space, 11 the prefix's word
+TOY = SecretTokens([PREFIX, SPACE], {str(d): d for d in range(DIGITS)})
+
+
+class Table(torch.nn.Module):
+    """A bigram model over the toy vocabulary from a table of next-token log-probabilities (row: current token)."""
+
+    def __init__(self, logp: torch.Tensor) -> None:
+        super().__init__()
+        self.logp = logp
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        return self.logp[X.long().clamp(min=0)]
+
+
+def _rank(model: Table, secrets: list[str], secret: str) -> int:
+    nll = sequence_nll(model, records([TOY.ids(s) for s in secrets], 8)).numpy()
+    return exposure(float(nll[secrets.index(secret)]), nll)[0]
+
+
+def test_greedy_can_extract_a_secret_that_is_not_the_most_likely_candidate() -> None:
+    """After the space "1" is a little likelier than "3" (0.30 vs 0.29), but "3" is followed by "3" with probability
+    0.9 and "1" by any digit alike: greedy writes "11", the likeliest candidate is "33", which beam search finds."""
+    p = torch.full((12, 12), 1e-6)
+    p[SPACE, :DIGITS] = 0.41 / 8
+    p[SPACE, 1], p[SPACE, 3] = 0.30, 0.29
+    p[1, :DIGITS] = 0.098
+    p[1, 1] = 0.118
+    p[3, :DIGITS] = 0.1 / 9
+    p[3, 3] = 0.9
+    p[PREFIX, SPACE] = 1.0
+    model = Table((p / p.sum(1, keepdim=True)).log())
+    assert extracted(model, TOY, "11", beams=1)
+    assert _rank(model, candidates(2), "11") > 1 and _rank(model, candidates(2), "33") == 1
+    assert extracted(model, TOY, "33", beams=2) and not extracted(model, TOY, "11", beams=2)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_greedily_extracted_secret_ranks_first_among_the_candidates_that_differ_in_its_last_digit(seed: int) -> None:
+    """What greedy extraction does imply: each step took the likeliest token, so the written secret beats every
+    candidate that shares all its digits but the last; and the completion's total log-probability is exactly the
+    NLL difference the exposure ranks by."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(12, 12, generator=g) * 2
+    logits[:, DIGITS:] = -30.0  # the toy's completions are digits
+    logits[PREFIX, SPACE] = 30.0
+    model = Table(torch.log_softmax(logits, -1))
+    written = complete(model, TOY.prefix, 3, beams=1)
+    secret = "".join(str(t) for t in written)
+    assert extracted(model, TOY, secret, beams=1)
+    siblings = [secret[:2] + str(d) for d in range(DIGITS)]
+    assert _rank(model, siblings, secret) == 1
+    logp = model.logp
+    path = [SPACE, *written]
+    read = sum(float(logp[a, b]) for a, b in zip(path[:-1], path[1:], strict=True))
+    X = records([TOY.ids(secret)], 8)
+    assert -float(sequence_nll(model, X)[0]) == pytest.approx(float(logp[PREFIX, SPACE]) + read, rel=1e-5)
