@@ -140,6 +140,7 @@ def test_an_audits_absent_rows_are_never_trained_on_and_the_call_is_recorded() -
                                                         optimizer="sgd")["table"])  # the absent rows did matter
     assert inst.calls == 1 and inst.runs == [Mechanism(0.5, 0.0, 1.0, 3, "all")]
     assert inst.returned == [state_digest(masked)]
-    canaries = GradientCanaries(torch.zeros(1, 1, dtype=torch.long), torch.ones(1, 1), torch.ones(1, 1, dtype=torch.bool))
+    one = torch.ones(1, 1)
+    canaries = GradientCanaries(torch.zeros(1, 1, dtype=torch.long), one, one.bool())
     with instrumented(AuditInstruments(canaries)), pytest.raises(ValueError, match="input canaries"):
         train_lm(arch, X, *seeds, Recipe(epochs=1, lr=0.2), dp=dp)

@@ -19,7 +19,10 @@ no data gradient at all, so their movement is the canary and the noise alone).
 training set, present in model k independently with probability ½ (an absent row is never sampled; the public
 expected batch size q·n counts every row, so inclusion is add/remove). ``mislabelled``: a copy of a training
 record with a wrong label; ``ood``: a uniform-noise input with a random label. Scored by the final model alone:
-−(cross-entropy loss on the canary).
+−(cross-entropy loss on the canary). ``sequence`` (language models, trained by ``arena.engine.lm.train_lm``,
+which honours the same presence mask): a random token string one record long, ids uniform over the vocabulary
+but 0; scored by its loss reduction, the mean next-token NLL at the published initialisation minus after
+training (−NLL when the initialisation is not published).
 
 **Statistics** (``arena.privacy``), per canary kind, over all K·m canaries: canaries in different models are
 independent runs and within a model the one-run analysis holds, so the whole experiment is one run of a mechanism

@@ -6,7 +6,8 @@ and trains ``models`` = K released models of the defense under test in ONE batch
 through ``arena.games.audit.canaries.train_with_canaries``, with canaries inserted: ``canaries`` white-box gradient
 canaries per model (Dirac gradients of norm C added to DP-SGD's clipped sum; ``kind`` gradient or both) and
 ``input_canaries`` black-box input canaries per model (mislabelled or out-of-distribution records; ``kind`` input
-or both), each included in its model independently with probability ½. Those bits are the secret. The canaried
+or both; on a text dataset ``input_kind: sequence``, random token strings, the only canaries a language model
+takes), each included in its model independently with probability ½. Those bits are the secret. The canaried
 models never enter the procedure's ordinary model cache (they are cached under their own key).
 
 The attack is an auditor (the built-in ``canary-auditor``): its view holds the released parameters and the

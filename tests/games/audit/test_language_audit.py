@@ -62,7 +62,7 @@ def _dpsgd(cls: type[LMDPSGD]) -> LMDPSGD:
     return cls(LMDPSGDParams(epsilons=[1.0], delta=1e-3, clip=1.0))
 
 
-def _audit(cls: type[LMDPSGD], seed: int):  # noqa: ANN202 - a CanaryAudit
+def _audit(cls: type[LMDPSGD], seed: int):
     X = _members(8)
     spec = CanarySpec(models=4, gradient=0, inputs=16, input_kind="sequence", seed=seed)
     return audit(_dpsgd(cls), ARCH, RECIPE, X, torch.zeros(len(X), dtype=torch.long), spec)
@@ -110,7 +110,7 @@ def _text(n: int = 64) -> TextDataset:
 
 
 @pytest.fixture(scope="module")
-def played():  # noqa: ANN201 - (game, release, procedure)
+def played():
     spec = AuditGameSpec(name="audit", members=16, test=8, models=4, kind="input", input_canaries=16,
                          input_kind="sequence")
     game = AuditGame(spec, _text(), seed=0)
@@ -124,7 +124,7 @@ class _Attack:
 
 
 @pytest.mark.slow
-def test_the_game_audits_a_language_model_through_the_shared_verdict(played) -> None:  # noqa: ANN001
+def test_the_game_audits_a_language_model_through_the_shared_verdict(played) -> None:
     game, release, procedure = played
     assert 0.0 <= release.utility <= 1.0  # next-token accuracy on held-out text
     view = game.view(_Attack(), release, procedure)
