@@ -168,10 +168,9 @@ def complete(module: Forward, ids: list[int], steps: int, beams: int) -> list[in
     return paths[0][len(ids):]
 
 
-def extracted(module: Forward, write: SecretTokens, secret: str, beams: int) -> bool:
-    """Whether completing the prefix (greedy when ``beams`` is 1, else beam search of that width) writes exactly
-    the secret's digit tokens next."""
-    return complete(module, write.prefix, len(secret), beams) == write.ids(secret)[len(write.prefix):]
+def extracted(completion: list[int], write: SecretTokens, secret: str) -> bool:
+    """Whether a completion of the prefix (``complete``) is exactly the secret's digit tokens."""
+    return completion == write.ids(secret)[len(write.prefix):]
 
 
 def measure(models: Models, canaries: Canaries, spec: CanarySpec, tokenizer: str, length: int) -> dict[str, list]:
@@ -181,11 +180,13 @@ def measure(models: Models, canaries: Canaries, spec: CanarySpec, tokenizer: str
     module = models.module(0)
     write = secret_tokens(tokenizer, spec.prefix)
     all_nll = sequence_nll(module, records([write.ids(c) for c in candidates(spec.digits)], length)).numpy()
+    # a completion of the prefix does not depend on the secret: one greedy and one beam completion serve them all
+    greedy, beam = (complete(module, write.prefix, spec.digits, b) for b in (1, spec.beam))
     out: dict[str, list] = {"rank": [], "exposure": [], "greedy": [], "beam": []}
     for secret in canaries.secrets:
         rank, bits = exposure(float(all_nll[int(secret)]), all_nll)
         out["rank"].append(rank)
         out["exposure"].append(bits)
-        out["greedy"].append(extracted(module, write, secret, 1))
-        out["beam"].append(extracted(module, write, secret, spec.beam))
+        out["greedy"].append(extracted(greedy, write, secret))
+        out["beam"].append(extracted(beam, write, secret))
     return out
