@@ -105,6 +105,9 @@ def secret_tokens(tokenizer: str, prefix: str) -> SecretTokens:
             raise ValueError(f"exposure: the tokenizer writes the digit {d!r} as {len(ids)} tokens, not one: a "
                              "canary's digits must be one token each")
         digit[d] = ids[0]
+    if len(set(digit.values())) < 10:
+        raise ValueError("exposure: the tokenizer gives two digits one token (an unknown-token id?): a canary's "
+                         "digits must be ten distinct tokens")
     return SecretTokens(tok.encode(prefix, add_special_tokens=False).ids, digit)
 
 

@@ -3,6 +3,7 @@ work, bad text inputs exit 2 with nothing written, and a game on text records is
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +68,22 @@ def test_the_language_game_needs_a_text_dataset(tmp_path: Path, capsys: pytest.C
     path = _write(tmp_path, "{name: digits}", "{name: language, members: 20, test: 10}")
     assert main(["validate", str(path)]) == 2
     assert "text datasets" in capsys.readouterr().err
+
+
+def test_canaries_that_do_not_fit_the_records_or_the_tokenizer_are_refused() -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    ds = PydocTopics().load(PydocTopicsParams(length=16, limit=100))
+    fits = LanguageGameSpec.model_validate({"name": "language", "members": 20, "test": 10, "exposure": {"digits": 2}})
+    assert LanguageGame.problems(fits, ds) == []
+    long = LanguageGameSpec.model_validate({"name": "language", "members": 20, "test": 10, "exposure": {"digits": 5}})
+    [(field, why)] = LanguageGame.problems(long, ds)
+    assert field == "exposure.prefix" and "more than the records' 16" in why
+    words = Tokenizer(models.WordLevel({"<unk>": 0, "my": 1, "secret": 2}, unk_token="<unk>"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    no_digits = replace(ds, tokenizer=words.to_str())
+    [(field, why)] = LanguageGame.problems(fits, no_digits)
+    assert field == "exposure" and "ten distinct tokens" in why
 
 
 def test_exposure_canaries_count_in_the_training_set_size() -> None:
