@@ -11,9 +11,12 @@ in each canary's bit; changing one bit changes the training of one model only).
 Black-box input canaries (capability ``query``): −(each model's loss on each canary record), asked through that
 model's black box (cross-entropy for a classifier, mean next-token NLL for a language model's token-sequence
 canaries). With ``input_reference: init`` (needs the published initialisation) the score is the loss reduction
-against the model's own initialisation; with ``centre_inputs``, each canary's score is taken against its mean
-score in the other models (every model is offered the same canary records), the language audit's setting:
-random token strings differ in how hard they are, and that is the same in every model.
+against the model's own initialisation (the language audit's setting: what training on a token string changed);
+with ``centre_inputs``, each canary's score is taken against its mean score in the other models (every model is
+offered the same canary records, so how hard a canary is to predict cancels). Centring pays with many models; with
+few it also cancels much of a canary that most of them include (on the toy LM of
+``tests/games/audit/test_language_audit.py``, 4 models, it lowered the no-noise run's bound from 1.58 to 0.44 on
+one seed of four).
 """
 
 from __future__ import annotations
