@@ -5,8 +5,12 @@ noise of a plain torch loop with the same recipe.
 It runs wherever torchvision imports beside the installed torch, and is skipped elsewhere with the import error as
 the reason: PyPI's torchvision wheels for Linux x86-64 are CUDA builds whose operators need torch's CUDA libraries,
 so beside a CPU-only torch (the set-up's default torch==2.13.0+cpu) the import fails ('operator torchvision::nms
-does not exist'). `make setup TORCH="torch==2.14.1 torchvision==0.29.1"` (a CUDA build, ~5.5 GB) gives a
-torch with which it imports."""
+does not exist'). ``pip install torch==2.14.1 torchvision==0.29.1`` in the environment (CUDA builds, ~5.5 GB, which
+run on CPU too) gives a torch with which it imports (``TORCHVISION_HOW``).
+
+Run it with one torch thread on a shared machine (``OMP_NUM_THREADS=1``, as the suite's xdist workers do): on two
+busy cores two threads made a step of ResNet-18 ~20× slower (10 s against 0.5 s) and the module passed pytest's
+600 s timeout; with one thread it takes ~40 s."""
 
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from arena.engine.trainer import choose_engine, train
 from arena_plugins.vision import library
 from tests.conftest import architecture
 from tests.engine.test_batch_norm import _plain_torch
+from tests.plugins.test_vision_models import TORCHVISION_HOW
 
 
 def _problem() -> str | None:
@@ -34,7 +39,7 @@ def _problem() -> str | None:
 
 
 PROBLEM = _problem()
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(PROBLEM is not None, reason=f"{PROBLEM} (see this module's doc)")]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(PROBLEM is not None, reason=f"{PROBLEM}; {TORCHVISION_HOW}")]
 
 SHAPE = (3, 16, 16)
 CLASSES = 4
