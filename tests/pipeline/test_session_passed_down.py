@@ -57,7 +57,7 @@ def test_the_dataset_memo_is_per_loader_class_not_per_name() -> None:
     digits = regs.datasets.get("digits")
 
     class Halved(digits):  # another distribution's "digits": the same name, another loader
-        def load(self, params):  # noqa: ANN001, ANN201
+        def load(self, params):
             return dataclasses.replace(super().load(params), name="halved")
 
     other = SimpleNamespace(datasets=SimpleNamespace(get=lambda name: Halved))
