@@ -27,7 +27,8 @@ from arena.pipeline.plan import Matchup, architecture, load_dataset
 from arena.pipeline.procedure import TrainingProcedure
 from arena.pipeline.row import SCHEMA_VERSION
 from arena.pipeline.store import RunStore
-from arena.plugins import registries
+from arena.plugins import Registries, registries
+from arena.session import Session
 
 
 def recipe(training: dict[str, Any]) -> Recipe:
@@ -38,15 +39,21 @@ def recipe(training: dict[str, Any]) -> Recipe:
                   ema=training.get("ema", 0.0))
 
 
-def procedure_for(matchup: Matchup, store: RunStore) -> TrainingProcedure:
-    """The defense configuration of ``matchup`` bound to its track, caching into the run directory."""
-    regs = registries()
-    dataset = load_dataset(matchup.track.dataset)
+def _regs(regs: Registries | None) -> Registries:
+    """``regs``, or the process session's registries when a caller passes none."""
+    return registries() if regs is None else regs
+
+
+def procedure_for(matchup: Matchup, store: RunStore, regs: Registries | None = None) -> TrainingProcedure:
+    """The defense configuration of ``matchup`` bound to its track, caching into the run directory; its plugins
+    from ``regs`` (default: the process session's registries)."""
+    regs = _regs(regs)
+    dataset = load_dataset(matchup.track.dataset, regs)
     cls = regs.defenses.get(matchup.defense.name)
     defense = cls(cls.Params.model_validate(matchup.defense.params))
     return TrainingProcedure(
         defense,
-        architecture(matchup.track, dataset, per_example=cls.per_example_gradients),
+        architecture(matchup.track, dataset, per_example=cls.per_example_gradients, regs=regs),
         recipe(matchup.defense.training),
         solver=matchup.defense.training["solver"],
         device=matchup.track.device,
@@ -75,11 +82,11 @@ def _plugin_version(entry: Any, name: str, version: str) -> str:
     return f"{entry.distribution} {entry.version} / {name} v{version}"
 
 
-def plugin_versions(matchup: Matchup) -> dict[str, str]:
+def plugin_versions(matchup: Matchup, regs: Registries | None = None) -> dict[str, str]:
     """Which code each plugin of the matchup came from (game, dataset, model, defense, attack):
     'distribution version / name vversion', and for a plugin installed locally or in editable mode its source
     hash as ``<kind>.source`` (``arena.pipeline.provenance``)."""
-    regs = registries()
+    regs = _regs(regs)
     known = {k: v for kind, p in matchup.provenance().items() for k, v in p.versions(kind).items()}
     fallback: dict[str, tuple[Any, str, str]] = {"game": (regs.games, matchup.track.game.name, matchup.game_version),
                 "defense": (regs.defenses, matchup.defense.name, matchup.defense.version),
@@ -90,11 +97,13 @@ def plugin_versions(matchup: Matchup) -> dict[str, str]:
     return known
 
 
-def base_row(matchup: Matchup) -> dict[str, Any]:
+def base_row(matchup: Matchup, session: Session | None = None) -> dict[str, Any]:
     """The columns of a result row (``arena.pipeline.row.ResultRow``) that the matchup determines: its identity, the
     versions of the code that plays it, and how to read its game's metrics (``metric_info``, the game's primary
-    and ranking metric), so that no plugin is needed to read the row."""
+    and ranking metric), so that no plugin is needed to read the row. The plugins are ``session``'s (default: the
+    process's)."""
     game = matchup.track.game.name
+    regs = registries(session)
     return {
         "schema": SCHEMA_VERSION,
         "key": matchup.key,
@@ -110,26 +119,26 @@ def base_row(matchup: Matchup) -> dict[str, Any]:
         "attack": matchup.attack.name,
         "attack_label": matchup.attack.label,
         "attack_params": matchup.attack.params,
-        "threat_model": planned_threat_model(matchup),
+        "threat_model": planned_threat_model(matchup, regs),
         "seed": matchup.seed,
         "definition": matchup.definition,
         "versions": {
             "arena": __version__,
             "torch": torch.__version__,
             "python": platform.python_version(),
-            **plugin_versions(matchup),
+            **plugin_versions(matchup, regs),
         },
-        **game_columns(game, matchup.track.game),
+        **game_columns(game, matchup.track.game, regs),
     }
 
 
-def planned_threat_model(matchup: Matchup) -> list[str]:
+def planned_threat_model(matchup: Matchup, regs: Registries | None = None) -> list[str]:
     """The capabilities the matchup's attack is played with, sorted: the plan's static reading of its class (for
     a matchup planned without one, read now; none when the class declares no plain one)."""
     if matchup.attack.threat_model is not None:
         return sorted(matchup.attack.threat_model)
     try:
-        return sorted(sandbox.static_attack(registries().attacks.get(matchup.attack.name)).threat_model)
+        return sorted(sandbox.static_attack(_regs(regs).attacks.get(matchup.attack.name)).threat_model)
     except (TypeError, KeyError):
         return []
 
@@ -138,31 +147,33 @@ def _finite(v: float) -> float | None:
     return float(v) if math.isfinite(v) else None
 
 
-def metric_info(game: str) -> dict[str, dict[str, Any]]:
+def metric_info(game: str, regs: Registries | None = None) -> dict[str, dict[str, Any]]:
     """Each registered metric of ``game``: its direction and range (None for an infinite end), and for a proportion
     the metric counting its trials, written into every row so that a leaderboard of the run never needs the
     plugins to know how to read its numbers. A game's metrics include those of the games it
-    ``reports_metrics_of``."""
-    games = {game, *getattr(registries().games.get(game), "reports_metrics_of", ())}
+    ``reports_metrics_of``. The plugins are ``regs``' (default: the process session's registries)."""
+    regs = _regs(regs)
+    games = {game, *getattr(regs.games.get(game), "reports_metrics_of", ())}
     return {
         e.name: {"higher_is_better": bool(e.obj.higher_is_better),
                  "bounds": [_finite(e.obj.bounds[0]), _finite(e.obj.bounds[1])],
                  **({"trials": e.obj.trials} if getattr(e.obj, "trials", None) else {})}
-        for e in registries().metrics
+        for e in regs.metrics
         if e.obj.game in games
     }
 
 
-def game_columns(game: str, spec: Any = None) -> dict[str, Any]:
+def game_columns(game: str, spec: Any = None, regs: Registries | None = None) -> dict[str, Any]:
     """How to read the rows of the registered ``game``: ``metric_info``, its ``primary_metric``, its default
     ``rank_metric`` for the track's ``spec`` (its primary one unless it declares another) and ``game_parts`` (its
     parts the results read)."""
-    cls = registries().games.get(game)
+    regs = _regs(regs)
+    cls = regs.games.get(game)
     primary = getattr(cls, "primary_metric", None)
     folder = getattr(cls, "template_dir", None)
     ranked = cls.rank_metric_of(spec) if spec is not None and hasattr(cls, "rank_metric_of") else getattr(
         cls, "rank_metric", None)
-    return {"metric_info": metric_info(game), "primary_metric": primary,
+    return {"metric_info": metric_info(game, regs), "primary_metric": primary,
             "rank_metric": ranked or primary,
             "game_parts": {**{part: getattr(cls, part, None) for part in GAME_PARTS},
                            "template_dir": None if folder is None else str(folder)}}
@@ -172,22 +183,24 @@ GAME_PARTS = ("audit_rule", "audit_view", "report_view", "resample")
 """The ``"module:function"`` parts of a game that the results read (``Game``'s class attributes)."""
 
 
-def game_for(matchup: Matchup, dataset: Any, store: RunStore) -> Any:
+def game_for(matchup: Matchup, dataset: Any, store: RunStore, regs: Registries | None = None) -> Any:
     """The registered game of the matchup's track, set up on ``dataset`` with the challenger's seed: the run's
     secret keyed by the matchup's scenario seed (the row keeps the scenario seed; nothing an attack sees reveals
     the secret)."""
     seed = challenger_seed(store.secret(), matchup.seed)
-    return registries().games.get(matchup.track.game.name)(matchup.track.game, dataset, seed)
+    return _regs(regs).games.get(matchup.track.game.name)(matchup.track.game, dataset, seed)
 
 
-def train_release(matchup: Matchup, run_dir: str, threads: int = 1) -> dict[str, Any]:
+def train_release(matchup: Matchup, run_dir: str, threads: int = 1,
+                  session: Session | None = None) -> dict[str, Any]:
     """Train (or find in the cache) the released model shared by every attack on this defense and seed, on
-    ``threads`` torch threads (the CPUs its task holds)."""
+    ``threads`` torch threads (the CPUs its task holds), with ``session``'s plugins (default: the process's)."""
     torch.set_num_threads(threads)
     start = time.perf_counter()
     store = RunStore(run_dir)
-    procedure = procedure_for(matchup, store)
-    game = game_for(matchup, load_dataset(matchup.track.dataset), store)
+    regs = registries(session)
+    procedure = procedure_for(matchup, store, regs)
+    game = game_for(matchup, load_dataset(matchup.track.dataset, regs), store, regs)
     release = game.release(procedure)
     return {"utility": release.utility, "trained": procedure.stats.trained, "seconds": time.perf_counter() - start}
 
@@ -217,18 +230,21 @@ def bootstrap_draws(game_cls: type, outcome: Any, key: str) -> dict[str, np.ndar
     return dict(draws or {})
 
 
-def play_matchup(matchup: Matchup, run_dir: str, threads: int = 1) -> dict[str, Any]:
+def play_matchup(matchup: Matchup, run_dir: str, threads: int = 1,
+                 session: Session | None = None) -> dict[str, Any]:
     """Play one matchup and return its result row, on ``threads`` torch threads (the CPUs its task holds); a
-    plugin's exception fails this matchup only."""
+    plugin's exception fails this matchup only. The plugins are ``session``'s (default: the process's), passed
+    down to every step here; the attack itself is built in its sandboxed process, from that process's own
+    session (no attack code runs in this one)."""
     torch.set_num_threads(threads)
     start = time.perf_counter()
-    row = base_row(matchup)
+    row = base_row(matchup, session)
     row.update(status="ok", utility=None, metrics={}, operating_points={}, notes=[], claim=None, error=None,
                traceback=None)
     store = None
     try:
         store = RunStore(run_dir)
-        regs = registries()
+        regs = registries(session)
         game_cls = regs.games.get(matchup.track.game.name)
         attack = sandbox.attack_ref(regs.attacks.get(matchup.attack.name), matchup.attack.params,
                                     threat_model=matchup.attack.threat_model)  # the plan's, read statically
@@ -238,9 +254,9 @@ def play_matchup(matchup: Matchup, run_dir: str, threads: int = 1) -> dict[str, 
             if reason is not None:
                 row.update(status="skipped", error=reason)
             else:
-                procedure = procedure_for(matchup, store)
-                dataset = load_dataset(matchup.track.dataset)
-                game = game_for(matchup, dataset, store)
+                procedure = procedure_for(matchup, store, regs)
+                dataset = load_dataset(matchup.track.dataset, regs)
+                game = game_for(matchup, dataset, store, regs)
                 release = game.release(procedure)
                 row.update(utility=None if release.utility is None else float(release.utility),
                            claim=release.claim.as_dict() if release.claim else None)
@@ -248,7 +264,8 @@ def play_matchup(matchup: Matchup, run_dir: str, threads: int = 1) -> dict[str, 
                 if broken is not None:
                     row.update(status="failed", error=f"claim: {broken}")
                 else:
-                    outcome = game.play(attack, release, procedure, run=_group_runner(process, attack, matchup))
+                    run = _group_runner(process, attack, matchup, game_cls)
+                    outcome = game.play(attack, release, procedure, run=run)
                     row.update(metrics=outcome.metrics, operating_points=dict(outcome.operating_points),
                                notes=[*model_notes(procedure), *outcome.notes])
                     if outcome.arrays:
@@ -271,13 +288,13 @@ def play_matchup(matchup: Matchup, run_dir: str, threads: int = 1) -> dict[str, 
     return row
 
 
-def _group_runner(first: sandbox.AttackProcess, attack: sandbox.AttackRef,
-                  matchup: Matchup) -> Callable[[list[Any]], list[Any]]:
+def _group_runner(first: sandbox.AttackProcess, attack: sandbox.AttackRef, matchup: Matchup,
+                  game_cls: type) -> Callable[[list[Any]], list[Any]]:
     """``run(views) -> guesses`` for ``Game.play``: the first group of views in ``first`` (the matchup's attack
     process, already asked ``skip_reason``), every later group in a fresh process of the same attack, each started
     only after the previous one has ended (and its files were removed), so that groups share nothing."""
     state = {"groups": 0}
-    guesses_of = sandbox.guess_types(registries().games.get(matchup.track.game.name))
+    guesses_of = sandbox.guess_types(game_cls)
 
     def run(views: list[Any]) -> list[Any]:
         state["groups"] += 1

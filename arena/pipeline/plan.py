@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ValidationError
 
-from arena.contracts.dataset import Dataset, available_memory
+from arena.contracts.dataset import Dataset, DatasetLoader, available_memory
 from arena.contracts.defense import Defense
 from arena.contracts.game import Game
 from arena.contracts.spec import GameSpec, PluginRef, Scenario, Track, TrainingOverride, TrainingSpec
@@ -30,6 +30,7 @@ from arena.pipeline.scenario import ScenarioError, error_problems, parse_scenari
 from arena.pipeline.store import content_key
 from arena.plugins import Registries, is_sandboxed, registries
 from arena.registry import UnknownNameError
+from arena.session import Session
 
 
 @dataclass(frozen=True)
@@ -132,21 +133,25 @@ class Plan:
 
 
 @functools.lru_cache(maxsize=16)
-def _load_dataset_cached(name: str, params_json: str) -> Dataset:
-    loader = registries().datasets.get(name)
+def _load_dataset_cached(loader: type[DatasetLoader], params_json: str) -> Dataset:
+    """Keyed by the loader class itself, not its name: two sessions whose registries hold different loaders under
+    one name never share a dataset."""
     return loader().load(loader.Params.model_validate(json.loads(params_json)))
 
 
-def load_dataset(ref: PluginRef) -> Dataset:
-    """The dataset a track names (cached per process)."""
-    loader = registries().datasets.get(ref.name)
+def load_dataset(ref: PluginRef, regs: Registries | None = None) -> Dataset:
+    """The dataset a track names, by the loader ``regs`` (default: the process session's registries) holds under
+    its name (cached per process and loader)."""
+    loader = (registries() if regs is None else regs).datasets.get(ref.name)
     params = loader.Params.model_validate(ref.options)
-    return _load_dataset_cached(ref.name, params.model_dump_json())
+    return _load_dataset_cached(loader, params.model_dump_json())
 
 
-def architecture(track: Track, dataset: Dataset, per_example: bool = False) -> Architecture:
-    """The track's model plugin bound to the dataset's shape (BatchNorm → GroupNorm for ``per_example`` clipping)."""
-    cls = registries().models.get(track.model.name)
+def architecture(track: Track, dataset: Dataset, per_example: bool = False,
+                 regs: Registries | None = None) -> Architecture:
+    """The track's model plugin (from ``regs``, default the process session's registries) bound to the dataset's
+    shape (BatchNorm → GroupNorm for ``per_example`` clipping)."""
+    cls = (registries() if regs is None else regs).models.get(track.model.name)
     arch = Architecture(cls(cls.Params.model_validate(track.model.options)), dataset.shape, dataset.n_classes,
                         engine=track.engine)
     return for_per_example_clipping(arch) if per_example else arch
@@ -179,7 +184,7 @@ def _check_model(
     have = available_memory()
     copies, why = _models_at_once(track, regs)
     try:
-        arch = architecture(track, dataset)
+        arch = architecture(track, dataset, regs=regs)
         size = model_bytes(arch, have // (TRAINING_MEMORY_FACTOR * copies))
     except TooLarge as exc:
         size = exc.args[0]
@@ -288,7 +293,7 @@ def _check_track(
     loader = _lookup(source, f"{where}.dataset", track.dataset.name, regs.datasets, problems)
     if loader is not None and _plugin_params(source, f"{where}.dataset", track.dataset, loader, problems):
         try:
-            dataset = load_dataset(track.dataset)
+            dataset = load_dataset(track.dataset, regs)
         except (ValueError, OSError) as exc:
             problems.append(f"{source}: {where}.dataset.{_field_of(exc)}")
     game = _lookup(source, f"{where}.game", track.game.name, regs.games, problems)
@@ -393,12 +398,13 @@ def _field_of(exc: Exception) -> str:
     return text if ":" in text.split(" ")[0] else f"name: {text}"
 
 
-def plan(paths: list[Path], local: bool = True) -> Plan:
+def plan(paths: list[Path], local: bool = True, session: Session | None = None) -> Plan:
     """Validate every file completely, then expand into matchups; raise ``ScenarioError`` with all problems.
 
     ``local``: the matchups run on this machine, so a ``cuda`` track needs a GPU here (on a cluster the
-    workers check instead)."""
-    regs = registries()
+    workers check instead). ``session``: whose plugins the scenarios name (default: the process's); its
+    registries are passed down to every check, none reads the process's."""
+    regs = registries(session)
     problems: list[str] = []
     parsed: list[tuple[Path, Scenario]] = []
     for path in paths:

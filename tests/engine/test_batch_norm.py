@@ -35,16 +35,30 @@ def trained():
     return arch, X, y, train(arch, X, y, RECIPE, INIT, TRAIN)
 
 
-def _plain_torch(arch, X, y, recipe, init_seed, train_seed):
-    """One model as plain PyTorch trains it: ``model.train()``, ``torch.optim.SGD``, the engine's batches."""
+def _plain_torch(arch, X, y, recipe, init_seed, train_seed, written_out: bool = False):
+    """One model as plain PyTorch trains it: ``model.train()``, autograd, the engine's batches, and
+    ``torch.optim.SGD``; or, ``written_out``, momentum SGD written out in the engine's order of operations
+    (v ← g + μ·v, w ← w − lr·v, as ``HeavyBall`` states it), which ``torch.optim.SGD`` rounds differently
+    (it computes μ·v, then adds g): the same update, up to one rounding of the velocity per step."""
     model = arch.build()
     model.load_state_dict({k: v[0] for k, v in init_state(arch, torch.tensor([init_seed])).items()})
     model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=recipe.lr, momentum=recipe.momentum)
+    params = list(model.parameters())
+    opt = torch.optim.SGD(params, lr=recipe.lr, momentum=recipe.momentum)
+    velocity: list[torch.Tensor] = []
     for Xb, yb, _ in batches(X, y, recipe, rng.Keys(torch.tensor([train_seed]))):
         opt.zero_grad()
         F.cross_entropy(model(Xb[0].reshape(-1, *arch.input_shape)), yb[0]).backward()
-        opt.step()
+        if not written_out:
+            opt.step()
+            continue
+        with torch.no_grad():
+            grads = [p.grad.clone() for p in params]
+            for g, v in zip(grads, velocity):
+                g.add_(v, alpha=recipe.momentum)
+            for p, g in zip(params, grads):
+                p.add_(g, alpha=-recipe.lr)
+            velocity = grads
     return model
 
 

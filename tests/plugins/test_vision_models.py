@@ -133,6 +133,11 @@ def test_a_torchvision_stand_in_with_batch_norm_plays_under_dpsgd_with_group_nor
 
 # ---- the real libraries, where installed -------------------------------------------------------------------
 
+TORCHVISION_HOW = ("to run it, install a torch beside which torchvision imports, e.g. `.venv/bin/python -m pip "
+                   "install torch==2.14.1 torchvision==0.29.1` (CUDA builds, ~5.5 GB, which run on CPU too: PyPI's "
+                   "torchvision wheels need torch's CUDA libraries, so beside a CPU-only torch they fail to import)")
+"""How to run the tests that need the real torchvision, said in their skip reason."""
+
 def _importable(name: str) -> bool:
     try:
         return importlib.util.find_spec(name) is not None and importlib.import_module(name) is not None
@@ -141,7 +146,8 @@ def _importable(name: str) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _importable("torchvision"), reason="torchvision is not installed (or does not import)")
+@pytest.mark.skipif(not _importable("torchvision"),
+                    reason=f"torchvision is not installed or does not import; {TORCHVISION_HOW}")
 def test_a_torchvision_resnet18_plays_a_tiny_tournament_group_norm_fixed_under_dpsgd(tmp_path, capsys):
     rows = _play(tmp_path, capsys, "{name: torchvision, architecture: resnet18}")
     assert rows["dpsgd"]["notes"][0] == GROUP_NORM_NOTE and rows["dpsgd"]["claim"]["epsilon"] <= 8
