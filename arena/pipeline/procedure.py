@@ -163,18 +163,25 @@ class TrainingProcedure:
 
     def train_chunked(self, chunks: Sequence[Chunk]) -> tuple[list[Models], Claim | None]:
         """Train each chunk as its own cached unit; the models and the claim they train under (the first chunk's:
-        one procedure, one claim). Inside a Ray worker, with a cache, every chunk is its own Ray
-        task (a GPU share on ``cuda`` tracks), so a pool spreads over a cluster's workers and a chunk finished
-        before a crash is never retrained; elsewhere the chunks train here, one after another."""
+        one procedure, one claim). Inside a Ray worker, with a cache, the chunks after the first become Ray tasks
+        of their own (a GPU share on ``cuda`` tracks), as many as the cluster has CPUs idle, so a pool spreads over
+        a cluster's idle workers and a chunk finished before a crash is never retrained; this worker, which holds
+        its CPU, trains the rest meanwhile (a task the cluster cannot start at once would only start another
+        worker process beside this one, idle in its wait); elsewhere the chunks train here, one after another."""
         if len(chunks) > 1 and self.cache is not None and _inside_ray_worker():
             import ray
 
             gpus = gpu_request(self.device)
             task = ray.remote(num_cpus=1, num_gpus=gpus, scheduling_strategy="SPREAD")(_train_chunk)
-            refs = [task.remote(self, *chunk) for chunk in chunks]
+            idle = len(chunks) - 1 if gpus else int(ray.available_resources().get("CPU", 0.0))
+            spread = chunks[len(chunks) - min(idle, len(chunks) - 1):] if idle > 0 else []
+            refs = [task.remote(self, *chunk) for chunk in spread]
             self.stats.tasks += len(refs)
+            for chunk in chunks[:len(chunks) - len(spread)]:
+                self(*chunk)
+            self.stats.nodes.add(ray.get_runtime_context().get_node_id())
             if gpus:  # a task holding a GPU share waits on others needing one: work from the back meanwhile
-                for chunk in reversed(chunks):
+                for chunk in reversed(spread):
                     self(*chunk)
             for count, node in ray.get(refs):
                 self.stats.trained += count

@@ -56,7 +56,7 @@ def test_chunks_are_cached_apart_and_give_the_models_of_one_chunk(tmp_path: Path
 
 
 @pytest.mark.timeout(300)
-def test_pool_of_64_cnns_in_4_chunks_runs_as_4_ray_tasks_on_two_nodes(tmp_path: Path) -> None:
+def test_pool_of_64_cnns_in_4_chunks_spreads_to_the_idle_node_and_trains_the_rest_in_the_attacks_worker(tmp_path: Path) -> None:
     import ray
     from ray.cluster_utils import Cluster
 
@@ -76,7 +76,9 @@ def test_pool_of_64_cnns_in_4_chunks_runs_as_4_ray_tasks_on_two_nodes(tmp_path: 
     finally:
         ray.shutdown()
         cluster.shutdown()
-    assert stats["tasks"] == 4 and stats["trained"] == SHADOWS
-    assert stats["nodes"] == 2, "SPREAD scheduling puts the chunks on both nodes"
+    # the attack's task holds the head node's one CPU: the idle second node takes chunks as tasks (one, or more
+    # where the cluster's view of its idle CPUs lags), the attack's worker trains the first chunk and the others
+    assert 1 <= stats["tasks"] <= 3 and stats["trained"] == SHADOWS
+    assert stats["nodes"] == 2, "the pool trains on both nodes"
     np.testing.assert_allclose(scores, expected, rtol=1e-4, atol=1e-4)
     assert len(list((tmp_path / "models").glob("*.safetensors"))) == 4
