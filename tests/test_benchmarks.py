@@ -221,10 +221,10 @@ def test_the_breaching_pair_says_breaching_is_not_installed_and_measures_nothing
 def test_the_dense_network_handed_to_breaching_as_a_sequential_is_the_same_function():
     import torch
 
-    from benchmarks.data import architecture
+    from arena_plugins.models import DenseNet
     from benchmarks.peer_breaching import sequential
 
-    module = architecture("mlp", 1, 8, 8, 10, hidden=[16, 12], activation="tanh").build()
+    module = DenseNet([64, 16, 12, 10], "tanh")
     seq = sequential(module)
     assert isinstance(seq, torch.nn.Sequential) and isinstance(seq[0], torch.nn.Flatten)
     assert [p.data_ptr() for p in seq.parameters()] == [p.data_ptr() for p in module.parameters()]
