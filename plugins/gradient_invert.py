@@ -12,7 +12,7 @@ of a gradient). Two optimisers:
 * ``lbfgs`` (DLG, iDLG, as their papers optimise): ``torch.optim.LBFGS`` with a fixed step and no line search,
   as Zhu et al.'s code runs it, one restart after another (L-BFGS's curvature pairs would couple restarts run as
   one vector); ``iterations`` counts its iterations, one objective evaluation each. On the ReLU networks here a
-  strong-Wolfe line search stalled within 30–60 iterations at a far worse fit (a piecewise-smooth objective).
+  strong-Wolfe line search stalled after 13–62 iterations at a far worse fit (a piecewise-smooth objective).
 
 The restart with the smallest final objective is returned.
 """
