@@ -33,6 +33,7 @@ PAIRS = {
     "n": "benchmarks.gpu_check_lm",
     "r": "benchmarks.bench_parallel",
     "s": "benchmarks.bench_fixed_cost",
+    "t": "benchmarks.bench_gradients",
 }
 ON_REQUEST = {"k", "n"}
 """Pairs a plain ``python -m benchmarks`` leaves out (``--only`` names them): k and n need a GPU (``make gpu-check``,
@@ -42,11 +43,11 @@ PROTOCOL = (
     "Contenders of a pair run side by side in one process (the tournament: one child process per command), "
     "once per repeat, in an order rotated every repeat, after one untimed warm-up call each (except where a "
     "section says otherwise). Each ratio is computed within a repeat; the figure is the median of the "
-    "per-repeat ratios. In-process pairs (a, b, g, h, l) are timed in CPU time of the benchmark process "
+    "per-repeat ratios. In-process pairs (a, b, g, h, l, t) are timed in CPU time of the benchmark process "
     "(`time.process_time`), so that other processes on a shared machine do not inflate one contender; d and the "
     "commands of e, f, j and r are timed wall-clock (`time.perf_counter`); s compares the CPU time (user + "
     "system) of every process its commands started (`benchmarks/cpu.py`), which r records beside its wall times. "
-    "In-process pairs (a, b, d, g, h) run "
+    "In-process pairs (a, b, d, g, h, t) run "
     "torch on one intra-op thread (`--threads`, default 1): most baselines are single-threaded (scikit-learn's "
     "solvers, scipy's L-BFGS inside ART, per-model Python loops), so the ratios compare work per core, and one thread "
     "keeps the figures stable on a shared machine. The commands of e, f and j run with their defaults, as a "

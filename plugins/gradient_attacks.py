@@ -6,15 +6,16 @@
 * ``informed-exact``: the informed adversary (Balle et al. 2022) knows every record of the update but the target:
   it subtracts their gradients from the update, which leaves the target's own gradient, and solves the first
   layer for it exactly (one local step, no defense; otherwise the same solve on what is left).
-* ``dlg``: Deep Leakage from Gradients (Zhu et al. 2019): dummy records and soft labels optimised jointly to match
-  the update in squared Euclidean distance.
+* ``dlg``: Deep Leakage from Gradients (Zhu et al. 2019): dummy records and soft labels optimised jointly by L-BFGS
+  to match the update in squared Euclidean distance.
 * ``idlg``: improved DLG (Zhao et al. 2020): the labels first, analytically from the output layer's gradient, then
-  the records as in DLG.
+  the records as in DLG (L-BFGS).
 * ``inverting-gradients``: Geiping et al. 2020: cosine distance between the updates plus total variation, Adam
   with step decay, records boxed to the data's range, the best of several restarts.
 
-The optimisation attacks run every restart at once (``torch.func.vmap``) with Adam, from uniform noise seeded by
-the view. DLG and iDLG step with Adam rather than the papers' L-BFGS, so that restarts vectorise.
+The optimisation attacks start from uniform noise seeded by the view. DLG and iDLG use the papers' L-BFGS by
+default (``optimiser: adam`` runs every restart at once with Adam instead); Inverting Gradients runs every restart at
+once (``torch.func.vmap``) with Adam, as its paper does.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from arena_plugins.gradient_inversion import (
     rows_solve,
     target_update,
 )
-from arena_plugins.gradient_invert import invert
+from arena_plugins.gradient_invert import Optimiser, invert
 
 DENSE_MODELS = ("mlp", "logreg")
 
@@ -112,9 +113,7 @@ class InformedExact(Attack):
         update = target_update(view)
         N = view.n_records
         known_X, known_y = view.known_X.to(torch.float64), view.known_y.long()
-        f.params = {k: v.to(torch.float64) for k, v in f.params.items()}
-        f.others = {k: v.to(torch.float64) if v.is_floating_point() else v for k, v in f.others.items()}
-        f.module = f.module.to(torch.float64)
+        f.to(torch.float64)
         residual = {k: N * v.to(torch.float64) for k, v in update.items()}
         if len(known_y):
             for k, g in f.per_example(known_X, known_y).items():
@@ -135,6 +134,13 @@ class InversionParams(PluginParams):
     tv: float = Field(default=0.0, ge=0.0, le=10.0, description="weight of the total variation (images)")
 
 
+class DLGParams(InversionParams):
+    optimiser: Optimiser = Field(default="lbfgs", description="lbfgs: the papers' L-BFGS (strong-Wolfe line search; "
+                                 "iterations are L-BFGS iterations, restarts run one after another); adam: Adam, "
+                                 "every restart at once (lr about 0.1)")
+    lr: PositiveFloat = Field(default=1.0, le=10.0, description="L-BFGS's step (1: the papers'); Adam's rate")
+
+
 class _Inversion(Attack):
     game = "gradients"
     threat_model = frozenset({"parameters", "population"})
@@ -151,14 +157,16 @@ class _Inversion(Attack):
         labels = None if self.learn_labels else recover_labels(view, f, update)
         p = self.params
         records, found = invert(f, update, view, labels=labels, distance=self.distance, iterations=p.iterations,
-                                lr=p.lr, restarts=p.restarts, tv=p.tv, boxed=self.boxed, decay=self.decay)
+                                lr=p.lr, restarts=p.restarts, tv=p.tv, boxed=self.boxed, decay=self.decay,
+                                optimiser=p.optimiser if isinstance(p, DLGParams) else "adam")
         return _guess(view, records, found)
 
 
 class DLG(_Inversion):
-    """Zhu et al. 2019: records and labels from noise, squared Euclidean gradient distance."""
+    """Zhu et al. 2019: records and labels from noise, squared Euclidean gradient distance, L-BFGS."""
 
     name = "dlg"
+    Params = DLGParams
     distance = "l2"
     learn_labels = True
     boxed = False
@@ -166,9 +174,10 @@ class DLG(_Inversion):
 
 
 class IDLG(_Inversion):
-    """Zhao et al. 2020: the labels analytically, then DLG on the records."""
+    """Zhao et al. 2020: the labels analytically, then DLG on the records (L-BFGS)."""
 
     name = "idlg"
+    Params = DLGParams
     distance = "l2"
     learn_labels = False
     boxed = False

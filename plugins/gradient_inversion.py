@@ -30,6 +30,13 @@ class Functional:
         self.steps, self.lr = view.local_steps, view.client_lr
         self.n_classes = view.n_classes
 
+    def to(self, dtype: torch.dtype) -> Functional:
+        """The same function in ``dtype`` (parameters, floating buffers and module), in place; returns itself."""
+        self.module = self.module.to(dtype)
+        self.params = {k: v.to(dtype) for k, v in self.params.items()}
+        self.others = {k: v.to(dtype) if v.is_floating_point() else v for k, v in self.others.items()}
+        return self
+
     def logits(self, params: Params, x: torch.Tensor) -> torch.Tensor:
         return functional_call(self.module, {**params, **self.others}, (x.reshape(-1, *self.shape),))
 

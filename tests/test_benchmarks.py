@@ -204,3 +204,29 @@ def test_the_fixed_cost_copy_of_the_quickstart_trains_one_epoch_everywhere(tmp_p
 
     assert len(epochs(cut)) == len(epochs(spec)) >= 4 and set(epochs(cut)) == {1} and max(epochs(spec)) > 1
     assert cut["tracks"][0]["attacks"] == spec["tracks"][0]["attacks"], "the same shadows, the same matchups"
+
+
+def test_the_breaching_pair_says_breaching_is_not_installed_and_measures_nothing(monkeypatch):
+    from benchmarks import bench_gradients, peer_breaching
+
+    monkeypatch.setattr(peer_breaching, "unavailable", lambda: "ModuleNotFoundError: No module named 'breaching'")
+    monkeypatch.setattr(bench_gradients, "game", lambda *a: pytest.fail("the pair built its game without breaching"))
+    section = bench_gradients.run(quick=True, repeats=1)
+    assert section.key == "t" and not section.checks and not section.tables
+    assert section.what.startswith("breaching not installed") and "No module named 'breaching'" in section.what
+    text = render([section], {}, "python -m benchmarks --only t", datetime.now(timezone.utc), 0.1)
+    assert "## t. " in text and "breaching not installed" in text
+
+
+def test_the_dense_network_handed_to_breaching_as_a_sequential_is_the_same_function():
+    import torch
+
+    from arena_plugins.models import DenseNet
+    from benchmarks.peer_breaching import sequential
+
+    module = DenseNet([64, 16, 12, 10], "tanh")
+    seq = sequential(module)
+    assert isinstance(seq, torch.nn.Sequential) and isinstance(seq[0], torch.nn.Flatten)
+    assert [p.data_ptr() for p in seq.parameters()] == [p.data_ptr() for p in module.parameters()]
+    x = torch.rand(3, 1, 8, 8)
+    torch.testing.assert_close(seq(x), module(x))

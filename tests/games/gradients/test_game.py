@@ -128,6 +128,17 @@ def test_idlg_recovers_every_label_at_batch_size_one(dataset: Dataset) -> None:
     assert outcome.metrics["target_label_accuracy"] == 1.0
 
 
+def test_idlg_with_the_papers_lbfgs_rebuilds_records_at_batch_size_one_far_closer_than_adam(dataset: Dataset) -> None:
+    """L-BFGS (the default, as Zhu et al. and Zhao et al. optimise) against Adam at the same budget and start."""
+    lbfgs = IDLG(IDLG.Params(iterations=40, restarts=1))
+    assert lbfgs.params.optimiser == "lbfgs"
+    _, outcome = play(dataset, lbfgs, batches=2)
+    adam = IDLG(IDLG.Params(iterations=40, restarts=1, optimiser="adam", lr=0.1))
+    _, adam_outcome = play(dataset, adam, batches=2)
+    assert outcome.metrics["target_success_rate"] == 1.0, outcome.metrics
+    assert adam_outcome.metrics["target_psnr_mean"] < outcome.metrics["target_psnr_mean"] - 10, adam_outcome.metrics
+
+
 def test_the_informed_adversary_solves_the_target_exactly_at_batch_size_four(dataset: Dataset) -> None:
     _, outcome = play(dataset, InformedExact(InformedExact.Params()), batch_size=4)
     a = outcome.arrays
