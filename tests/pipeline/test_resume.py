@@ -61,33 +61,48 @@ def snapshot(cache: Path) -> dict[str, int]:
     return {str(p): p.stat().st_mtime_ns for p in cache.rglob("*.safetensors")}
 
 
+RESUME_SECRET = "5e" * 32
+"""The run secret of the uninterrupted run and of the killed ones compared with it."""
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict]]:
+    """The ``SLOW`` scenario and the rows of its uninterrupted serial run, played once for both modes."""
+    from arena.cli import main
+
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    scenario = write_scenario(folder / "slow.yaml", SLOW)
+    whole = RunStore(folder / "whole")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(SECRET_ENV, RESUME_SECRET)
+        assert main(["run", str(scenario), "--out", str(whole.root), "--serial", "--no-report"]) in (0, 1)
+    return scenario, comparable(whole)
+
+
 @pytest.mark.subprocess
 @pytest.mark.parametrize("mode", [["--serial"], pytest.param(["--workers", "2"], marks=[pytest.mark.ray,
                                                                                       pytest.mark.slow])],
                          ids=["serial", "ray"])
-def test_kill_9_then_resume_gives_uninterrupted_results_without_retraining(tmp_path: Path, monkeypatch,
-                                                                           mode: list[str]) -> None:
+def test_kill_9_then_resume_gives_uninterrupted_results_without_retraining(
+        tmp_path: Path, monkeypatch, mode: list[str], uninterrupted: tuple[Path, dict[str, dict]]) -> None:
     """Serially and under Ray (the killed driver's cluster, workers and attacks end with it): the resumed run's rows
     are the uninterrupted serial run's."""
-    monkeypatch.setenv(SECRET_ENV, "5e" * 32)  # two run directories compared: one secret
+    monkeypatch.setenv(SECRET_ENV, RESUME_SECRET)  # two run directories compared: one secret
     from arena.cli import main
 
-    scenario = write_scenario(tmp_path / "slow.yaml", SLOW)
-    whole = RunStore(tmp_path / "whole")  # the uninterrupted run and the resumed one play in this process
-    assert main(["run", str(scenario), "--out", str(whole.root), "--serial", "--no-report"]) in (0, 1)
-
+    scenario, whole = uninterrupted  # the uninterrupted run and the resumed one play in this process
     killed = RunStore(tmp_path / "killed")
     proc = arena("run", str(scenario), "--out", str(killed.root), *mode, "--no-report")
     wait_for_rows(killed, 3, proc, limit=900.0)  # Ray's start on a loaded machine
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     before = comparable(killed)
-    assert 3 <= len(before) < len(comparable(whole))
+    assert 3 <= len(before) < len(whole)
     cached = snapshot(killed.root / "cache")
 
     assert main(["run", str(scenario), "--out", str(killed.root), *mode, "--no-report"]) in (0, 1)
     after = comparable(killed)
-    assert after == comparable(whole)
+    assert after == whole
     assert len(killed.results()) == len(after), "no finished matchup was played twice"
     unchanged = snapshot(killed.root / "cache")
     assert all(unchanged[p] == t for p, t in cached.items()), "a finished model was trained again"
