@@ -56,7 +56,7 @@ def test_chunks_are_cached_apart_and_give_the_models_of_one_chunk(tmp_path: Path
 
 
 @pytest.mark.timeout(300)
-def test_pool_of_64_cnns_in_4_chunks_spreads_to_the_idle_node_and_trains_the_rest_in_the_attacks_worker(tmp_path: Path) -> None:
+def test_a_pool_of_4_chunks_spreads_to_the_idle_node_and_the_rest_trains_in_the_asking_worker(tmp_path: Path) -> None:
     import ray
     from ray.cluster_utils import Cluster
 
