@@ -4,8 +4,8 @@
 waited for of its own. A command's orphans (Ray's workers and agents outliving their raylet, a fork server whose
 arena exited without waiting for it) would escape it, so this process makes itself a child subreaper
 (``PR_SET_CHILD_SUBREAPER``): every orphan below it is re-parented here, and ``cpu_of`` waits for all of them
-before reading the counter. That still missed most of a Ray run's CPU (measured on scenarios/membership.yaml with
-``--workers 2``: 38.6 CPU-s by the counter against 92.5 by the kernel's accounting of the command's cgroup), so
+before reading the counter. That still missed most of a Ray run's CPU (the same command, scenarios/membership.yaml
+with ``--workers 2``, measured both ways: 50.8 CPU-s by the counter against 98.4 by the command's cgroup), so
 where this process may make a cgroup (cgroup v1's cpuacct or cgroup v2, as root), the command runs in a cgroup of
 its own, which every process it starts inherits whatever becomes of its parent, and its CPU is the cgroup's; the
 counter is the fallback. CPU time, unlike wall-clock time, is hardly moved by other processes on a shared machine

@@ -168,25 +168,25 @@ class TrainingProcedure:
         a cluster's idle workers and a chunk finished before a crash is never retrained; this worker, which holds
         its CPU, trains the rest meanwhile (a task the cluster cannot start at once would only start another
         worker process beside this one, idle in its wait); elsewhere the chunks train here, one after another."""
+        here: dict[int, tuple[Models, Claim | None]] = {}
         if len(chunks) > 1 and self.cache is not None and _inside_ray_worker():
             import ray
 
             gpus = gpu_request(self.device)
             task = ray.remote(num_cpus=1, num_gpus=gpus, scheduling_strategy="SPREAD")(_train_chunk)
             idle = len(chunks) - 1 if gpus else int(ray.available_resources().get("CPU", 0.0))
-            spread = chunks[len(chunks) - min(idle, len(chunks) - 1):] if idle > 0 else []
-            refs = [task.remote(self, *chunk) for chunk in spread]
+            first_spread = len(chunks) - max(0, min(idle, len(chunks) - 1))  # chunks from here on go to tasks
+            refs = [task.remote(self, *chunk) for chunk in chunks[first_spread:]]
             self.stats.tasks += len(refs)
-            for chunk in chunks[:len(chunks) - len(spread)]:
-                self(*chunk)
+            here = {i: self(*chunks[i]) for i in range(first_spread)}
             self.stats.nodes.add(ray.get_runtime_context().get_node_id())
             if gpus:  # a task holding a GPU share waits on others needing one: work from the back meanwhile
-                for chunk in reversed(spread):
-                    self(*chunk)
+                for i in reversed(range(first_spread, len(chunks))):
+                    here[i] = self(*chunks[i])
             for count, node in ray.get(refs):
                 self.stats.trained += count
                 self.stats.nodes.add(node)
-        trained = [self(*chunk) for chunk in chunks]
+        trained = [here[i] if i in here else self(*chunk) for i, chunk in enumerate(chunks)]
         return [models for models, _ in trained], (trained[0][1] if trained else None)
 
     def _fit(
