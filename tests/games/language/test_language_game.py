@@ -86,6 +86,17 @@ def test_canaries_that_do_not_fit_the_records_or_the_tokenizer_are_refused() -> 
     assert field == "exposure" and "ten distinct tokens" in why
 
 
+@pytest.mark.slow
+def test_a_canary_longer_than_the_records_exits_2_naming_the_field_and_writes_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, "{name: pydoc-topics, length: 16, limit: 100}",
+                  "{name: language, members: 20, test: 10, exposure: {digits: 5}}")
+    out = tmp_path / "run"
+    assert main(["run", str(path), "--out", str(out), "--serial"]) == 2
+    assert "exposure.prefix" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_exposure_canaries_count_in_the_training_set_size() -> None:
     spec = LanguageGameSpec.model_validate({"name": "language", "members": 50,
                                             "exposure": {"repetitions": [1, 10, 100], "per_level": 2}})
